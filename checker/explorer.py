@@ -1,0 +1,222 @@
+"""Breadth-first exploration of every reachable state.
+
+The explorer knows transition systems, not KV caches: it takes a model with
+`init_state()`, `successors(state)` and `is_final(state)`, a set of
+invariants, and optional measure hooks (a gauge to maximize over states, a
+predicate naming "steady" states, an action cost to minimize and maximize over
+complete runs). It stores each state once with a parent link and rebuilds a
+trace on demand; because the search is breadth-first, the first violation it
+finds of each invariant is a shortest one."""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from .invariants import Invariant
+
+
+@dataclass
+class Violation:
+    invariant: str
+    length: int            # actions in the shortest trace
+    state_id: int          # the state the trace ends in (for an action: the state before it)
+    action: Any = None     # the violating action, for action-checked invariants
+    after: Any = None      # the state after that action (None for a kernel-table-miss)
+    witness: dict = field(default_factory=dict)
+
+
+@dataclass
+class Exploration:
+    states: int = 0
+    transitions: int = 0
+    depth: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+    stopped: Optional[str] = None          # why a partial run stopped
+    violations: dict[str, Violation] = field(default_factory=dict)
+    peak: Optional[int] = None
+    peak_state: Optional[int] = None
+    cost_range: Optional[tuple[int, int]] = None   # (min, max) action cost over complete runs
+    steady: Optional[int] = None                   # the gauge's maximum over steady states
+    steady_values: tuple[int, ...] = ()
+
+    @property
+    def rate(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else 0.0
+
+
+class Explorer:
+    def __init__(self, model, invariants: tuple[Invariant, ...], *, max_states: Optional[int] = None,
+                 max_depth: Optional[int] = None, stop_at_first: bool = False,
+                 gauge: Optional[Callable] = None, steady: Optional[Callable] = None,
+                 cost: Optional[Callable] = None,
+                 progress: Optional[Callable[["Explorer", int], None]] = None):
+        self.model = model
+        self.invariants = invariants
+        self.max_states = max_states
+        self.max_depth = max_depth
+        self.stop_at_first = stop_at_first
+        self.gauge = gauge
+        self.steady = steady
+        self.cost = cost
+        self.progress = progress
+        # action checks grouped by the fact kind that triggers them
+        self.by_fact: dict[str, list[tuple[str, Callable]]] = {}
+        for inv in invariants:
+            for kind, check in inv.on_facts.items():
+                self.by_fact.setdefault(kind, []).append((inv.id, check))
+        self.state_checks = [(inv.id, inv.on_state) for inv in invariants if inv.on_state]
+        # the graph, kept for traces and the cost measure
+        self.states: list = []
+        self.index: dict = {}
+        self.parent = array("i")
+        self.parent_action: list = []
+        self.depth = array("i")
+        self.edge_start = array("i")
+        self.edge_dst = array("i")
+        self.edge_cost = array("b")
+        self.final = bytearray()
+        self.result = Exploration()
+
+    # -- search ---------------------------------------------------------------
+    def _add(self, state, parent: int, action, depth: int) -> int:
+        sid = len(self.states)
+        self.states.append(state)
+        self.index[state] = sid
+        self.parent.append(parent)
+        self.parent_action.append(action)
+        self.depth.append(depth)
+        if self.gauge is not None:
+            value = self.gauge(state)
+            if self.result.peak is None or value > self.result.peak:
+                self.result.peak, self.result.peak_state = value, sid
+        return sid
+
+    def _violate(self, inv_id: str, length: int, sid: int, action=None, after=None, witness=None) -> None:
+        if inv_id not in self.result.violations:
+            self.result.violations[inv_id] = Violation(inv_id, length, sid, action, after, witness or {})
+            if self.stop_at_first:
+                raise _Stop("first violation")
+
+    def run(self) -> Exploration:
+        res = self.result
+        start = time.perf_counter()
+        model = self.model
+        by_fact, state_checks = self.by_fact, self.state_checks
+        steady_values = set()
+        self._add(model.init_state(), -1, None, 0)
+        queue = deque([0])
+        try:
+            while queue:
+                sid = queue.popleft()
+                state = self.states[sid]
+                depth = self.depth[sid]
+                res.depth = max(res.depth, depth)
+                trs = model.successors(state)
+                final = model.is_final(state)
+                self.final.append(final)
+                self.edge_start.append(len(self.edge_dst))
+                for inv_id, check in state_checks:
+                    if inv_id not in res.violations:
+                        witness = check(model, state, final, not trs)
+                        if witness is not None:
+                            self._violate(inv_id, depth, sid, witness=witness)
+                if self.steady is not None and self.steady(state):
+                    steady_values.add(self.gauge(state))
+                if self.max_depth is not None and depth >= self.max_depth:
+                    if trs:
+                        res.complete, res.stopped = False, f"--max-depth {self.max_depth}"
+                    continue
+                for tr in trs:
+                    res.transitions += 1
+                    if tr.facts:
+                        for fact in tr.facts:
+                            for inv_id, check in by_fact.get(fact[0], ()):
+                                if inv_id not in res.violations:
+                                    witness = check(model, state, tr, fact)
+                                    if witness is not None:
+                                        self._violate(inv_id, depth + 1, sid, tr.action, tr.state, witness)
+                    nxt = tr.state
+                    if nxt is None:
+                        continue
+                    nid = self.index.get(nxt)
+                    if nid is None:
+                        if self.max_states is not None and len(self.states) >= self.max_states:
+                            res.complete, res.stopped = False, f"--max-states {self.max_states}"
+                            raise _Stop(res.stopped)
+                        nid = self._add(nxt, sid, tr.action, depth + 1)
+                        queue.append(nid)
+                    self.edge_dst.append(nid)
+                    self.edge_cost.append(self.cost(tr.action) if self.cost else 0)
+                if self.progress is not None and not sid & 0xFFF:
+                    self.progress(self, len(queue))
+        except _Stop as stop:
+            res.complete = False
+            res.stopped = res.stopped or str(stop)
+        except KeyboardInterrupt:
+            res.complete, res.stopped = False, "interrupted (Ctrl-C)"
+        res.states = len(self.states)
+        res.seconds = time.perf_counter() - start
+        res.steady_values = tuple(sorted(steady_values))
+        res.steady = max(steady_values) if steady_values else None
+        if res.complete and self.cost is not None:
+            res.cost_range = self._cost_range()
+        return res
+
+    # -- measures -------------------------------------------------------------
+    def _cost_range(self) -> Optional[tuple[int, int]]:
+        """The fewest and the most total cost over runs from the initial state
+        to a final state. The state graph is acyclic (every action advances a
+        branch's program or retires an in-flight op), so one pass in
+        topological order (Kahn) settles both."""
+        n = len(self.states)
+        starts, dst, cost = self.edge_start, self.edge_dst, self.edge_cost
+        indegree = array("i", bytes(4 * n))
+        for d in dst:
+            indegree[d] += 1
+        BIG = 1 << 30
+        low = array("i", [BIG]) * n
+        high = array("i", [-1]) * n
+        low[0] = high[0] = 0
+        ready = [0]
+        best_low, best_high = BIG, -1
+        while ready:
+            s = ready.pop()
+            lo, hi = low[s], high[s]
+            if self.final[s]:
+                best_low, best_high = min(best_low, lo), max(best_high, hi)
+            end = starts[s + 1] if s + 1 < n else len(dst)
+            for e in range(starts[s], end):
+                d, c = dst[e], cost[e]
+                if lo + c < low[d]:
+                    low[d] = lo + c
+                if hi + c > high[d]:
+                    high[d] = hi + c
+                indegree[d] -= 1
+                if indegree[d] == 0:
+                    ready.append(d)
+        return None if best_high < 0 else (best_low, best_high)
+
+    # -- traces ---------------------------------------------------------------
+    def path_to(self, sid: int) -> list[tuple[Any, Any]]:
+        """[(action, state after it)] from the initial state to `sid`."""
+        out = []
+        while sid > 0:
+            out.append((self.parent_action[sid], self.states[sid]))
+            sid = self.parent[sid]
+        out.reverse()
+        return out
+
+    def trace_of(self, violation: Violation) -> list[tuple[Any, Any]]:
+        path = self.path_to(violation.state_id)
+        if violation.action is not None:
+            path.append((violation.action, violation.after))
+        return path
+
+
+class _Stop(Exception):
+    pass

@@ -1,0 +1,238 @@
+"""The invariants of DESIGN.md, as named data in one place.
+
+Each invariant has an id, a kind (harm: a failure the engine's user would see;
+discipline: an ownership rule whose breach a device model may make harmless),
+where it is checked, and its predicates. A predicate returns None when the
+invariant holds, or a witness: a small dict that says what was expected and
+what happened, for the counterexample file and `explain`.
+
+Action predicates are triggered by the facts an action produced (see
+model.block), so an action that frees nothing and completes nothing costs no
+invariant work at all. State predicates see every distinct state once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from model.block import CHECK_OUTPUT, COPY_COMPLETE, FREED, KERNEL_COMPLETE, TABLE_MISS, UNDERFLOW
+from model.errors import SpecError
+from model.scenario import Scenario
+from model.state import RUNNING, Copy, Kernel, State
+from model.system import Model, Transition
+
+HARM, DISCIPLINE = "harm", "discipline"
+
+# (model, before, transition, fact) -> witness | None
+ActionCheck = Callable[[Model, State, Transition, tuple], Optional[dict]]
+# (model, state, final, stuck) -> witness | None
+StateCheck = Callable[[Model, State, bool, bool], Optional[dict]]
+
+
+@dataclass(frozen=True)
+class Invariant:
+    id: str
+    kind: str
+    checked: str
+    holds_when: str
+    on_facts: dict[str, ActionCheck] = field(default_factory=dict)
+    on_state: Optional[StateCheck] = None
+
+
+# -- faithful-output --------------------------------------------------------
+def _compare(model: Model, branch: int, reads: tuple, via: str, **extra) -> Optional[dict]:
+    expected = model.tokens[branch][:len(reads)]
+    if reads == expected:
+        return None
+    position = next(p for p, (r, e) in enumerate(zip(reads, expected)) if r != e)
+    return {"branch": model.names[branch], "position": position, "expected": expected[position],
+            "read": reads[position], "via": via, "expected_sequence": list(expected), "read_sequence": list(reads), **extra}
+
+
+def faithful_kernel(model, before, tr, fact):
+    _, kernel, reads = fact
+    return _compare(model, kernel.branch, reads, "kernel", pos=kernel.pos, snapshot=list(kernel.snapshot))
+
+
+def faithful_check(model, before, tr, fact):
+    _, branch, reads = fact
+    return _compare(model, branch, reads, "check-output", table=list(before.branches[branch].working))
+
+
+# -- no-underflow / kernel-table-miss -----------------------------------------
+def underflow(model, before, tr, fact):
+    _, block, counter = fact
+    return {"block": block, "counter": counter, "message": f"{counter} of block {block} was already 0"}
+
+
+def table_miss(model, before, tr, fact):
+    _, branch, pos = fact
+    table = before.branches[branch].published
+    return {"branch": model.names[branch], "pos": pos, "published": list(table),
+            "message": f"position {pos} needs table index {pos // model.B}, the published table has {len(table)} blocks"}
+
+
+# -- kernel-complete discipline --------------------------------------------
+def _target(model: Model, kernel: Kernel) -> int:
+    return kernel.snapshot[kernel.pos // model.B]
+
+
+def _others(queue: tuple, kernel: Kernel) -> list:
+    """The in-flight ops other than the completing kernel."""
+    out = list(queue)
+    out.remove(kernel)
+    return out
+
+
+def exclusive_write(model, before, tr, fact):
+    kernel = fact[1]
+    target = _target(model, kernel)
+    for j, br in enumerate(before.branches):
+        if j != kernel.branch and br.status == RUNNING:
+            for name, table in (("working", br.working), ("published", br.published)):
+                if target in table:
+                    return {"block": target, "message": f"block {target} is in branch {model.names[j]}'s {name} table {list(table)}"}
+    for op in _others(before.queue, kernel):
+        if type(op) is Copy and op.src == target:
+            return {"block": target, "message": f"block {target} is the source of an in-flight copy {op.src}->{op.dst}"}
+        if type(op) is Kernel and target in op.snapshot:
+            return {"block": target, "message": f"block {target} is in the snapshot {list(op.snapshot)} of branch {model.names[op.branch]}'s in-flight kernel for position {op.pos}"}
+    return None
+
+
+def refcount_write(model, before, tr, fact):
+    target = _target(model, fact[1])
+    blk = before.blocks[target]
+    if blk.refcount == 1 and blk.holds == 0:
+        return None
+    return {"block": target, "refcount": blk.refcount, "holds": blk.holds,
+            "message": f"block {target} written with refcount {blk.refcount} and holds {blk.holds} (needs 1 and 0)"}
+
+
+def copy_before_use(model, before, tr, fact):
+    kernel = fact[1]
+    for op in before.queue:
+        if type(op) is Copy and op.dst in kernel.snapshot:
+            return {"block": op.dst, "message": f"the copy {op.src}->{op.dst} into block {op.dst} of the kernel's snapshot {list(kernel.snapshot)} is still in flight"}
+    return None
+
+
+# -- no-use-after-free ------------------------------------------------------
+def _free_touch(blocks, free: tuple, what: str) -> Optional[dict]:
+    for b in blocks:
+        if b in free:
+            return {"block": b, "message": f"{what} touches block {b}, which is free"}
+    return None
+
+
+def uaf_copy(model, before, tr, fact):
+    op = fact[1]
+    return _free_touch((op.src, op.dst), before.free, f"the copy {op.src}->{op.dst}")
+
+
+def uaf_kernel(model, before, tr, fact):
+    kernel = fact[1]
+    blocks = (_target(model, kernel),) + kernel.snapshot[:kernel.pos // model.B + 1]
+    return _free_touch(blocks, before.free, f"branch {model.names[kernel.branch]}'s kernel for position {kernel.pos}")
+
+
+def uaf_freed(model, before, tr, fact):
+    block, after = fact[1], tr.state
+    for j, br in enumerate(after.branches):
+        for name, table in (("working", br.working), ("published", br.published)):
+            if block in table:
+                return {"block": block, "message": f"block {block} was freed while branch {model.names[j]}'s {name} table {list(table)} maps it"}
+    for op in after.queue:
+        if type(op) is Copy and block in (op.src, op.dst):
+            return {"block": block, "message": f"block {block} was freed while the copy {op.src}->{op.dst} is in flight"}
+        if type(op) is Kernel and block in op.snapshot:
+            return {"block": block, "message": f"block {block} was freed while branch {model.names[op.branch]}'s kernel for position {op.pos} (snapshot {list(op.snapshot)}) is in flight"}
+    return None
+
+
+def uaf_state(model, state, final, stuck):
+    if not state.free:
+        return None
+    free = set(state.free)
+    for j, br in enumerate(state.branches):
+        for name, table in (("working", br.working), ("published", br.published)):
+            for b in table:
+                if b in free:
+                    return {"block": b, "message": f"branch {model.names[j]}'s {name} table {list(table)} maps block {b}, which is free"}
+    return None
+
+
+# -- state invariants ---------------------------------------------------------
+def refcount_exact(model, state, final, stuck):
+    if state.queue or any(br.op is not None for br in state.branches):
+        return None
+    counts = [0] * len(state.blocks)
+    for br in state.branches:
+        if br.status == RUNNING:
+            for b in set(br.working):
+                counts[b] += 1
+    for b, (blk, want) in enumerate(zip(state.blocks, counts)):
+        if blk.refcount != want:
+            return {"block": b, "refcount": blk.refcount, "mapped_by": want,
+                    "message": f"block {b} has refcount {blk.refcount} but {want} running branch table(s) map it"}
+    return None
+
+
+def no_leak(model, state, final, stuck):
+    if not final:
+        return None
+    for b, blk in enumerate(state.blocks):
+        if b not in state.free or blk.refcount or blk.holds:
+            return {"block": b, "refcount": blk.refcount, "holds": blk.holds,
+                    "message": f"at the end block {b} is {'free' if b in state.free else 'not free'} with refcount {blk.refcount} and holds {blk.holds}"}
+    return None
+
+
+def no_deadlock(model, state, final, stuck):
+    if final or not stuck:
+        return None
+    waiting = [f"{model.names[j]} ({br.op or 'between operations'}, step {br.step})" for j, br in enumerate(state.branches) if br.status == RUNNING]
+    return {"message": f"no action is enabled; free blocks: {len(state.free)}; live branches: {', '.join(waiting) or 'none'}; in flight: {len(state.queue)}"}
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("faithful-output", HARM, "each kernel-complete (cancelled branches' kernels too) and check-output",
+              "every position read equals the branch's reference sequence",
+              on_facts={KERNEL_COMPLETE: faithful_kernel, CHECK_OUTPUT: faithful_check}),
+    Invariant("no-underflow", HARM, "each decref / release", "the counter was > 0 (a double free crashes a real engine)",
+              on_facts={UNDERFLOW: underflow}),
+    Invariant("no-leak", HARM, "final states", "every block is free, every refcount and hold 0", on_state=no_leak),
+    Invariant("no-deadlock", HARM, "every non-final state",
+              "some action is enabled (a full pool with everyone waiting is an out-of-memory deadlock)", on_state=no_deadlock),
+    Invariant("kernel-table-miss", HARM, "each write", "the published table covers the position", on_facts={TABLE_MISS: table_miss}),
+    Invariant("exclusive-write", DISCIPLINE, "each kernel-complete, judged before the write",
+              "the target block is not in another running branch's tables, another in-flight kernel's snapshot, or the source of an in-flight copy",
+              on_facts={KERNEL_COMPLETE: exclusive_write}),
+    Invariant("refcount-write", DISCIPLINE, "each kernel-complete", "the target's refcount is 1 and its holds 0",
+              on_facts={KERNEL_COMPLETE: refcount_write}),
+    Invariant("no-use-after-free", DISCIPLINE, "every action and state",
+              "nothing touches, maps or frees-while-in-use a free block",
+              on_facts={COPY_COMPLETE: uaf_copy, KERNEL_COMPLETE: uaf_kernel, FREED: uaf_freed}, on_state=uaf_state),
+    Invariant("copy-before-use", DISCIPLINE, "each kernel-complete", "no copy into any block of its snapshot is in flight",
+              on_facts={KERNEL_COMPLETE: copy_before_use}),
+    Invariant("refcount-exact", DISCIPLINE, "quiescent states (empty queue, no branch inside an operation)",
+              "each block's refcount equals the number of running branches' working tables that map it", on_state=refcount_exact),
+)
+
+BY_ID = {inv.id: inv for inv in INVARIANTS}
+IDS = tuple(BY_ID)
+
+
+def select(ids: tuple[str, ...] | list[str] | None, source: str = "--invariant") -> tuple[Invariant, ...]:
+    if not ids:
+        return INVARIANTS
+    for i in ids:
+        if i not in BY_ID:
+            raise SpecError(source, "invariant", f"unknown invariant {i!r}; allowed: {', '.join(IDS)}")
+    return tuple(inv for inv in INVARIANTS if inv.id in ids)
+
+
+def validate_expect(scenario: Scenario) -> None:
+    for item in scenario.expect:
+        if item.startswith("violates ") and item.split()[1] not in BY_ID:
+            raise SpecError(scenario.source, "expect", f"unknown invariant {item.split()[1]!r}; allowed: {', '.join(IDS)}")

@@ -1,0 +1,105 @@
+"""Reference counting, holds and the free list: the rules that decide when a
+block goes back to the pool (DESIGN.md "Steps": incref, decref, hold, release,
+alloc).
+
+They act on a `Draft`, the state being edited by one action, and record what
+happened as facts (`freed`, `underflow`) for the invariants to judge."""
+
+from __future__ import annotations
+
+import bisect
+
+from .state import Block, Branch, State
+
+# Facts an action can produce. Each is a plain tuple whose first item is its kind:
+#   ("freed", block)                    the block went back on the free list
+#   ("underflow", block, counter)       a decref at refcount 0 or a release at holds 0
+#   ("table-miss", branch, pos)         a write whose published table is too short
+#   ("copy-complete", Copy)
+#   ("kernel-complete", Kernel, reads)  reads: positions 0 .. pos through its snapshot
+#   ("check-output", branch, reads)     reads: positions 0 .. pos-1 through the working table
+FREED, UNDERFLOW, TABLE_MISS = "freed", "underflow", "table-miss"
+COPY_COMPLETE, KERNEL_COMPLETE, CHECK_OUTPUT = "copy-complete", "kernel-complete", "check-output"
+
+
+class Draft:
+    """One action's working copy of a state: lists where the state has tuples,
+    and the facts the action produced."""
+
+    __slots__ = ("blocks", "free", "branches", "queue", "facts", "reuse")
+
+    def __init__(self, state: State, reuse: str):
+        self.blocks = list(state.blocks)
+        self.free = list(state.free)
+        self.branches = list(state.branches)
+        self.queue = list(state.queue)
+        self.facts: list[tuple] = []
+        self.reuse = reuse
+
+    def freeze(self) -> State:
+        return State(tuple(self.blocks), tuple(self.free), tuple(self.branches), tuple(self.queue))
+
+    def set_branch(self, index: int, branch: Branch) -> None:
+        self.branches[index] = branch
+
+
+def free_choices(state: State, reuse: str) -> tuple[int, ...]:
+    """The blocks an `alloc` may pop: the front of the list, or under `any`
+    reuse every free block (each a separate successor)."""
+    if not state.free:
+        return ()
+    return state.free if reuse == "any" else state.free[:1]
+
+
+def alloc(d: Draft, block: int) -> None:
+    d.free.remove(block)
+    old = d.blocks[block]
+    d.blocks[block] = Block(1, old.holds, old.slots)  # stale slots stay: a real pool is not zeroed
+
+
+def _push_free(d: Draft, block: int) -> None:
+    if block in d.free:
+        return
+    if d.reuse == "lifo":
+        d.free.insert(0, block)
+    elif d.reuse == "fifo":
+        d.free.append(block)
+    else:  # any: order is irrelevant, keep it canonical
+        bisect.insort(d.free, block)
+    d.facts.append((FREED, block))
+
+
+def incref(d: Draft, block: int) -> None:
+    old = d.blocks[block]
+    d.blocks[block] = Block(old.refcount + 1, old.holds, old.slots)
+
+
+def decref(d: Draft, block: int) -> None:
+    old = d.blocks[block]
+    if old.refcount == 0:
+        d.facts.append((UNDERFLOW, block, "refcount"))
+        return
+    d.blocks[block] = Block(old.refcount - 1, old.holds, old.slots)
+    if old.refcount == 1 and old.holds == 0:
+        _push_free(d, block)
+
+
+def hold(d: Draft, block: int) -> None:
+    old = d.blocks[block]
+    d.blocks[block] = Block(old.refcount, old.holds + 1, old.slots)
+
+
+def release(d: Draft, block: int) -> None:
+    old = d.blocks[block]
+    if old.holds == 0:
+        d.facts.append((UNDERFLOW, block, "holds"))
+        return
+    d.blocks[block] = Block(old.refcount, old.holds - 1, old.slots)
+    if old.holds == 1 and old.refcount == 0:
+        _push_free(d, block)
+
+
+def write_slots(d: Draft, block: int, start: int, cells: tuple) -> None:
+    old = d.blocks[block]
+    slots = old.slots[:start] + tuple(cells) + old.slots[start + len(cells):]
+    d.blocks[block] = Block(old.refcount, old.holds, slots)

@@ -1,0 +1,37 @@
+"""The device models: which in-flight operation may complete next, and what a
+completion does (DESIGN.md "Device actions").
+
+`async` lets any in-flight op complete; `stream` is one FIFO queue; `streams`
+is a FIFO copy stream beside an independent FIFO compute stream."""
+
+from __future__ import annotations
+
+from .block import COPY_COMPLETE, KERNEL_COMPLETE, Draft, write_slots
+from .state import Copy, State, read
+
+
+def ready(state: State, device: str) -> list[int]:
+    """Queue indices of the ops that may complete now."""
+    queue = state.queue
+    if not queue:
+        return []
+    if device == "async":
+        return list(range(len(queue)))
+    if device == "stream":
+        return [0]
+    first_copy = next((i for i, q in enumerate(queue) if type(q) is Copy), None)
+    first_kernel = next((i for i, q in enumerate(queue) if type(q) is not Copy), None)
+    return sorted(i for i in (first_copy, first_kernel) if i is not None)
+
+
+def complete(d: Draft, index: int, block_size: int) -> None:
+    op = d.queue.pop(index)
+    if type(op) is Copy:
+        # the copy reads its source now, not when it was launched
+        write_slots(d, op.dst, 0, d.blocks[op.src].slots[:op.n])
+        d.facts.append((COPY_COMPLETE, op))
+    else:
+        target = op.snapshot[op.pos // block_size]
+        write_slots(d, target, op.pos % block_size, (op.token,))
+        reads = read(tuple(d.blocks), op.snapshot, op.pos + 1, block_size)
+        d.facts.append((KERNEL_COMPLETE, op, reads))

@@ -1,0 +1,22 @@
+"""One error type for every kind of bad input.
+
+Every message names the file, the key and what is allowed, so the command line
+can print it as one line and exit 2 instead of showing a traceback."""
+
+from __future__ import annotations
+
+
+class SpecError(Exception):
+    """Bad input: a malformed scenario, protocol or counterexample file, or a
+    protocol that fails at run time (a step that uses an unbound local)."""
+
+    def __init__(self, source: str, key: str, message: str):
+        self.source = str(source)
+        self.key = key
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        key = f"key '{self.key}': " if self.key else ""
+        return f"{where}{key}{self.message}"

@@ -1,0 +1,243 @@
+"""Protocols: for each high-level operation of a branch, the ordered steps it
+takes. Loaded from TOML (DESIGN.md "Protocols") and validated up front, so a
+bad file fails before any exploration starts."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .condition import Condition
+from .errors import SpecError
+
+#: step name -> number of local arguments (each `tail` or `new`)
+ARITY = {
+    "alloc": 1,
+    "incref": 1,
+    "decref": 1,
+    "hold": 1,
+    "release": 1,
+    "copy": 2,
+    "copy-block": 2,
+    "wait-copy": 1,
+    "append": 1,
+    "replace": 2,
+    "publish": 0,
+    "write": 0,
+    "wait-kernel": 0,
+    "decref-all": 0,
+    "check-output": 0,
+}
+LOCALS = ("tail", "new")
+WAITS = ("wait-copy", "wait-kernel")
+COPIES = ("copy", "copy-block")
+STEP_FORMS = ", ".join(name + "".join(" X" for _ in range(n)) for name, n in ARITY.items())
+
+TOP_KEYS = ("name", "description", "append", "cancel", "finish")
+APPEND_KEYS = ("rules", "paths", "atomic")
+RULE_KEYS = ("when", "path")
+PATH_KEYS = ("steps", "atomic")
+OP_KEYS = ("steps",)
+
+
+class Step(NamedTuple):
+    op: str
+    args: tuple[str, ...]
+    text: str
+    where: str  # the key it came from, for run-time errors
+
+
+class Rule(NamedTuple):
+    when: Condition
+    path: str
+
+
+class AppendPath(NamedTuple):
+    name: str
+    steps: tuple[Step, ...]
+    atomic: bool
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    description: str
+    source: str
+    rules: tuple[Rule, ...]
+    paths: dict[str, AppendPath] = field(hash=False)
+    cancel: tuple[Step, ...]
+    finish: tuple[Step, ...]
+    definition: dict = field(hash=False, compare=False)  # normalized, for counterexample files
+
+    @property
+    def max_allocs(self) -> int:
+        """The most `alloc` steps of any append path (for the default pool)."""
+        return max(sum(s.op == "alloc" for s in p.steps) for p in self.paths.values())
+
+
+def _unknown(data: dict, allowed: tuple[str, ...], source: str, prefix: str) -> None:
+    for key in data:
+        if key not in allowed:
+            raise SpecError(source, f"{prefix}{key}", f"unknown key; allowed: {', '.join(allowed)}")
+
+
+def parse_step(text: Any, source: str, key: str) -> Step:
+    if not isinstance(text, str) or not text.split():
+        raise SpecError(source, key, f"a step must be a non-empty string; allowed: {STEP_FORMS}")
+    op, *args = text.split()
+    if op == "decide":
+        raise SpecError(source, key, "'decide' is implicit (the first action of every append); do not list it")
+    if op not in ARITY:
+        raise SpecError(source, key, f"unknown step '{op}'; allowed: {STEP_FORMS}")
+    if len(args) != ARITY[op]:
+        raise SpecError(source, key, f"step '{op}' takes {ARITY[op]} local(s), got {len(args)}: {text!r}")
+    for arg in args:
+        if arg not in LOCALS:
+            raise SpecError(source, key, f"unknown local '{arg}' in {text!r}; allowed: tail, new")
+    return Step(op, tuple(args), " ".join([op, *args]), key)
+
+
+def _steps(value: Any, source: str, key: str, in_append: bool) -> tuple[Step, ...]:
+    if not isinstance(value, list) or not value:
+        raise SpecError(source, key, "must be a non-empty list of steps")
+    steps = tuple(parse_step(v, source, f"{key}[{i}]") for i, v in enumerate(value))
+    writes = sum(s.op == "write" for s in steps)
+    if in_append and writes != 1:
+        raise SpecError(source, key, f"an append path must have exactly one 'write' step, it has {writes}")
+    if not in_append and writes:
+        raise SpecError(source, key, "'write' is allowed only in append paths")
+    return steps
+
+
+def _bool(value: Any, source: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(source, key, f"must be true or false, got {value!r}")
+    return value
+
+
+def _table(value: Any, source: str, key: str) -> dict:
+    if not isinstance(value, dict):
+        raise SpecError(source, key, "must be a table")
+    return value
+
+
+def protocol_from_dict(data: dict, source: str, default_name: str = "protocol") -> Protocol:
+    """Validate a protocol definition (parsed TOML, or JSON from a
+    counterexample file) and build the Protocol."""
+    data = _table(data, source, "")
+    _unknown(data, TOP_KEYS, source, "")
+    name = data.get("name", default_name)
+    description = data.get("description", "")
+    for key, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            raise SpecError(source, key, "must be a string")
+    if "append" not in data:
+        raise SpecError(source, "append", "missing; a protocol needs [append] with rules and paths")
+    append = _table(data["append"], source, "append")
+    _unknown(append, APPEND_KEYS, source, "append.")
+    all_atomic = _bool(append.get("atomic", False), source, "append.atomic")
+
+    raw_paths = _table(append.get("paths"), source, "append.paths") if "paths" in append else None
+    if not raw_paths:
+        raise SpecError(source, "append.paths", "missing or empty; give at least one path, e.g. paths.in-place = [\"write\", \"wait-kernel\"]")
+    paths: dict[str, AppendPath] = {}
+    for pname, pvalue in raw_paths.items():
+        key = f"append.paths.{pname}"
+        atomic = all_atomic
+        if isinstance(pvalue, dict):
+            _unknown(pvalue, PATH_KEYS, source, key + ".")
+            atomic = all_atomic or _bool(pvalue.get("atomic", False), source, key + ".atomic")
+            pvalue = pvalue.get("steps")
+            key += ".steps"
+        paths[pname] = AppendPath(pname, _steps(pvalue, source, key, in_append=True), atomic)
+
+    raw_rules = append.get("rules")
+    if not isinstance(raw_rules, list) or not raw_rules:
+        raise SpecError(source, "append.rules", "missing or empty; give a list of { when = \"...\", path = \"...\" }")
+    rules = []
+    for i, rule in enumerate(raw_rules):
+        key = f"append.rules[{i}]"
+        rule = _table(rule, source, key)
+        _unknown(rule, RULE_KEYS, source, key + ".")
+        when, path = rule.get("when"), rule.get("path")
+        if not isinstance(when, str):
+            raise SpecError(source, key + ".when", "missing; must be a condition string")
+        if path not in paths:
+            raise SpecError(source, key + ".path", f"unknown path {path!r}; allowed: {', '.join(paths)}")
+        rules.append(Rule(Condition(when, source, key + ".when"), path))
+
+    ops = {}
+    for opname in ("cancel", "finish"):
+        if opname in data:
+            table = _table(data[opname], source, opname)
+            _unknown(table, OP_KEYS, source, opname + ".")
+            ops[opname] = _steps(table.get("steps"), source, f"{opname}.steps", in_append=False)
+        else:
+            ops[opname] = getattr(load_builtin("cow"), opname)
+
+    definition = {
+        "name": name,
+        "description": description,
+        "append": {
+            "rules": [{"when": r.when.text, "path": r.path} for r in rules],
+            "paths": {p.name: {"steps": [s.text for s in p.steps], "atomic": p.atomic} for p in paths.values()},
+        },
+        "cancel": {"steps": [s.text for s in ops["cancel"]]},
+        "finish": {"steps": [s.text for s in ops["finish"]]},
+    }
+    return Protocol(name, description, source, tuple(rules), paths, ops["cancel"], ops["finish"], definition)
+
+
+def read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise SpecError(str(path), "", "file not found") from None
+    except IsADirectoryError:
+        raise SpecError(str(path), "", "is a folder, not a TOML file") from None
+    except OSError as err:
+        raise SpecError(str(path), "", f"cannot be read ({err.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise SpecError(str(path), "", f"invalid TOML ({err})") from None
+
+
+def load_protocol(path: Path) -> Protocol:
+    return protocol_from_dict(read_toml(path), str(path), default_name=Path(path).stem)
+
+
+def builtin_folder() -> Path:
+    """specs/protocols, whether cowcheck runs from a checkout or an install."""
+    return Path(str(resources.files("specs") / "protocols"))
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in builtin_folder().glob("*.toml"))
+
+
+_BUILTINS: dict[str, Protocol] = {}
+
+
+def load_builtin(name: str) -> Protocol:
+    if name not in _BUILTINS:
+        path = builtin_folder() / f"{name}.toml"
+        if not path.is_file():
+            raise SpecError("", "protocol", f"unknown built-in protocol {name!r}; allowed: {', '.join(builtin_names())} or a path to a .toml file")
+        _BUILTINS[name] = load_protocol(path)
+    return _BUILTINS[name]
+
+
+def resolve_protocol(ref: str, base: Path, source: str) -> Protocol:
+    """A scenario's `protocol` value: a built-in name or a path relative to the
+    scenario's folder."""
+    if not isinstance(ref, str) or not ref:
+        raise SpecError(source, "protocol", f"must be a built-in name ({', '.join(builtin_names())}) or a path to a .toml file")
+    if "/" in ref or ref.endswith(".toml"):
+        return load_protocol(base / ref)
+    try:
+        return load_builtin(ref)
+    except SpecError as err:
+        raise SpecError(source, "protocol", err.message) from None

@@ -1,0 +1,117 @@
+"""A state is plain, immutable, hashable data (DESIGN.md "State").
+
+Named tuples rather than frozen dataclasses: the explorer hashes and compares
+millions of them, and tuples do that in C."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from .scenario import Scenario
+
+RUNNING, FINISHED, CANCELLED = "running", "finished", "cancelled"
+
+
+class Block(NamedTuple):
+    refcount: int
+    holds: int
+    slots: tuple[Optional[str], ...]  # B cells: a token, or None when empty
+
+
+class Branch(NamedTuple):
+    status: str                    # running | finished | cancelled
+    pos: int                       # tokens in its sequence, counting launched writes
+    done: int                      # append operations completed
+    op: Optional[str]              # None between operations, else append | finish | cancel
+    path: Optional[str]            # the append path chosen by decide
+    step: int                      # index of the next step of the operation
+    tail: Optional[int]            # locals, cleared at the end of each operation
+    new: Optional[int]
+    working: tuple[int, ...]       # the scheduler's block table
+    published: tuple[int, ...]     # what the branch's next kernel launch uses
+
+
+class Copy(NamedTuple):
+    src: int
+    dst: int
+    n: int                         # slots copied, from the start of the block
+
+
+class Kernel(NamedTuple):
+    branch: int
+    pos: int
+    token: str
+    snapshot: tuple[int, ...]      # the published table at launch
+
+
+class State(NamedTuple):
+    blocks: tuple[Block, ...]
+    free: tuple[int, ...]          # the free list, front first
+    branches: tuple[Branch, ...]
+    queue: tuple                   # in-flight Copy and Kernel ops, in launch order
+
+
+def initial_state(scenario: Scenario) -> State:
+    """The fork has happened: every branch maps the prompt's blocks."""
+    B, L = scenario.block_size, scenario.prompt
+    n = len(scenario.branches)
+    prompt_blocks = scenario.prompt_blocks
+    tokens = [f"p{i}" for i in range(L)]
+    blocks = []
+    for b in range(scenario.pool):
+        if b < prompt_blocks:
+            cells = tokens[b * B:(b + 1) * B]
+            blocks.append(Block(n, 0, tuple(cells + [None] * (B - len(cells)))))
+        else:
+            blocks.append(Block(0, 0, (None,) * B))
+    table = tuple(range(prompt_blocks))
+    branch = Branch(RUNNING, L, 0, None, None, 0, None, None, table, table)
+    return State(tuple(blocks), tuple(range(prompt_blocks, scenario.pool)), (branch,) * n, ())
+
+
+def is_final(state: State) -> bool:
+    return not state.queue and all(b.status != RUNNING for b in state.branches)
+
+
+def allocated(state: State) -> int:
+    return len(state.blocks) - len(state.free)
+
+
+def read(blocks: tuple[Block, ...], table: tuple[int, ...], count: int, block_size: int) -> tuple[Optional[str], ...]:
+    """Positions 0 .. count-1 read through a block table (None past its end)."""
+    out = []
+    for i in range(count):
+        index = i // block_size
+        out.append(blocks[table[index]].slots[i % block_size] if index < len(table) else None)
+    return tuple(out)
+
+
+def state_to_json(state: State, scenario: Scenario) -> dict:
+    name = scenario.branch_name
+    return {
+        "blocks": [
+            {"id": i, "refcount": b.refcount, "holds": b.holds, "slots": list(b.slots), "free": i in state.free}
+            for i, b in enumerate(state.blocks)
+        ],
+        "free": list(state.free),
+        "branches": {
+            name(i): {
+                "status": br.status,
+                "pos": br.pos,
+                "done": br.done,
+                "op": br.op,
+                "path": br.path,
+                "step": br.step,
+                "tail": br.tail,
+                "new": br.new,
+                "working": list(br.working),
+                "published": list(br.published),
+            }
+            for i, br in enumerate(state.branches)
+        },
+        "queue": [
+            {"copy": {"src": op.src, "dst": op.dst, "n": op.n}} if type(op) is Copy
+            else {"kernel": {"branch": name(op.branch), "pos": op.pos, "token": op.token, "snapshot": list(op.snapshot)}}
+            for op in state.queue
+        ],
+    }

@@ -1,0 +1,81 @@
+"""What each protocol step does to the state (DESIGN.md's step table).
+
+`choices` says whether a step is enabled and with which free choice (the block
+an `alloc` pops); `apply` performs it on a Draft and returns the branch as the
+step leaves it. Advancing the branch's place in its program is the caller's
+job (model.system), so every step here is just its row of the table."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import block as blockops
+from .block import CHECK_OUTPUT, TABLE_MISS, Draft
+from .errors import SpecError
+from .protocol import Step
+from .state import Branch, Copy, Kernel, State, read
+
+
+def local(branch: Branch, name: str, step: Step, source: str) -> int:
+    value = branch.tail if name == "tail" else branch.new
+    if value is None:
+        raise SpecError(source, step.where, f"step {step.text!r} uses '{name}' where none is bound"
+                        + (" (tail is absent at a block boundary)" if name == "tail" else " (no alloc bound it)"))
+    return value
+
+
+def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tuple:
+    """() when the step is not enabled; else the alternatives (None: no choice)."""
+    op = step.op
+    if op == "alloc":
+        return blockops.free_choices(state, reuse)
+    if op == "wait-kernel":
+        return () if any(type(q) is Kernel and q.branch == index for q in state.queue) else (None,)
+    if op == "wait-copy":
+        dst = local(state.branches[index], step.args[0], step, source)
+        return () if any(type(q) is Copy and q.dst == dst for q in state.queue) else (None,)
+    return (None,)
+
+
+def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
+          block_size: int, tokens: tuple[str, ...], source: str) -> tuple[Optional[Branch], tuple]:
+    """Perform one step. Returns the branch after it (None when the step
+    launched nothing and ends exploration: a kernel-table-miss) and the
+    block ids its locals bound."""
+    op, args = step.op, step.args
+    values = {} if op == "alloc" else {a: local(br, a, step, source) for a in args}
+    binds = tuple(values.items())
+
+    if op == "alloc":
+        blockops.alloc(d, choice)
+        br = br._replace(**{args[0]: choice})
+        binds = ((args[0], choice),)
+    elif op in ("incref", "decref", "hold", "release"):
+        getattr(blockops, op)(d, values[args[0]])
+    elif op in ("copy", "copy-block"):
+        n = br.pos % block_size if op == "copy" else block_size
+        d.queue.append(Copy(values[args[0]], values[args[1]], n))
+    elif op == "append":
+        br = br._replace(working=br.working + (values[args[0]],))
+    elif op == "replace":
+        old, new = values[args[0]], values[args[1]]
+        if old not in br.working:
+            raise SpecError(source, step.where, f"step {step.text!r}: block {old} ({args[0]}) is not in the working table {list(br.working)}")
+        at = br.working.index(old)
+        br = br._replace(working=br.working[:at] + (new,) + br.working[at + 1:])
+    elif op == "publish":
+        br = br._replace(published=br.working)
+    elif op == "write":
+        if len(br.published) <= br.pos // block_size:
+            d.facts.append((TABLE_MISS, index, br.pos))
+            return None, binds
+        d.queue.append(Kernel(index, br.pos, tokens[br.pos], br.published))
+        br = br._replace(pos=br.pos + 1)
+    elif op == "decref-all":
+        for b in br.working:
+            blockops.decref(d, b)
+        br = br._replace(working=(), published=())
+    elif op == "check-output":
+        d.facts.append((CHECK_OUTPUT, index, read(tuple(d.blocks), br.working, br.pos, block_size)))
+    # wait-copy and wait-kernel change nothing: `choices` already gated them
+    return br, binds

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -210,8 +209,11 @@ def load_protocol(path: Path) -> Protocol:
 
 
 def builtin_folder() -> Path:
-    """specs/protocols, whether cowcheck runs from a checkout or an install."""
-    return Path(str(resources.files("specs") / "protocols"))
+    """specs/protocols, whether cowcheck runs from a checkout, an editable
+    install or a wheel (specs/ ships as a namespace package of data)."""
+    import specs.protocols
+
+    return next(Path(p) for p in specs.protocols.__path__ if Path(p).is_dir())
 
 
 def builtin_names() -> list[str]:

@@ -1,0 +1,136 @@
+"""One check of one scenario: explore it, judge every invariant, weigh the
+expectations, and write the counterexamples. The command line and the tests
+both go through `check`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from model.scenario import Scenario
+from model.state import allocated
+from model.system import Model
+
+from . import trace
+from .explorer import Exploration, Explorer
+from .invariants import BY_ID, DISCIPLINE, HARM, INVARIANTS, Invariant, validate_expect
+
+UNSAFE = "unsafe"
+UNDISCIPLINED = "safe but undisciplined"
+DISCIPLINED = "safe and disciplined"
+
+
+@dataclass
+class Verdict:
+    invariant: str
+    kind: str
+    holds: Optional[bool]          # None: not violated, but the run was partial
+    length: Optional[int] = None
+    path: Optional[str] = None     # the counterexample file
+    witness: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"holds": self.holds, "kind": self.kind, "length": self.length, "counterexample": self.path}
+
+
+@dataclass
+class CheckResult:
+    scenario: Scenario
+    exploration: Exploration
+    verdicts: dict[str, Verdict]
+    explorer: Explorer
+    peak_path: Optional[str] = None
+    expectation_failures: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        broken = [v for v in self.verdicts.values() if v.holds is False]
+        if any(v.kind == HARM for v in broken):
+            line = UNSAFE
+        elif broken:
+            line = UNDISCIPLINED
+        else:
+            line = DISCIPLINED
+        if not self.exploration.complete and line != UNSAFE:
+            line += f" so far (partial: {self.exploration.stopped})"
+        return line
+
+    @property
+    def expect_met(self) -> bool:
+        return not self.expectation_failures
+
+    def to_json(self) -> dict:
+        s, x = self.scenario, self.exploration
+        return {
+            "scenario": s.name,
+            "source": s.source,
+            "protocol": s.protocol.name,
+            "device": s.device,
+            "reuse": s.reuse,
+            "states": x.states,
+            "transitions": x.transitions,
+            "depth": x.depth,
+            "seconds": round(x.seconds, 3),
+            "states_per_second": round(x.rate),
+            "verdicts": {k: v.to_json() for k, v in self.verdicts.items()},
+            "summary": self.summary,
+            "peak_blocks": x.peak,
+            "peak_trace": self.peak_path,
+            "copies": list(x.cost_range) if x.cost_range else None,
+            "steady_blocks": x.steady,
+            "complete": x.complete,
+            "stopped": x.stopped,
+            "expect": list(s.expect),
+            "expect_met": self.expect_met,
+            "expect_failures": self.expectation_failures,
+        }
+
+
+def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complete: bool) -> list[str]:
+    failures = []
+    for item in scenario.expect:
+        if item.startswith("violates "):
+            inv = item.split()[1]
+            v = verdicts.get(inv)
+            if v is None:
+                failures.append(f"expected {inv} to break, but it was not checked (--invariant)")
+            elif v.holds is not False:
+                failures.append(f"expected {inv} to break, but it {'holds' if complete else 'did not break in the partial run'}")
+            continue
+        kinds = (HARM,) if item == "safe" else (HARM, DISCIPLINE)
+        broken = [v.invariant for v in verdicts.values() if v.kind in kinds and v.holds is False]
+        if broken:
+            failures.append(f"expected \"{item}\", but {', '.join(broken)} broke")
+        elif not complete:
+            failures.append(f"expected \"{item}\", which a partial run cannot confirm")
+    return failures
+
+
+def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS, out_dir: Optional[Path] = None,
+          max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
+          progress: Optional[Callable] = None) -> CheckResult:
+    validate_expect(scenario)
+    model = Model(scenario)
+    explorer = Explorer(model, invariants, max_states=max_states, max_depth=max_depth, stop_at_first=first,
+                        gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch, progress=progress)
+    x = explorer.run()
+    init = explorer.states[0]
+    verdicts: dict[str, Verdict] = {}
+    for inv in invariants:
+        v = x.violations.get(inv.id)
+        if v is None:
+            verdicts[inv.id] = Verdict(inv.id, inv.kind, True if x.complete else None)
+            continue
+        verdict = Verdict(inv.id, inv.kind, False, v.length, witness=v.witness)
+        if out_dir is not None:
+            data = trace.to_json(scenario, init, explorer.trace_of(v), invariant=inv.id,
+                                 invariant_kind=inv.kind, witness=v.witness)
+            verdict.path = str(trace.write(out_dir / trace.file_name(scenario, inv.id), data))
+        verdicts[inv.id] = verdict
+    result = CheckResult(scenario, x, verdicts, explorer)
+    if out_dir is not None and x.peak_state is not None:
+        data = trace.to_json(scenario, init, explorer.path_to(x.peak_state), peak=x.peak)
+        result.peak_path = str(trace.write(out_dir / trace.file_name(scenario, trace.PEAK), data))
+    result.expectation_failures = judge_expectations(scenario, verdicts, x.complete)
+    return result

@@ -1,0 +1,238 @@
+"""The `cowcheck` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import click
+from rich.console import Console
+from rich.live import Live
+
+from model.errors import SpecError
+from model.protocol import builtin_names, load_builtin, load_protocol, read_toml
+from model.scenario import DEVICES, REUSES, Scenario, load_scenario
+
+from . import invariants as invs
+from . import trace
+from .check import CheckResult, check as check_scenario
+from .explain import explain as explain_trace
+from .replay import replay as replay_trace
+from .report import show
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(error: SpecError) -> None:
+    """Bad input: one line, exit status 2, never a traceback."""
+    click.echo(f"cowcheck: error: {error}", err=True)
+    sys.exit(2)
+
+
+def scenario_files(paths: tuple[str, ...]) -> list[Path]:
+    """Scenario files named on the command line, or found in folders. In a
+    folder, TOML files with an [append] table are protocols and are skipped."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for candidate in sorted(path.rglob("*.toml")):
+                if "append" not in read_toml(candidate):
+                    out.append(candidate)
+        elif path.exists():
+            if path.suffix == ".toml" and "append" in read_toml(path):
+                raise SpecError(str(path), "append", "this is a protocol file; pass a scenario, or apply it with --protocol")
+            out.append(path)
+        else:
+            raise SpecError(str(path), "", "file not found")
+    if not out:
+        raise SpecError(", ".join(paths), "", "no scenario files found")
+    return out
+
+
+def resolve_override(protocol: Optional[str]):
+    if protocol is None:
+        return None
+    if "/" in protocol or protocol.endswith(".toml"):
+        return load_protocol(Path(protocol))
+    try:
+        return load_builtin(protocol)
+    except SpecError as err:
+        raise SpecError("--protocol", "protocol", err.message) from None
+
+
+class Progress:
+    """A progress line that appears once a run takes longer than a second."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.start = time.perf_counter()
+        self.live: Optional[Live] = None
+
+    def __call__(self, explorer, queued: int) -> None:
+        elapsed = time.perf_counter() - self.start
+        if elapsed < 1.0:
+            return
+        states = len(explorer.states)
+        line = (f"[bold]{self.name}[/]: {states:,} states, {explorer.result.transitions:,} transitions, "
+                f"depth {explorer.result.depth}, {queued:,} queued, {states / elapsed:,.0f} states/s, "
+                f"{len(explorer.result.violations)} invariant(s) broken so far")
+        if self.live is None:
+            self.live = Live(line, console=err_console, transient=True, refresh_per_second=4)
+            self.live.start()
+        else:
+            self.live.update(line)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """cowcheck: model checking for the copy-on-write block ownership
+    protocols of LLM inference engines."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--device", type=click.Choice(DEVICES), help="Override every scenario's device model.")
+@click.option("--reuse", type=click.Choice(REUSES), help="Override every scenario's free-list order.")
+@click.option("--protocol", "protocol", metavar="NAME|FILE", help="Override every scenario's protocol.")
+@click.option("--invariant", "invariant_ids", multiple=True, metavar="ID", help="Check only this invariant (repeatable).")
+@click.option("--first", is_flag=True, help="Stop at the first violation.")
+@click.option("--max-states", type=click.IntRange(min=1), help="Stop after this many distinct states (partial result).")
+@click.option("--max-depth", type=click.IntRange(min=0), help="Explore traces of at most this many actions (partial result).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
+@click.option("--out", "out_dir", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
+              help="Where counterexample files are written.")
+def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, json_path, out_dir) -> None:
+    """Explore every reachable state of each scenario (files or folders) and
+    judge every invariant. Exit 0 when every scenario meets its `expect`,
+    1 when one does not, 2 on bad input."""
+    try:
+        selected = invs.select(invariant_ids)
+        override = resolve_override(protocol)
+        scenarios: list[Scenario] = []
+        for path in scenario_files(paths):
+            scenario = load_scenario(path)
+            if override or device or reuse:
+                scenario = scenario.with_overrides(override, device, reuse)
+                scenario = _renamed(scenario)
+            invs.validate_expect(scenario)
+            scenarios.append(scenario)
+    except SpecError as error:
+        fail(error)
+    out = console if json_path != "-" else err_console
+    results: list[CheckResult] = []
+    interrupted = False
+    for scenario in scenarios:
+        progress = Progress(scenario.name)
+        try:
+            result = check_scenario(scenario, invariants=selected, out_dir=Path(out_dir), max_states=max_states,
+                                    max_depth=max_depth, first=first, progress=progress)
+        except SpecError as error:
+            progress.close()
+            fail(error)
+        progress.close()
+        show(result, out)
+        results.append(result)
+        if result.exploration.stopped and "interrupted" in result.exploration.stopped:
+            interrupted = True
+            break
+    unmet = [r for r in results if not r.expect_met]
+    out.print(f"[bold]{len(results)} scenario(s) checked[/], {len(results) - len(unmet)} met their expect"
+              + (f"; [bold red]not met: {', '.join(r.scenario.name for r in unmet)}[/]" if unmet else ""))
+    if json_path:
+        payload = json.dumps([r.to_json() for r in results], indent=2)
+        if json_path == "-":
+            click.echo(payload)
+        else:
+            Path(json_path).write_text(payload + "\n")
+    sys.exit(130 if interrupted else 1 if unmet else 0)
+
+
+def _renamed(scenario: Scenario) -> Scenario:
+    """A scenario run under overrides writes counterexamples under its own
+    name, not over those of the file as written."""
+    from dataclasses import replace
+    return replace(scenario, name=f"{scenario.name}~{scenario.protocol.name}-{scenario.device}-{scenario.reuse}")
+
+
+def _load_trace(path: str, scenario_path: Optional[str]):
+    cx = trace.load(Path(path))
+    if scenario_path:
+        other = load_scenario(Path(scenario_path))
+        mine = cx.scenario.definition()
+        theirs = other.definition()
+        for key in ("name", "source"):
+            mine.pop(key), theirs.pop(key)
+        if mine != theirs:
+            differ = [k for k in mine if mine[k] != theirs.get(k)]
+            raise SpecError(path, "scenario", f"this counterexample is for another scenario ({', '.join(differ)} differ from {scenario_path})")
+    return cx
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False), help="Refuse the file unless it was made for this scenario.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def replay(file, scenario_path, as_json) -> None:
+    """Re-apply a counterexample's actions to the model and confirm the same
+    violation at the same step (exit 0), or say where it no longer applies (exit 1)."""
+    try:
+        cx = _load_trace(file, scenario_path)
+        result = replay_trace(cx)
+    except SpecError as error:
+        fail(error)
+    if as_json:
+        click.echo(json.dumps({"file": file, "ok": result.ok, "step": result.step, "message": result.message,
+                               "invariant": cx.invariant, "length": cx.length}, indent=2))
+    else:
+        colour = "green" if result.ok else "bold red"
+        console.print(f"[{colour}]{'replays' if result.ok else 'DOES NOT REPLAY'}[/]: {file}: {result.message}")
+    sys.exit(0 if result.ok else 1)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def explain(file) -> None:
+    """Narrate a counterexample step by step."""
+    try:
+        cx = _load_trace(file, None)
+        result = replay_trace(cx)
+    except SpecError as error:
+        fail(error)
+    if not result.ok and result.step is not None and result.step < len(result.transitions):
+        console.print(f"[bold red]warning[/]: {result.message}")
+    explain_trace(cx, result, console)
+    sys.exit(0 if result.ok else 1)
+
+
+@main.command(name="list")
+def list_() -> None:
+    """The built-in protocols and the invariants."""
+    console.print("[bold]built-in protocols[/] (specs/protocols)")
+    for name in builtin_names():
+        description = " ".join(load_builtin(name).description.split())
+        first = description.split(". ")[0].rstrip(".")
+        console.print(f"  [bold]{name:20}[/] {first}.")
+    console.print("\n[bold]invariants[/]")
+    for inv in invs.INVARIANTS:
+        console.print(f"  [bold]{inv.id:18}[/] {inv.kind:10} {inv.holds_when}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench(as_json) -> None:
+    """Measure exploration speed on the benchmark scenarios."""
+    from .bench import run_benchmarks
+    run_benchmarks(console, as_json)
+
+
+if __name__ == "__main__":
+    main()

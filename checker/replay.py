@@ -1,0 +1,92 @@
+"""Replay: re-apply a counterexample's actions to the model and confirm that
+the recorded invariant breaks at the recorded step, or say exactly where the
+trace no longer applies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from model.state import State, allocated, state_to_json
+from model.system import Model, Transition
+
+from .invariants import BY_ID, Invariant
+from .trace import Counterexample
+
+
+@dataclass
+class Replayed:
+    ok: bool
+    message: str
+    step: Optional[int] = None                 # where it failed to apply, or where the violation occurred
+    witness: Optional[dict] = None
+    states: list[State] = field(default_factory=list)   # the initial state and the state after each action
+    transitions: list[Transition] = field(default_factory=list)
+
+
+def first_violation(model: Model, inv: Invariant, before: State, depth: int, successors: list[Transition],
+                    taken: Optional[Transition]) -> Optional[tuple[int, dict]]:
+    """Does `inv` break in state `before` (at its depth) or at the action taken
+    from it (one longer)?"""
+    if inv.on_state:
+        witness = inv.on_state(model, before, model.is_final(before), not successors)
+        if witness is not None:
+            return depth, witness
+    if taken is not None:
+        for fact in taken.facts:
+            check = inv.on_facts.get(fact[0])
+            witness = check(model, before, taken, fact) if check else None
+            if witness is not None:
+                return depth + 1, witness
+    return None
+
+
+def replay(cx: Counterexample) -> Replayed:
+    model = Model(cx.scenario)
+    state = model.init_state()
+    out = Replayed(ok=False, message="", states=[state])
+    if state_to_json(state, cx.scenario) != cx.initial:
+        out.message = "the initial state differs from the recorded one"
+        out.step = 0
+        return out
+    inv = BY_ID.get(cx.invariant) if cx.invariant else None
+    found: Optional[tuple[int, dict]] = None
+    for n, (action, recorded) in enumerate(zip(cx.actions, cx.states), 1):
+        successors = model.successors(state)
+        taken = next((t for t in successors if t.action == action), None)
+        if taken is None:
+            enabled = "; ".join(str(t.action) for t in successors) or "none"
+            out.step, out.message = n, f"step {n}: action '{action}' is not enabled here (enabled: {enabled})"
+            return out
+        if inv is not None and found is None:
+            found = first_violation(model, inv, state, n - 1, successors, taken)
+        out.transitions.append(taken)
+        if taken.state is None:
+            if n != len(cx.actions):
+                out.step, out.message = n, f"step {n}: the action leads nowhere (kernel-table-miss) but the trace goes on"
+                return out
+            break
+        if recorded is not None and state_to_json(taken.state, cx.scenario) != recorded:
+            out.step, out.message = n, f"step {n}: the state after '{action}' differs from the recorded one"
+            return out
+        state = taken.state
+        out.states.append(state)
+    else:
+        if inv is not None and found is None:
+            found = first_violation(model, inv, state, len(cx.actions), model.successors(state), None)
+
+    if inv is None:  # a peak trace
+        reached = allocated(state)
+        out.ok = reached == cx.peak
+        out.step = len(cx.actions)
+        out.message = (f"reaches the peak of {reached} allocated blocks at step {out.step}" if out.ok
+                       else f"ends with {reached} allocated blocks, the file records a peak of {cx.peak}")
+        return out
+    if found is None:
+        out.message = f"{cx.invariant} holds along the whole trace; the file says it breaks at step {cx.length}"
+        return out
+    out.step, out.witness = found
+    out.ok = out.step == cx.length
+    out.message = (f"{cx.invariant} breaks at step {out.step}, as recorded" if out.ok
+                   else f"{cx.invariant} breaks at step {out.step}, the file records step {cx.length}")
+    return out

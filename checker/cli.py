@@ -11,6 +11,7 @@ from typing import Optional
 import click
 from rich.console import Console
 from rich.live import Live
+from rich.table import Table
 
 from model.errors import SpecError
 from model.protocol import builtin_names, load_builtin, load_protocol, read_toml
@@ -23,7 +24,8 @@ from .explain import explain as explain_trace
 from .replay import replay as replay_trace
 from .report import show
 
-console = Console()
+# Wide enough for the verdict table when the output is a file or a pipe.
+console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 
@@ -216,14 +218,21 @@ def explain(file) -> None:
 @main.command(name="list")
 def list_() -> None:
     """The built-in protocols and the invariants."""
-    console.print("[bold]built-in protocols[/] (specs/protocols)")
+    protocols = Table(title="built-in protocols (specs/protocols)", title_justify="left", box=None, show_header=False)
+    protocols.add_column(style="bold", no_wrap=True)
+    protocols.add_column()
     for name in builtin_names():
         description = " ".join(load_builtin(name).description.split())
-        first = description.split(". ")[0].rstrip(".")
-        console.print(f"  [bold]{name:20}[/] {first}.")
-    console.print("\n[bold]invariants[/]")
+        protocols.add_row(name, description.split(". ")[0].rstrip(".") + ".")
+    console.print(protocols)
+    console.print()
+    table = Table(title="invariants", title_justify="left", box=None, show_header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
     for inv in invs.INVARIANTS:
-        console.print(f"  [bold]{inv.id:18}[/] {inv.kind:10} {inv.holds_when}")
+        table.add_row(inv.id, inv.kind, inv.holds_when)
+    console.print(table)
 
 
 @main.command()

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from .invariants import Invariant
+from .invariants import Invariant, Judge
 
 
 @dataclass
@@ -64,12 +64,7 @@ class Explorer:
         self.steady = steady
         self.cost = cost
         self.progress = progress
-        # action checks grouped by the fact kind that triggers them
-        self.by_fact: dict[str, list[tuple[str, Callable]]] = {}
-        for inv in invariants:
-            for kind, check in inv.on_facts.items():
-                self.by_fact.setdefault(kind, []).append((inv.id, check))
-        self.state_checks = [(inv.id, inv.on_state) for inv in invariants if inv.on_state]
+        self.judge = Judge(invariants)
         # the graph, kept for traces and the cost measure
         self.states: list = []
         self.index: dict = {}
@@ -106,7 +101,7 @@ class Explorer:
         res = self.result
         start = time.perf_counter()
         model = self.model
-        by_fact, state_checks = self.by_fact, self.state_checks
+        judge, found = self.judge, res.violations
         steady_values = set()
         self._add(model.init_state(), -1, None, 0)
         queue = deque([0])
@@ -120,11 +115,8 @@ class Explorer:
                 final = model.is_final(state)
                 self.final.append(final)
                 self.edge_start.append(len(self.edge_dst))
-                for inv_id, check in state_checks:
-                    if inv_id not in res.violations:
-                        witness = check(model, state, final, not trs)
-                        if witness is not None:
-                            self._violate(inv_id, depth, sid, witness=witness)
+                for inv_id, witness in judge.state(model, state, final, not trs, found):
+                    self._violate(inv_id, depth, sid, witness=witness)
                 if self.steady is not None and self.steady(state):
                     steady_values.add(self.gauge(state))
                 if self.max_depth is not None and depth >= self.max_depth:
@@ -134,12 +126,8 @@ class Explorer:
                 for tr in trs:
                     res.transitions += 1
                     if tr.facts:
-                        for fact in tr.facts:
-                            for inv_id, check in by_fact.get(fact[0], ()):
-                                if inv_id not in res.violations:
-                                    witness = check(model, state, tr, fact)
-                                    if witness is not None:
-                                        self._violate(inv_id, depth + 1, sid, tr.action, tr.state, witness)
+                        for inv_id, witness in judge.action(model, state, tr, found):
+                            self._violate(inv_id, depth + 1, sid, tr.action, tr.state, witness)
                     nxt = tr.state
                     if nxt is None:
                         continue

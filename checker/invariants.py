@@ -236,3 +236,34 @@ def validate_expect(scenario: Scenario) -> None:
     for item in scenario.expect:
         if item.startswith("violates ") and item.split()[1] not in BY_ID:
             raise SpecError(scenario.source, "expect", f"unknown invariant {item.split()[1]!r}; allowed: {', '.join(IDS)}")
+
+
+class Judge:
+    """Evaluates a set of invariants on states and actions. Every engine (the
+    breadth-first explorer, the depth-first cross-check, replay) judges
+    through this one piece, so they cannot disagree on what a violation is."""
+
+    def __init__(self, invariants: tuple[Invariant, ...]):
+        self.invariants = invariants
+        self.by_fact: dict[str, list[tuple[str, ActionCheck]]] = {}
+        for inv in invariants:
+            for kind, check in inv.on_facts.items():
+                self.by_fact.setdefault(kind, []).append((inv.id, check))
+        self.state_checks = [(inv.id, inv.on_state) for inv in invariants if inv.on_state]
+
+    def state(self, model: Model, state: State, final: bool, stuck: bool, skip=()):
+        """(id, witness) for each invariant, not in `skip`, that `state` breaks."""
+        for inv_id, check in self.state_checks:
+            if inv_id not in skip:
+                witness = check(model, state, final, stuck)
+                if witness is not None:
+                    yield inv_id, witness
+
+    def action(self, model: Model, before: State, tr: Transition, skip=()):
+        """(id, witness) for each invariant, not in `skip`, that the action breaks."""
+        for fact in tr.facts:
+            for inv_id, check in self.by_fact.get(fact[0], ()):
+                if inv_id not in skip:
+                    witness = check(model, before, tr, fact)
+                    if witness is not None:
+                        yield inv_id, witness

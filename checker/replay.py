@@ -10,7 +10,7 @@ from typing import Optional
 from model.state import State, allocated, state_to_json
 from model.system import Model, Transition
 
-from .invariants import BY_ID, Invariant
+from .invariants import BY_ID, Invariant, Judge
 from .trace import Counterexample
 
 
@@ -28,16 +28,12 @@ def first_violation(model: Model, inv: Invariant, before: State, depth: int, suc
                     taken: Optional[Transition]) -> Optional[tuple[int, dict]]:
     """Does `inv` break in state `before` (at its depth) or at the action taken
     from it (one longer)?"""
-    if inv.on_state:
-        witness = inv.on_state(model, before, model.is_final(before), not successors)
-        if witness is not None:
-            return depth, witness
+    judge = Judge((inv,))
+    for _, witness in judge.state(model, before, model.is_final(before), not successors):
+        return depth, witness
     if taken is not None:
-        for fact in taken.facts:
-            check = inv.on_facts.get(fact[0])
-            witness = check(model, before, taken, fact) if check else None
-            if witness is not None:
-                return depth + 1, witness
+        for _, witness in judge.action(model, before, taken):
+            return depth + 1, witness
     return None
 
 

@@ -92,8 +92,9 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console) -> None:
             console.print("   " + escape(line))
     console.print()
     if cx.invariant:
-        console.print(f"[bold red]{cx.invariant} breaks at step {replayed.step}[/]: {escape(BY_ID[cx.invariant].holds_when)} should hold.")
-        console.print("   " + escape(describe(replayed.witness or cx.witness)))
+        console.print(f"[bold red]{cx.invariant} breaks at step {replayed.step}.[/]")
+        console.print(f"   it holds when: {escape(BY_ID[cx.invariant].holds_when)}")
+        console.print(f"   what happened: {escape(describe(replayed.witness or cx.witness))}")
     else:
         console.print(f"[bold]{escape(replayed.message)}[/]")
 

@@ -191,8 +191,13 @@ def no_leak(model, state, final, stuck):
 def no_deadlock(model, state, final, stuck):
     if final or not stuck:
         return None
-    waiting = [f"{model.names[j]} ({br.op or 'between operations'}, step {br.step})" for j, br in enumerate(state.branches) if br.status == RUNNING]
-    return {"message": f"no action is enabled; free blocks: {len(state.free)}; live branches: {', '.join(waiting) or 'none'}; in flight: {len(state.queue)}"}
+    waiting = []
+    for j, br in enumerate(state.branches):
+        if br.status == RUNNING:
+            where = f"at '{model.program(br)[br.step].text}' ({br.path or br.op})" if br.op else "between operations"
+            waiting.append(f"{model.names[j]} {where}")
+    return {"message": f"no action is enabled: {len(state.free)} free block(s), {len(state.queue)} op(s) in flight; "
+                       f"waiting: {', '.join(waiting) or 'nobody'}"}
 
 
 INVARIANTS: tuple[Invariant, ...] = (

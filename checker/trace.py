@@ -18,6 +18,8 @@ from model.scenario import Scenario, scenario_from_dict
 from model.state import State, state_to_json
 from model.system import Action
 
+from .invariants import BY_ID
+
 FORMAT = 1
 PEAK = "peak"
 
@@ -88,12 +90,19 @@ def load(path: Path) -> Counterexample:
         sc = dict(data["scenario"])
         name, origin = sc.pop("name"), sc.pop("source")
         scenario = scenario_from_dict(sc, f"{source} (scenario)", Path(origin).parent, name)
+        kind = data["kind"]
+        if kind not in ("counterexample", PEAK):
+            raise SpecError(source, "kind", f"unknown kind {kind!r}; allowed: counterexample, {PEAK}")
+        if kind == "counterexample" and data["invariant"] not in BY_ID:
+            raise SpecError(source, "invariant", f"unknown invariant {data['invariant']!r}; allowed: {', '.join(BY_ID)}")
+        if kind == PEAK and type(data["peak_blocks"]) is not int:
+            raise SpecError(source, "peak_blocks", "must be an integer in a peak trace")
         steps = data["steps"]
         actions = [Action.from_json(s["action"]) for s in steps]
         states = [s["state"] for s in steps]
         return Counterexample(
             scenario=scenario,
-            kind=data["kind"],
+            kind=kind,
             invariant=data.get("invariant"),
             length=data["length"],
             actions=actions,

@@ -14,8 +14,8 @@ from .errors import SpecError
 
 NAMES = ("boundary", "fill", "B", "true", "false")
 FUNCTIONS = ("refcount", "holds")
-LOCALS = ("tail", "new")
-ALLOWED = "boundary, fill, B, refcount(tail|new), holds(tail|new), true, false, integers, ==, !=, <, <=, >, >=, and, or, not"
+LOCALS = ("tail",)  # `new` is never bound when a rule is evaluated
+ALLOWED = "boundary, fill, B, refcount(tail), holds(tail), true, false, integers, ==, !=, <, <=, >, >=, and, or, not"
 
 _COMPARE_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
@@ -27,9 +27,11 @@ class Condition:
         self.text = text
         try:
             tree = ast.parse(text.strip(), mode="eval")
+            _check(tree.body, text, source, key)
         except SyntaxError as err:
             raise SpecError(source, key, f"condition {text!r} does not parse ({err.msg}); allowed: {ALLOWED}") from None
-        _check(tree.body, text, source, key)
+        except (RecursionError, MemoryError):
+            raise SpecError(source, key, f"condition {_short(text)} is nested too deeply to parse; allowed: {ALLOWED}") from None
         self._code = compile(tree, f"<condition {text!r}>", "eval")
 
     def evaluate(self, env: dict) -> bool:
@@ -37,6 +39,10 @@ class Condition:
 
     def __repr__(self) -> str:
         return f"Condition({self.text!r})"
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 def _check(node: ast.AST, text: str, source: str, key: str) -> None:
@@ -64,7 +70,7 @@ def _check(node: ast.AST, text: str, source: str, key: str) -> None:
         if name not in FUNCTIONS:
             raise bad(f"unknown function '{ast.unparse(node.func)}'")
         if node.keywords or len(node.args) != 1 or not isinstance(node.args[0], ast.Name) or node.args[0].id not in LOCALS:
-            raise bad(f"'{ast.unparse(node)}' (the argument must be tail or new)")
+            raise bad(f"'{ast.unparse(node)}' (the argument must be tail)")
     else:
         raise bad(f"'{ast.unparse(node)}'")
 

@@ -238,7 +238,11 @@ def resolve_protocol(ref: str, base: Path, source: str) -> Protocol:
     if not isinstance(ref, str) or not ref:
         raise SpecError(source, "protocol", f"must be a built-in name ({', '.join(builtin_names())}) or a path to a .toml file")
     if "/" in ref or ref.endswith(".toml"):
-        return load_protocol(base / ref)
+        path = base / ref
+        if not path.is_file():
+            raise SpecError(source, "protocol", f"protocol file {str(path)!r} not found ({ref!r} is resolved relative to the scenario's folder); "
+                            f"allowed: a built-in name ({', '.join(builtin_names())}) or a path to a .toml file")
+        return load_protocol(path)
     try:
         return load_builtin(ref)
     except SpecError as err:

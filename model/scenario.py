@@ -87,14 +87,20 @@ def default_pool(protocol: Protocol, block_size: int, prompt: int, branches: tup
     return prompt_blocks + sum(b.appends for b in branches) * protocol.max_allocs
 
 
+#: Upper bounds far beyond what exhaustive exploration can reach; they turn an
+#: impossible parameter into an error instead of a hang.
+MAXIMA = {"block_size": 64, "prompt": 1024, "pool": 1024, "appends": 64}
+
+
 def _int(data: dict, key: str, source: str, minimum: int, required: bool, label: str | None = None) -> int | None:
+    maximum = MAXIMA[key]
     if key not in data:
         if required:
-            raise SpecError(source, label or key, f"missing; an integer >= {minimum} is required")
+            raise SpecError(source, label or key, f"missing; an integer from {minimum} to {maximum} is required")
         return None
     value = data[key]
-    if type(value) is not int or value < minimum:
-        raise SpecError(source, label or key, f"must be an integer >= {minimum}, got {value!r}")
+    if type(value) is not int or not minimum <= value <= maximum:
+        raise SpecError(source, label or key, f"must be an integer from {minimum} to {maximum}, got {value!r}")
     return value
 
 

@@ -130,7 +130,7 @@ class Model:
                 return getattr(state.blocks[block], field)
             return read
 
-        env = environment(boundary, fill, self.B, {"tail": tail, "new": None}, counter("refcount"), counter("holds"))
+        env = environment(boundary, fill, self.B, {"tail": tail}, counter("refcount"), counter("holds"))
         for rule in self.protocol.rules:
             if rule.when.evaluate(env):
                 return rule

@@ -1,0 +1,335 @@
+"""The commands' behaviour: `cowcheck check` (table, summary, exit status,
+--json, --out, the partial-run flags, --first, --invariant, --device),
+`replay`, `explain` and `list`. Driven in-process through click's CliRunner.
+
+Every scenario here is B=2, L=3, two branches x 2 appends (a few thousand
+states at most), so the whole file runs in seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from checker.cli import main
+from checker.invariants import BY_ID, IDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SMALL = """block_size = 2
+prompt = 3
+[[branch]]
+appends = 2
+[[branch]]
+appends = 2
+"""
+
+JSON_KEYS = {"scenario", "protocol", "device", "reuse", "states", "transitions", "depth", "seconds", "verdicts",
+             "summary", "peak_blocks", "copies", "steady_blocks", "complete"}
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """Run from tmp_path, so nothing (counterexamples/ by default) lands in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def flat(text: str) -> str:
+    """The output with rich's line wrapping undone (whitespace collapsed)."""
+    return " ".join(text.split())
+
+
+def scenario(tmp_path: Path, name: str, protocol: str = "cow", expect: str | None = None) -> Path:
+    head = f'protocol = "{protocol}"\n' + (f'expect = "{expect}"\n' if expect else "")
+    path = tmp_path / f"{name}.toml"
+    path.write_text(head + SMALL)
+    return path
+
+
+def check_json(tmp_path: Path, *args, expect_exit: int = 0) -> tuple[list, object]:
+    out = tmp_path / "result.json"
+    result = invoke("check", *args, "--json", out, "--out", tmp_path / "cx")
+    assert result.exit_code == expect_exit, result.output
+    assert "Traceback" not in result.output
+    return json.loads(out.read_text()), result
+
+
+def verdict_rows(output: str) -> dict[str, str]:
+    """Invariant id -> its row of the verdict table."""
+    rows = {}
+    for line in output.splitlines():
+        words = line.split()
+        if words and words[0] in BY_ID:
+            rows[words[0]] = line
+    return rows
+
+
+# --------------------------------------------------------------------------
+# check: table, summary, expectations
+
+def test_check_passing_scenario(tmp_path):
+    path = scenario(tmp_path, "cow-small", expect="holds")
+    result = invoke("check", path, "--out", tmp_path / "cx")
+    assert result.exit_code == 0, result.output
+    rows = verdict_rows(result.output)
+    assert set(rows) == set(IDS), "the verdict table has one row per invariant"
+    for inv_id, row in rows.items():
+        assert "holds" in row and "VIOLATED" not in row, row
+        assert BY_ID[inv_id].kind in row
+    assert "safe and disciplined" in result.output
+    assert "expect met" in result.output
+    assert "1 scenario(s) checked, 1 met their expect" in flat(result.output)
+    # nothing broke, so the only file written is the peak trace
+    assert sorted(p.name for p in (tmp_path / "cx").glob("*.json")) == ["cow-small.peak.json"]
+
+
+def test_check_wrong_expect_exits_1(tmp_path):
+    path = scenario(tmp_path, "cow-wrong", expect="violates faithful-output")
+    result = invoke("check", path, "--out", tmp_path / "cx")
+    assert result.exit_code == 1, result.output
+    text = flat(result.output)
+    assert "expect NOT met" in text
+    assert "faithful-output" in text
+    assert "not met: cow-wrong" in text
+    assert "safe and disciplined" in text  # the verdicts themselves are still reported
+
+
+def test_check_expect_met_for_a_buggy_protocol(tmp_path):
+    """`expect` makes a buggy protocol a passing regression case."""
+    path = scenario(tmp_path, "spare-expected", protocol="spare-capacity", expect="violates exclusive-write")
+    result = invoke("check", path, "--out", tmp_path / "cx")
+    assert result.exit_code == 0, result.output
+    assert "expect met" in result.output
+    assert "unsafe" in result.output
+
+
+# --------------------------------------------------------------------------
+# --json and --out
+
+def test_json_shape(tmp_path):
+    a = scenario(tmp_path, "first", expect="holds")
+    b = scenario(tmp_path, "second", protocol="spare-capacity")
+    data, _ = check_json(tmp_path, a, b)
+    assert isinstance(data, list) and len(data) == 2
+    assert [d["scenario"] for d in data] == ["first", "second"]
+    for entry in data:
+        missing = JSON_KEYS - set(entry)
+        assert not missing, f"missing keys {missing}"
+        assert set(entry["verdicts"]) == set(IDS)
+        for verdict in entry["verdicts"].values():
+            assert {"holds", "length", "counterexample"} <= set(verdict)
+        assert entry["complete"] is True
+        assert entry["states"] > 1 and entry["transitions"] >= entry["states"] - 1
+        assert entry["depth"] > 0 and entry["seconds"] >= 0
+    first, second = data
+    assert (first["protocol"], first["device"], first["reuse"]) == ("cow", "async", "lifo")
+    assert first["summary"] == "safe and disciplined"
+    assert all(v["holds"] is True and v["length"] is None and v["counterexample"] is None
+               for v in first["verdicts"].values())
+    # DESIGN.md: cow, B=2, L=3, 2 x 2: peak, steady state and copies
+    assert first["peak_blocks"] >= first["steady_blocks"] >= 3
+    lo, hi = first["copies"]
+    assert 0 <= lo <= hi
+    assert second["protocol"] == "spare-capacity"
+    assert second["summary"] == "unsafe"
+
+
+def test_json_to_stdout(tmp_path):
+    path = scenario(tmp_path, "to-stdout")
+    result = invoke("check", path, "--json", "-", "--out", tmp_path / "cx")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [d["scenario"] for d in data] == ["to-stdout"]
+
+
+def test_spare_capacity_reference_row(tmp_path):
+    """DESIGN.md reference row: spare-capacity, B=2, L=3, 2 branches x 2
+    appends: exclusive-write (3), refcount-write (3), faithful-output (13),
+    peak 4, copies 0-0; each counterexample file exists and replays."""
+    path = scenario(tmp_path, "spare", protocol="spare-capacity")
+    data, result = check_json(tmp_path, path)
+    (entry,) = data
+    broken = {k: v["length"] for k, v in entry["verdicts"].items() if v["holds"] is False}
+    assert broken == {"exclusive-write": 3, "refcount-write": 3, "faithful-output": 13}
+    assert all(v["holds"] is True for k, v in entry["verdicts"].items() if k not in broken)
+    assert entry["summary"] == "unsafe"
+    assert entry["peak_blocks"] == 4
+    assert entry["copies"] == [0, 0]
+    assert "unsafe" in result.output
+    rows = verdict_rows(result.output)
+    for inv_id, length in broken.items():
+        assert "VIOLATED" in rows[inv_id] and str(length) in rows[inv_id].split("│")[3]
+    for inv_id in broken:
+        cx = Path(entry["verdicts"][inv_id]["counterexample"])
+        assert cx.is_file(), cx
+        assert cx.parent == tmp_path / "cx"
+        recorded = json.loads(cx.read_text())
+        assert recorded["invariant"] == inv_id and recorded["length"] == broken[inv_id]
+        assert len(recorded["steps"]) == broken[inv_id]
+        replay = invoke("replay", cx)
+        assert replay.exit_code == 0, replay.output
+        assert "replays" in replay.output
+        assert f"breaks at step {broken[inv_id]}" in flat(replay.output)
+
+
+def test_edited_counterexample_does_not_replay(tmp_path):
+    path = scenario(tmp_path, "spare", protocol="spare-capacity")
+    data, _ = check_json(tmp_path, path)
+    cx = Path(data[0]["verdicts"]["faithful-output"]["counterexample"])
+    recorded = json.loads(cx.read_text())
+    last = recorded["steps"][-1]
+    n = last["n"]
+    assert n == len(recorded["steps"]) == 13
+    binds = last["action"]["binds"]
+    key = "block" if "block" in binds else next(k for k, v in binds.items() if isinstance(v, int))
+    binds[key] = binds[key] + 1  # another, wrong, block id
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(recorded))
+    result = invoke("replay", edited)
+    assert result.exit_code == 1, result.output
+    text = flat(result.output)
+    assert "DOES NOT REPLAY" in text
+    assert f"step {n}" in text
+    assert "Traceback" not in result.output
+    # the untouched original still replays
+    assert invoke("replay", cx).exit_code == 0
+
+
+def test_replay_json_flag(tmp_path):
+    path = scenario(tmp_path, "spare", protocol="spare-capacity")
+    data, _ = check_json(tmp_path, path)
+    cx = data[0]["verdicts"]["exclusive-write"]["counterexample"]
+    result = invoke("replay", cx, "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["ok"] is True and payload["step"] == 3 and payload["invariant"] == "exclusive-write"
+
+
+# --------------------------------------------------------------------------
+# partial runs, --first, --invariant, --device
+
+def test_max_states_gives_a_partial_result(tmp_path):
+    path = scenario(tmp_path, "cow-capped")
+    data, result = check_json(tmp_path, path, "--max-states", "10")
+    (entry,) = data
+    assert entry["complete"] is False
+    assert entry["states"] <= 10
+    assert "partial" in entry["summary"]
+    assert entry["summary"].startswith("safe and disciplined so far")
+    assert all(v["holds"] is None for v in entry["verdicts"].values()), "nothing is confirmed to hold in a partial run"
+    assert "partial" in result.output
+
+
+def test_max_depth_gives_a_partial_result(tmp_path):
+    path = scenario(tmp_path, "cow-shallow")
+    data, result = check_json(tmp_path, path, "--max-depth", "2")
+    (entry,) = data
+    assert entry["complete"] is False
+    assert entry["depth"] <= 2
+    assert "partial" in entry["summary"]
+    assert all(v["holds"] is None for v in entry["verdicts"].values())
+    assert "partial" in result.output
+
+
+def test_partial_run_cannot_meet_holds(tmp_path):
+    path = scenario(tmp_path, "cow-capped-holds", expect="holds")
+    _, result = check_json(tmp_path, path, "--max-states", "10", expect_exit=1)
+    assert "expect NOT met" in result.output
+
+
+def test_first_stops_at_the_first_violation(tmp_path):
+    path = scenario(tmp_path, "spare", protocol="spare-capacity")
+    data, _ = check_json(tmp_path, path, "--first")
+    (entry,) = data
+    broken = [k for k, v in entry["verdicts"].items() if v["holds"] is False]
+    assert len(broken) == 1, broken
+    assert entry["verdicts"][broken[0]]["length"] == 3
+    assert entry["complete"] is False
+    assert Path(entry["verdicts"][broken[0]]["counterexample"]).is_file()
+    # without --first the same scenario breaks three invariants (above)
+    assert entry["states"] < 578
+
+
+def test_invariant_flag_checks_only_that_invariant(tmp_path):
+    path = scenario(tmp_path, "spare", protocol="spare-capacity")
+    data, result = check_json(tmp_path, path, "--invariant", "exclusive-write")
+    (entry,) = data
+    assert list(entry["verdicts"]) == ["exclusive-write"]
+    assert entry["verdicts"]["exclusive-write"]["holds"] is False
+    assert entry["verdicts"]["exclusive-write"]["length"] == 3
+    assert set(verdict_rows(result.output)) == {"exclusive-write"}
+    written = sorted(p.name for p in (tmp_path / "cx").glob("*.json"))
+    assert "spare.exclusive-write.json" in written
+    assert "spare.faithful-output.json" not in written
+
+
+def test_invariant_flag_repeats(tmp_path):
+    path = scenario(tmp_path, "spare", protocol="spare-capacity")
+    data, _ = check_json(tmp_path, path, "--invariant", "no-leak", "--invariant", "faithful-output")
+    assert set(data[0]["verdicts"]) == {"no-leak", "faithful-output"}
+    assert data[0]["verdicts"]["faithful-output"]["length"] == 13
+    assert data[0]["verdicts"]["no-leak"]["holds"] is True
+
+
+def test_premature_decrement_reference_row(tmp_path):
+    """DESIGN.md reference row: premature-decrement, async: exclusive-write (7),
+    no-use-after-free (8), faithful-output (27), peak 5, copies 1-2."""
+    path = scenario(tmp_path, "premature", protocol="premature-decrement")
+    data, _ = check_json(tmp_path, path)
+    (entry,) = data
+    broken = {k: v["length"] for k, v in entry["verdicts"].items() if v["holds"] is False}
+    assert broken == {"exclusive-write": 7, "no-use-after-free": 8, "faithful-output": 27}
+    assert entry["summary"] == "unsafe"
+    assert entry["peak_blocks"] == 5
+    assert entry["copies"] == [1, 2]
+
+
+def test_device_stream_makes_premature_decrement_safe_but_undisciplined(tmp_path):
+    path = scenario(tmp_path, "premature", protocol="premature-decrement")
+    data, result = check_json(tmp_path, path, "--device", "stream")
+    (entry,) = data
+    assert entry["device"] == "stream"
+    assert entry["summary"] == "safe but undisciplined"
+    assert "safe but undisciplined" in result.output
+    verdicts = entry["verdicts"]
+    assert all(v["holds"] is True for k, v in verdicts.items() if BY_ID[k].kind == "harm")
+    assert any(v["holds"] is False for k, v in verdicts.items() if BY_ID[k].kind == "discipline")
+    # an override writes its counterexamples under its own name, not the file's
+    for v in verdicts.values():
+        if v["counterexample"]:
+            assert Path(v["counterexample"]).name.startswith("premature~")
+
+
+def test_explain_premature_decrement_faithful_output(tmp_path):
+    path = scenario(tmp_path, "premature", protocol="premature-decrement")
+    data, _ = check_json(tmp_path, path)
+    cx = data[0]["verdicts"]["faithful-output"]["counterexample"]
+    result = invoke("explain", cx)
+    assert result.exit_code == 0, result.output
+    text = flat(result.output)
+    assert "step 27" in text
+    assert "step 28" not in text
+    assert "expected p2" in text
+    assert "read a2" in text
+    assert "faithful-output breaks at step 27" in text
+
+
+# --------------------------------------------------------------------------
+# list
+
+def test_list_names_every_protocol_and_invariant():
+    result = invoke("list")
+    assert result.exit_code == 0, result.output
+    first_words = {line.split()[0] for line in result.output.splitlines() if line.split()}
+    protocols = sorted(p.stem for p in (ROOT / "specs" / "protocols").glob("*.toml"))
+    assert protocols, "specs/protocols is empty"
+    for name in protocols:
+        assert name in first_words, f"protocol {name} not listed"
+    for inv_id in IDS:
+        assert inv_id in first_words, f"invariant {inv_id} not listed"

@@ -14,7 +14,7 @@ from model.system import Model
 
 from . import trace
 from .explorer import Exploration, Explorer
-from .invariants import BY_ID, DISCIPLINE, HARM, INVARIANTS, Invariant, validate_expect
+from .invariants import DISCIPLINE, HARM, INVARIANTS, Invariant, validate_expect
 
 UNSAFE = "unsafe"
 UNDISCIPLINED = "safe but undisciplined"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -161,7 +162,6 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
 def _renamed(scenario: Scenario) -> Scenario:
     """A scenario run under overrides writes counterexamples under its own
     name, not over those of the file as written."""
-    from dataclasses import replace
     return replace(scenario, name=f"{scenario.name}~{scenario.protocol.name}-{scenario.device}-{scenario.reuse}")
 
 

@@ -41,8 +41,12 @@ class Exploration:
     peak: Optional[int] = None
     peak_state: Optional[int] = None
     cost_range: Optional[tuple[int, int]] = None   # (min, max) action cost over complete runs
-    steady: Optional[int] = None                   # the gauge's maximum over steady states
-    steady_values: tuple[int, ...] = ()
+    steady_values: tuple[int, ...] = ()            # the gauge's values over steady states
+
+    @property
+    def steady(self) -> Optional[int]:
+        """The gauge's maximum over steady states (what to reserve once settled)."""
+        return max(self.steady_values) if self.steady_values else None
 
     @property
     def rate(self) -> float:
@@ -150,7 +154,6 @@ class Explorer:
         res.states = len(self.states)
         res.seconds = time.perf_counter() - start
         res.steady_values = tuple(sorted(steady_values))
-        res.steady = max(steady_values) if steady_values else None
         if res.complete and self.cost is not None:
             res.cost_range = self._cost_range()
         return res

@@ -4,7 +4,6 @@ and what a kernel and a copy read."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -21,9 +21,10 @@ from model.scenario import DEVICES, REUSES, Scenario, load_scenario
 from . import invariants as invs
 from . import trace
 from .check import CheckResult, check as check_scenario
+from .executor import replay_on_pool
 from .explain import explain as explain_trace
 from .replay import replay as replay_trace
-from .report import show
+from .report import show, show_pool
 
 # Wide enough for the verdict table when the output is a file or a pipe.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -182,22 +183,38 @@ def _load_trace(path: str, scenario_path: Optional[str]):
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False), help="Refuse the file unless it was made for this scenario.")
+@click.option("--pool", type=click.Choice(("numpy", "cupy", "none")), default="numpy", show_default=True,
+              help="Also replay the trace on a real KV pool (cupy: on a GPU), or not at all.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def replay(file, scenario_path, as_json) -> None:
+def replay(file, scenario_path, pool, as_json) -> None:
     """Re-apply a counterexample's actions to the model and confirm the same
-    violation at the same step (exit 0), or say where it no longer applies (exit 1)."""
+    violation at the same step; then replay it on a real KV pool and show
+    each kernel's output next to the reference. Exit 0 when both agree with
+    the file, 1 when not (saying where)."""
     try:
         cx = _load_trace(file, scenario_path)
         result = replay_trace(cx)
+        on_pool = None if pool == "none" else replay_on_pool(cx.scenario, cx.actions, pool)
     except SpecError as error:
         fail(error)
+    ok, pool_message = result.ok, None
+    if on_pool is not None and cx.invariant == "faithful-output":
+        first = on_pool.first_divergence
+        if first is None or first.step != cx.length:
+            ok = False
+            pool_message = f"the pool's first divergence is at step {first.step if first else 'none'}, the model's at step {cx.length}"
     if as_json:
-        click.echo(json.dumps({"file": file, "ok": result.ok, "step": result.step, "message": result.message,
-                               "invariant": cx.invariant, "length": cx.length}, indent=2))
+        click.echo(json.dumps({"file": file, "ok": ok, "step": result.step, "message": result.message,
+                               "pool_message": pool_message, "invariant": cx.invariant, "length": cx.length,
+                               "pool": on_pool.to_json() if on_pool else None}, indent=2))
     else:
         colour = "green" if result.ok else "bold red"
-        console.print(f"[{colour}]{'replays' if result.ok else 'DOES NOT REPLAY'}[/]: {file}: {result.message}")
-    sys.exit(0 if result.ok else 1)
+        console.print(f"[{colour}]{'replays' if result.ok else 'DOES NOT REPLAY'}[/] in the model: {file}: {result.message}")
+        if on_pool is not None:
+            show_pool(on_pool, console)
+        if pool_message:
+            console.print(f"[bold red]pool and model disagree[/]: {pool_message}")
+    sys.exit(0 if ok else 1)
 
 
 @main.command()
@@ -237,10 +254,12 @@ def list_() -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def bench(as_json) -> None:
-    """Measure exploration speed on the benchmark scenarios."""
+@click.option("--counterexamples", "folder", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
+              help="Whose files the replay line replays.")
+def bench(as_json, folder) -> None:
+    """Measure exploration and replay speed on fixed benchmarks."""
     from .bench import run_benchmarks
-    run_benchmarks(console, as_json)
+    run_benchmarks(console, as_json, folder)
 
 
 if __name__ == "__main__":

@@ -85,8 +85,7 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console) -> None:
             console.print("   no kernel launched: the published table does not cover the position")
             continue
         touched = {i for i, (a, b) in enumerate(zip(before.blocks, after.blocks)) if a != b}
-        touched |= {v for _, v in tr.action.binds if isinstance(v, int) and not isinstance(v, bool) and tr.action.actor != "device"}
-        touched |= {v for k, v in tr.action.binds if k in ("src", "dst", "block")}
+        touched |= {v for k, v in tr.action.binds if k in ("tail", "new", "src", "dst", "block") and v is not None}
         touched |= {f[1] for f in tr.facts if f[0] == "freed"}
         for line in _state_lines(model, before, after, touched):
             console.print("   " + escape(line))

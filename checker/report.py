@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .check import UNSAFE, UNDISCIPLINED, CheckResult
+from .executor import PoolReplay
 
 
 def show(result: CheckResult, console: Console) -> None:
@@ -47,3 +48,28 @@ def show(result: CheckResult, console: Console) -> None:
             for failure in result.expectation_failures:
                 console.print(f"[bold red]expect NOT met[/]: {escape(failure)}")
     console.print()
+
+
+def show_pool(replay: PoolReplay, console: Console) -> None:
+    """Each kernel of a pool replay beside its reference; the first
+    divergence highlighted."""
+    first = replay.first_divergence
+    table = Table(title=f"replay on a {replay.pool} KV pool (H={replay.head_dim})", title_justify="left",
+                  show_edge=False, pad_edge=False)
+    for col in ("step", "read by", "branch", "pos", "max |diff|", "decoded", "expected", ""):
+        table.add_column(col, justify="right" if col in ("step", "pos", "max |diff|") else "left")
+    for k in replay.kernels:
+        style = "bold red" if k is first else ("yellow" if k.diverged else None)
+        verdict = "FIRST DIVERGENCE" if k is first else ("diverges" if k.diverged else "ok")
+        table.add_row(str(k.step), k.kind, k.branch, str(k.pos), f"{k.max_diff:.2e}", str(k.decoded or "_"),
+                      str(k.expected or "_"), verdict, style=style)
+    console.print(table)
+    if first is None:
+        console.print("[green]every output matches the reference[/]")
+    elif first.kind == "kernel":
+        console.print(f"[bold red]first divergence at step {first.step}[/]: branch {first.branch}'s kernel for position "
+                      f"{first.pos} decodes [bold]{first.decoded}[/] where the reference decodes [bold]{first.expected}[/] "
+                      f"(max |diff| {first.max_diff:.3f})")
+    else:
+        console.print(f"[bold red]first divergence at step {first.step}[/]: branch {first.branch}'s check-output reads "
+                      f"[bold]{first.decoded or '_'}[/] at position {first.position} where its reference has [bold]{first.expected}[/]")

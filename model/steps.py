@@ -77,5 +77,6 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
         br = br._replace(working=(), published=())
     elif op == "check-output":
         d.facts.append((CHECK_OUTPUT, index, read(tuple(d.blocks), br.working, br.pos, block_size)))
+        binds = (("pos", br.pos), ("table", br.working))  # what was read, for a replay on a real pool
     # wait-copy and wait-kernel change nothing: `choices` already gated them
     return br, binds

@@ -164,7 +164,7 @@ class Model:
         target = op.snapshot[op.pos // self.B]
         return Action(DEVICE, "kernel-complete", "kernel-complete",
                       (("branch", self.names[op.branch]), ("pos", op.pos), ("token", op.token),
-                       ("block", target), ("slot", op.pos % self.B)))
+                       ("block", target), ("slot", op.pos % self.B), ("snapshot", op.snapshot)))
 
     # -- views used by measures ----------------------------------------------
     @staticmethod

@@ -1,0 +1,196 @@
+"""The concrete executor: traces replayed on a real KV pool agree with the
+model, step for step, on when the output goes wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT
+from checker import trace
+from checker.check import check
+from checker.cli import main
+from checker.executor import TOLERANCE, Pool, TokenSpace, reference_output, replay_on_pool
+from checker.invariants import BY_ID, Judge
+from model.protocol import builtin_names
+from model.scenario import DEVICES, make_scenario
+from model.system import Model
+
+COUNTEREXAMPLES = sorted((ROOT / "counterexamples").glob("*.json"))
+FAITHFUL = Judge((BY_ID["faithful-output"],))
+
+
+@pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
+def test_committed_counterexample_replays_on_the_pool(path):
+    cx = trace.load(path)
+    replayed = replay_on_pool(cx.scenario, cx.actions)
+    space = TokenSpace(cx.scenario)
+    for k in replayed.kernels:
+        assert np.isfinite(k.max_diff)
+        if k.kind == "kernel":
+            assert k.decoded in space.vocabulary and k.expected in space.vocabulary
+    first = replayed.first_divergence
+    if cx.invariant == "faithful-output":
+        assert first is not None and first.step == cx.length
+    elif cx.scenario.protocol.name in ("cow", "holds"):
+        assert first is None, "a correct protocol's trace must match the reference everywhere"
+
+
+def test_premature_decrement_gives_a_wrong_but_plausible_token():
+    cx = trace.load(ROOT / "counterexamples" / "premature-decrement.faithful-output.json")
+    first = replay_on_pool(cx.scenario, cx.actions).first_divergence
+    assert (first.step, first.branch, first.pos) == (27, "b", 3)
+    assert first.expected == "p2"                      # the previous-token head's reference
+    assert first.decoded != first.expected             # wrong ...
+    assert first.decoded in TokenSpace(cx.scenario).vocabulary  # ... but a real token, no crash
+    assert first.max_diff > 0.1
+
+
+def test_reference_decodes_the_previous_token():
+    scenario = make_scenario(4, 6, [3, 3, 3], "cow")
+    space = TokenSpace(scenario)
+    hits = total = 0
+    for i in range(3):
+        seq = scenario.tokens(i)
+        for pos in range(1, len(seq)):
+            total += 1
+            hits += space.decode(reference_output(space, seq, pos)) == seq[pos - 1]
+    assert hits >= 0.9 * total
+
+
+def test_vectors_are_deterministic():
+    scenario = make_scenario(2, 3, [2, 2], "cow")
+    a, b = TokenSpace(scenario), TokenSpace(scenario)
+    assert np.array_equal(a.vectors("p1"), b.vectors("p1"))
+    assert not np.array_equal(a.vectors("p1"), a.vectors("p2"))
+
+
+def test_pool_starts_with_the_prompt_and_zeros_and_keeps_stale_contents():
+    scenario = make_scenario(2, 3, [1], "cow", pool=4)
+    space = TokenSpace(scenario)
+    pool = Pool(np, scenario, space)
+    assert np.array_equal(pool.memory[1, 0], space.key_value("p2", 2))
+    assert not pool.memory[1, 1].any() and not pool.memory[2:].any()
+    pool.kernel("a1", 3, (0, 1))
+    pool.copy(1, 3, 2)  # a block reused later still holds what was copied into it
+    assert np.array_equal(pool.memory[3, 1], space.key_value("a1", 3))
+
+
+@st.composite
+def small_scenarios(draw):
+    """Random small scenarios; most of them racy (two or more writers on a
+    partial tail), since a wrong output needs a race."""
+    if draw(st.integers(0, 9)) < 7:
+        B = draw(st.integers(2, 3))
+        L = draw(st.sampled_from([n for n in range(1, 6) if n % B]))
+        count, appends = st.integers(2, 3), st.integers(1, 3)
+    else:
+        B, L = draw(st.integers(1, 3)), draw(st.integers(0, 5))
+        count, appends = st.integers(1, 3), st.integers(0, 3)
+    branches = [(draw(appends), draw(st.integers(0, 3)) == 0) for _ in range(draw(count))]
+    return make_scenario(B, L, branches, draw(st.sampled_from(builtin_names())),
+                         device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
+
+
+@st.composite
+def walks(draw):
+    """A random walk through a scenario's state space. The device completes
+    lazily (with a per-walk probability) so that copies and kernels stay in
+    flight long enough to race."""
+    scenario = draw(small_scenarios())
+    model = Model(scenario)
+    rnd = draw(st.randoms(use_true_random=False))
+    eager = rnd.uniform(0.05, 0.6)
+    state, actions, model_step = model.init_state(), [], None
+    for step in range(1, 200):
+        options = model.successors(state)
+        device = [t for t in options if t.action.actor == "device"]
+        branches = [t for t in options if t.action.actor != "device"]
+        pick = device if device and (not branches or rnd.random() < eager) else branches
+        if not pick:
+            break
+        tr = rnd.choice(pick)
+        if tr.state is None:  # a kernel-table-miss ends the walk
+            break
+        actions.append(tr.action)
+        if model_step is None and any(True for _ in FAITHFUL.action(model, state, tr)):
+            model_step = step
+        state = tr.state
+    return scenario, actions, model_step
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(walks())
+def test_pool_diverges_exactly_when_the_model_says_the_output_is_wrong(walk):
+    scenario, actions, model_step = walk
+    first = replay_on_pool(scenario, actions).first_divergence
+    event("wrong output" if model_step else "faithful")
+    assert (first.step if first else None) == model_step
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(small_scenarios())
+def test_shortest_wrong_output_diverges_on_the_pool_at_the_same_step(scenario):
+    result = check(scenario, invariants=(BY_ID["faithful-output"],), max_states=5_000, first=True)
+    verdict = result.verdicts["faithful-output"]
+    assume(verdict.holds is False)
+    violation = result.exploration.violations["faithful-output"]
+    actions = [action for action, _ in result.explorer.trace_of(violation)]
+    first = replay_on_pool(scenario, actions).first_divergence
+    assert first is not None and first.step == verdict.length
+
+
+def test_replay_cli_shows_the_divergence(tmp_path):
+    path = ROOT / "counterexamples" / "premature-decrement.faithful-output.json"
+    result = CliRunner().invoke(main, ["replay", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["pool"]["first_divergence"] == 27
+    kernels = {k["step"]: k for k in data["pool"]["kernels"]}
+    assert kernels[27]["diverged"] and kernels[27]["decoded"] != kernels[27]["expected"]
+    assert all(not k["diverged"] for s, k in kernels.items() if s < 27)
+    text = CliRunner().invoke(main, ["replay", str(path)])
+    assert "FIRST DIVERGENCE" in text.stdout and "first divergence at step 27" in text.stdout
+
+
+def test_cupy_pool_without_cupy_is_one_clear_line():
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed here; the GPU test below covers it")
+    except ImportError:
+        pass
+    path = ROOT / "counterexamples" / "premature-decrement.faithful-output.json"
+    result = CliRunner().invoke(main, ["replay", str(path), "--pool", "cupy"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cupy" in lines[0].lower() and "pool" in lines[0]
+    assert "Traceback" not in result.output
+
+
+def _gpu():
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as err:  # no driver
+        pytest.skip(f"no usable CUDA device ({type(err).__name__})")
+    return cupy
+
+
+@pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
+def test_cupy_pool_matches_numpy(path):
+    _gpu()
+    cx = trace.load(path)
+    cpu = replay_on_pool(cx.scenario, cx.actions, "numpy")
+    gpu = replay_on_pool(cx.scenario, cx.actions, "cupy")
+    assert [k.step for k in gpu.kernels] == [k.step for k in cpu.kernels]
+    assert [k.diverged for k in gpu.kernels] == [k.diverged for k in cpu.kernels]
+    assert [k.decoded for k in gpu.kernels] == [k.decoded for k in cpu.kernels]
+    for g, c in zip(gpu.kernels, cpu.kernels):
+        assert abs(g.max_diff - c.max_diff) < 100 * TOLERANCE

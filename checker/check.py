@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 from model.scenario import Scenario
 from model.state import allocated
+from model.symmetry import Symmetry
 from model.system import Model
 
 from . import trace
@@ -80,6 +81,10 @@ class CheckResult:
             "copies": list(x.cost_range) if x.cost_range else None,
             "steady_blocks": x.steady,
             "complete": x.complete,
+            "reductions": list(x.reductions),
+            "fingerprints": x.fingerprints,
+            "collision_probability": x.collision_probability,
+            "bytes_per_state": round(x.bytes_per_state) if x.bytes_per_state is not None else None,
             "stopped": x.stopped,
             "expect": list(s.expect),
             "expect_met": self.expect_met,
@@ -109,13 +114,17 @@ def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complet
 
 def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS, out_dir: Optional[Path] = None,
           max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
-          progress: Optional[Callable] = None) -> CheckResult:
+          symmetry: bool = True, fingerprints: bool = False, progress: Optional[Callable] = None) -> CheckResult:
     validate_expect(scenario)
     model = Model(scenario)
+    orbits = Symmetry(scenario) if symmetry else None
     explorer = Explorer(model, invariants, max_states=max_states, max_depth=max_depth, stop_at_first=first,
-                        gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch, progress=progress)
+                        gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+                        representative=orbits.representative if orbits else None,
+                        reductions=tuple(orbits.describe()) if orbits else (), fingerprints=fingerprints,
+                        progress=progress)
     x = explorer.run()
-    init = explorer.states[0]
+    init = model.init_state()
     verdicts: dict[str, Verdict] = {}
     for inv in invariants:
         v = x.violations.get(inv.id)
@@ -124,8 +133,9 @@ def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS,
             continue
         verdict = Verdict(inv.id, inv.kind, False, v.length, witness=v.witness)
         if out_dir is not None:
-            data = trace.to_json(scenario, init, explorer.trace_of(v), invariant=inv.id,
-                                 invariant_kind=inv.kind, witness=v.witness)
+            steps, witness = explorer.trace_of(v)
+            verdict.witness = witness
+            data = trace.to_json(scenario, init, steps, invariant=inv.id, invariant_kind=inv.kind, witness=witness)
             verdict.path = str(trace.write(out_dir / trace.file_name(scenario, inv.id), data))
         verdicts[inv.id] = verdict
     result = CheckResult(scenario, x, verdicts, explorer)

@@ -81,7 +81,7 @@ class Progress:
         elapsed = time.perf_counter() - self.start
         if elapsed < 1.0:
             return
-        states = len(explorer.states)
+        states = explorer.count
         line = (f"[bold]{self.name}[/]: {states:,} states, {explorer.result.transitions:,} transitions, "
                 f"depth {explorer.result.depth}, {queued:,} queued, {states / elapsed:,.0f} states/s, "
                 f"{len(explorer.result.violations)} invariant(s) broken so far")
@@ -111,10 +111,13 @@ def main() -> None:
 @click.option("--first", is_flag=True, help="Stop at the first violation.")
 @click.option("--max-states", type=click.IntRange(min=1), help="Stop after this many distinct states (partial result).")
 @click.option("--max-depth", type=click.IntRange(min=0), help="Explore traces of at most this many actions (partial result).")
+@click.option("--symmetry/--no-symmetry", default=True, show_default=True,
+              help="Store each orbit of interchangeable branches and renamed blocks once.")
+@click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
 @click.option("--out", "out_dir", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
               help="Where counterexample files are written.")
-def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, json_path, out_dir) -> None:
+def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, symmetry, fingerprints, json_path, out_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input."""
@@ -138,7 +141,8 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
         progress = Progress(scenario.name)
         try:
             result = check_scenario(scenario, invariants=selected, out_dir=Path(out_dir), max_states=max_states,
-                                    max_depth=max_depth, first=first, progress=progress)
+                                    max_depth=max_depth, first=first, symmetry=symmetry, fingerprints=fingerprints,
+                                    progress=progress)
         except SpecError as error:
             progress.close()
             fail(error)

@@ -6,7 +6,19 @@ invariants, and optional measure hooks (a gauge to maximize over states, a
 predicate naming "steady" states, an action cost to minimize and maximize over
 complete runs). It stores each state once with a parent link and rebuilds a
 trace on demand; because the search is breadth-first, the first violation it
-finds of each invariant is a shortest one."""
+finds of each invariant is a shortest one.
+
+Two options shrink what is stored, neither changing any verdict, shortest
+length or measure:
+
+- `representative`: a map from a state to a member of its symmetry orbit
+  (model.symmetry); each orbit is stored once. Traces are rebuilt concretely
+  by walking from the real initial state, at each step taking a successor
+  whose representative is the stored one.
+- `fingerprints`: the visited set holds a 64-bit hash of each state instead
+  of the state (TLC's fingerprints); two states with the same fingerprint
+  would be merged, with probability about n(g-n)/2^64 for n states and g
+  generated successors, which the report prints."""
 
 from __future__ import annotations
 
@@ -42,6 +54,16 @@ class Exploration:
     peak_state: Optional[int] = None
     cost_range: Optional[tuple[int, int]] = None   # (min, max) action cost over complete runs
     steady_values: tuple[int, ...] = ()            # the gauge's values over steady states
+    reductions: tuple[str, ...] = ()               # what shrank the stored space
+    fingerprints: bool = False
+    bytes_per_state: Optional[float] = None        # resident memory grown during the run, per state
+
+    @property
+    def collision_probability(self) -> Optional[float]:
+        """TLC's estimate of a fingerprint collision: n(g-n)/2^64."""
+        if not self.fingerprints:
+            return None
+        return self.states * max(self.transitions - self.states, 0) / 2.0 ** 64
 
     @property
     def steady(self) -> Optional[int]:
@@ -53,11 +75,20 @@ class Exploration:
         return self.states / self.seconds if self.seconds > 0 else 0.0
 
 
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * 4096
+    except OSError:
+        return 0
+
+
 class Explorer:
     def __init__(self, model, invariants: tuple[Invariant, ...], *, max_states: Optional[int] = None,
                  max_depth: Optional[int] = None, stop_at_first: bool = False,
                  gauge: Optional[Callable] = None, steady: Optional[Callable] = None,
-                 cost: Optional[Callable] = None,
+                 cost: Optional[Callable] = None, representative: Optional[Callable] = None,
+                 reductions: tuple[str, ...] = (), fingerprints: bool = False,
                  progress: Optional[Callable[["Explorer", int], None]] = None):
         self.model = model
         self.invariants = invariants
@@ -67,27 +98,37 @@ class Explorer:
         self.gauge = gauge
         self.steady = steady
         self.cost = cost
+        self.representative = representative
+        self.fingerprints = fingerprints
         self.progress = progress
         self.judge = Judge(invariants)
-        # the graph, kept for traces and the cost measure
-        self.states: list = []
+        # the graph, kept for traces and the cost measure; a state's key is
+        # its representative, or that representative's fingerprint
+        self.keys: list = []
         self.index: dict = {}
         self.parent = array("i")
-        self.parent_action: list = []
         self.depth = array("i")
         self.edge_start = array("i")
         self.edge_dst = array("i")
         self.edge_cost = array("b")
         self.final = bytearray()
-        self.result = Exploration()
+        self.result = Exploration(reductions=reductions, fingerprints=fingerprints)
+
+    @property
+    def count(self) -> int:
+        return len(self.keys)
+
+    def key(self, state):
+        if self.representative is not None:
+            state = self.representative(state)
+        return hash(state) if self.fingerprints else state
 
     # -- search ---------------------------------------------------------------
-    def _add(self, state, parent: int, action, depth: int) -> int:
-        sid = len(self.states)
-        self.states.append(state)
-        self.index[state] = sid
+    def _add(self, key, state, parent: int, depth: int) -> int:
+        sid = len(self.keys)
+        self.keys.append(key)
+        self.index[key] = sid
         self.parent.append(parent)
-        self.parent_action.append(action)
         self.depth.append(depth)
         if self.gauge is not None:
             value = self.gauge(state)
@@ -103,16 +144,18 @@ class Explorer:
 
     def run(self) -> Exploration:
         res = self.result
-        start = time.perf_counter()
-        model = self.model
+        start, memory = time.perf_counter(), _resident_bytes()
+        model, key_of, index = self.model, self.key, self.index
         judge, found = self.judge, res.violations
         steady_values = set()
-        self._add(model.init_state(), -1, None, 0)
-        queue = deque([0])
+        init = model.init_state()
+        if self.representative is not None:
+            init = self.representative(init)
+        self._add(key_of(init), init, -1, 0)
+        queue = deque([(0, init)])
         try:
             while queue:
-                sid = queue.popleft()
-                state = self.states[sid]
+                sid, state = queue.popleft()
                 depth = self.depth[sid]
                 res.depth = max(res.depth, depth)
                 trs = model.successors(state)
@@ -135,13 +178,16 @@ class Explorer:
                     nxt = tr.state
                     if nxt is None:
                         continue
-                    nid = self.index.get(nxt)
+                    if self.representative is not None:
+                        nxt = self.representative(nxt)
+                    key = hash(nxt) if self.fingerprints else nxt
+                    nid = index.get(key)
                     if nid is None:
-                        if self.max_states is not None and len(self.states) >= self.max_states:
+                        if self.max_states is not None and len(self.keys) >= self.max_states:
                             res.complete, res.stopped = False, f"--max-states {self.max_states}"
                             raise _Stop(res.stopped)
-                        nid = self._add(nxt, sid, tr.action, depth + 1)
-                        queue.append(nid)
+                        nid = self._add(key, nxt, sid, depth + 1)
+                        queue.append((nid, nxt))
                     self.edge_dst.append(nid)
                     self.edge_cost.append(self.cost(tr.action) if self.cost else 0)
                 if self.progress is not None and not sid & 0xFFF:
@@ -151,8 +197,9 @@ class Explorer:
             res.stopped = res.stopped or str(stop)
         except KeyboardInterrupt:
             res.complete, res.stopped = False, "interrupted (Ctrl-C)"
-        res.states = len(self.states)
+        res.states = len(self.keys)
         res.seconds = time.perf_counter() - start
+        res.bytes_per_state = max(_resident_bytes() - memory, 0) / res.states
         res.steady_values = tuple(sorted(steady_values))
         if res.complete and self.cost is not None:
             res.cost_range = self._cost_range()
@@ -164,7 +211,7 @@ class Explorer:
         to a final state. The state graph is acyclic (every action advances a
         branch's program or retires an in-flight op), so one pass in
         topological order (Kahn) settles both."""
-        n = len(self.states)
+        n = len(self.keys)
         starts, dst, cost = self.edge_start, self.edge_dst, self.edge_cost
         indegree = array("i", bytes(4 * n))
         for d in dst:
@@ -193,20 +240,40 @@ class Explorer:
         return None if best_high < 0 else (best_low, best_high)
 
     # -- traces ---------------------------------------------------------------
-    def path_to(self, sid: int) -> list[tuple[Any, Any]]:
-        """[(action, state after it)] from the initial state to `sid`."""
-        out = []
-        while sid > 0:
-            out.append((self.parent_action[sid], self.states[sid]))
+    def _ids_to(self, sid: int) -> list[int]:
+        ids = []
+        while sid >= 0:
+            ids.append(sid)
             sid = self.parent[sid]
-        out.reverse()
+        ids.reverse()
+        return ids
+
+    def path_to(self, sid: int) -> list[tuple[Any, Any]]:
+        """[(action, state after it)] from the real initial state to a state
+        whose key is `sid`'s: at each step, a successor with the stored key."""
+        state = self.model.init_state()
+        out = []
+        for nid in self._ids_to(sid)[1:]:
+            want = self.keys[nid]
+            tr = next(t for t in self.model.successors(state) if t.state is not None and self.key(t.state) == want)
+            out.append((tr.action, tr.state))
+            state = tr.state
         return out
 
-    def trace_of(self, violation: Violation) -> list[tuple[Any, Any]]:
+    def trace_of(self, violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
+        """A concrete shortest trace for a violation and the witness judged on
+        it (block and branch names as in the trace, not as stored)."""
         path = self.path_to(violation.state_id)
-        if violation.action is not None:
-            path.append((violation.action, violation.after))
-        return path
+        state = path[-1][1] if path else self.model.init_state()
+        judge = Judge(tuple(inv for inv in self.invariants if inv.id == violation.invariant))
+        if violation.action is None:
+            trs = self.model.successors(state)
+            witness = next(w for _, w in judge.state(self.model, state, self.model.is_final(state), not trs))
+            return path, witness
+        for tr in self.model.successors(state):
+            for _, witness in judge.action(self.model, state, tr):
+                return path + [(tr.action, tr.state)], witness
+        raise AssertionError(f"no action breaks {violation.invariant} from the stored state")
 
 
 class _Stop(Exception):

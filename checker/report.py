@@ -41,6 +41,13 @@ def show(result: CheckResult, console: Console) -> None:
         f"[dim]peak blocks[/] {x.peak} / steady {steady}  [dim]copies[/] {copies}"
         + ("" if x.complete else f"  [bold yellow]partial: {escape(x.stopped or '')}[/]")
     )
+    reductions = ", ".join(x.reductions) or "none"
+    line = f"[dim]reductions[/] {escape(reductions)}"
+    if x.bytes_per_state and x.states >= 10_000:  # below that, page granularity swamps it
+        line += f"  [dim]memory[/] ~{x.bytes_per_state:,.0f} bytes/state"
+    if x.fingerprints:
+        line += f"  [dim]fingerprints[/] 64-bit, collision probability ~{x.collision_probability:.1e}"
+    console.print(line)
     if s.expect:
         if result.expect_met:
             console.print(f"[green]expect met[/]: {escape(', '.join(s.expect))}")

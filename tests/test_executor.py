@@ -141,7 +141,8 @@ def test_shortest_wrong_output_diverges_on_the_pool_at_the_same_step(scenario):
     verdict = result.verdicts["faithful-output"]
     assume(verdict.holds is False)
     violation = result.exploration.violations["faithful-output"]
-    actions = [action for action, _ in result.explorer.trace_of(violation)]
+    steps, _ = result.explorer.trace_of(violation)
+    actions = [action for action, _ in steps]
     first = replay_on_pool(scenario, actions).first_divergence
     assert first is not None and first.step == verdict.length
 

@@ -1,0 +1,114 @@
+"""Reductions change what is stored, never what is reported: with symmetry
+and with fingerprints, every invariant's verdict and shortest length, the
+peak, the copies and the steady count equal the unreduced search's, and the
+counterexamples found on the reduced space replay on concrete ids."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from checker import trace
+from checker.check import check
+from checker.replay import replay
+from model.protocol import builtin_names
+from model.scenario import DEVICES, make_scenario
+from model.symmetry import Symmetry
+from model.state import Block, Copy, Kernel, State
+from model.system import Model
+
+
+def measures(result) -> tuple:
+    x = result.exploration
+    verdicts = {k: (v.holds, v.length) for k, v in result.verdicts.items()}
+    return verdicts, x.peak, x.cost_range, x.steady
+
+
+@st.composite
+def scenarios(draw):
+    B = draw(st.integers(1, 3))
+    L = draw(st.integers(0, 5))
+    spec = (draw(st.integers(0, 2)), draw(st.booleans()))
+    # repeat one program so that branch symmetry has something to do
+    branches = [spec] * draw(st.integers(1, 3)) + [(draw(st.integers(0, 2)), draw(st.booleans())) for _ in range(draw(st.integers(0, 1)))]
+    return make_scenario(B, L, branches, draw(st.sampled_from(builtin_names())),
+                         device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scenarios())
+def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
+    plain = check(scenario, max_states=6_000)
+    assume(plain.exploration.complete)
+    reduced = check(scenario, symmetry=True)
+    fingerprinted = check(scenario, symmetry=True, fingerprints=True)
+    assert measures(reduced) == measures(plain)
+    assert measures(fingerprinted) == measures(plain)
+    assert reduced.exploration.states <= plain.exploration.states
+    assert fingerprinted.exploration.states == reduced.exploration.states
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scenario=scenarios())
+def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cx")
+    result = check(scenario, symmetry=True, fingerprints=True, out_dir=out, max_states=6_000)
+    assume(result.exploration.complete)
+    for verdict in result.verdicts.values():
+        if verdict.holds is False:
+            replayed = replay(trace.load(verdict.path))
+            assert replayed.ok, replayed.message
+            assert replayed.step == verdict.length
+    if result.peak_path:
+        assert replay(trace.load(result.peak_path)).ok
+
+
+def scramble(state, scenario, rnd):
+    """The same state under random names: blocks permuted, and branches of
+    equal programs permuted with their tokens."""
+    blocks = list(range(len(state.blocks)))
+    rnd.shuffle(blocks)                                   # blocks[old] = new
+    order = list(range(len(state.branches)))              # order[new] = old
+    for members in Symmetry(scenario).classes:
+        shuffled = list(members)
+        rnd.shuffle(shuffled)
+        for slot, old in zip(members, shuffled):
+            order[slot] = old
+    new_of = {old: new for new, old in enumerate(order)}
+    tokens = {}
+    for new, old in enumerate(order):
+        for a, b in zip(scenario.tokens(old), scenario.tokens(new)):
+            tokens[a] = b
+    m = blocks.__getitem__
+    new_blocks = [None] * len(blocks)
+    for old, blk in enumerate(state.blocks):
+        new_blocks[m(old)] = Block(blk.refcount, blk.holds, tuple(tokens.get(t, t) for t in blk.slots))
+    branches = [state.branches[old] for old in order]
+    branches = [b._replace(tail=None if b.tail is None else m(b.tail), new=None if b.new is None else m(b.new),
+                           working=tuple(map(m, b.working)), published=tuple(map(m, b.published))) for b in branches]
+    queue = tuple(Copy(m(q.src), m(q.dst), q.n) if type(q) is Copy else
+                  Kernel(new_of[q.branch], q.pos, tokens.get(q.token, q.token), tuple(map(m, q.snapshot))) for q in state.queue)
+    free = tuple(map(m, state.free))
+    if scenario.reuse == "any":
+        free = tuple(sorted(free))
+    return State(tuple(new_blocks), free, tuple(branches), queue)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_representative_is_canonical(scenario, rnd):
+    """Walk randomly; every state and any renaming of it get the same
+    representative, which is itself a fixed point and keeps the state's shape."""
+    model, sym = Model(scenario), Symmetry(scenario)
+    state = model.init_state()
+    for _ in range(40):
+        rep = sym.representative(state)
+        assert sym.representative(rep) == rep
+        assert sym.representative(scramble(state, scenario, rnd)) == rep
+        assert len(rep.free) == len(state.free) and len(rep.queue) == len(state.queue)
+        assert sorted((b.pos, b.done, b.status) for b in rep.branches) == sorted((b.pos, b.done, b.status) for b in state.branches)
+        assert sorted(b.refcount for b in rep.blocks) == sorted(b.refcount for b in state.blocks)
+        options = [t for t in model.successors(state) if t.state is not None]
+        if not options:
+            break
+        state = rnd.choice(options).state

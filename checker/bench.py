@@ -16,21 +16,43 @@ from rich.table import Table
 from model.scenario import make_scenario
 
 #: (label, block size, prompt, branches as (appends, may_cancel), protocol)
-BENCHMARKS = (
-    ("cow B=4 L=6 3x2", 4, 6, [(2, False)] * 3, "cow"),
-    ("cow B=2 L=3 3x2, one may_cancel", 2, 3, [(2, False), (2, False), (2, True)], "cow"),
+SCENARIOS = {
+    "cow B=4 L=6 3x2": (4, 6, [(2, False)] * 3, "cow"),
+    "cow B=2 L=3 3x2, one may_cancel": (2, 3, [(2, False), (2, False), (2, True)], "cow"),
+    "cow B=4 L=6 4x2": (4, 6, [(2, False)] * 4, "cow"),
+    "cow B=4 L=6 5x2": (4, 6, [(2, False)] * 5, "cow"),
+}
+#: reductions: (symmetry, fingerprints)
+NONE, SYMMETRY, FINGERPRINTS = (False, False), (True, False), (True, True)
+#: (scenario, reductions, only with --full)
+RUNS = (
+    ("cow B=4 L=6 3x2", NONE, False),
+    ("cow B=4 L=6 3x2", SYMMETRY, False),
+    ("cow B=2 L=3 3x2, one may_cancel", NONE, False),
+    ("cow B=2 L=3 3x2, one may_cancel", SYMMETRY, False),
+    ("cow B=2 L=3 3x2, one may_cancel", FINGERPRINTS, False),
+    ("cow B=4 L=6 4x2", NONE, True),
+    ("cow B=4 L=6 4x2", SYMMETRY, False),
+    ("cow B=4 L=6 4x2", FINGERPRINTS, False),
+    ("cow B=4 L=6 5x2", SYMMETRY, True),
 )
+
+
+def _label(reductions: tuple[bool, bool]) -> str:
+    return {NONE: "none", SYMMETRY: "symmetry", FINGERPRINTS: "symmetry + fingerprints"}[reductions]
 
 
 def _measure(args, conn) -> None:
     from .check import check
-    label, B, L, branches, protocol = args
+    label, (symmetry, fingerprints) = args
+    B, L, branches, protocol = SCENARIOS[label]
     scenario = make_scenario(B, L, branches, protocol, name=label)
     start = time.perf_counter()
-    result = check(scenario)
+    result = check(scenario, symmetry=symmetry, fingerprints=fingerprints)
     x = result.exploration
     conn.send({
         "benchmark": label,
+        "reductions": _label((symmetry, fingerprints)),
         "states": x.states,
         "transitions": x.transitions,
         "depth": x.depth,
@@ -38,35 +60,62 @@ def _measure(args, conn) -> None:
         "total_seconds": round(time.perf_counter() - start, 2),
         "states_per_second": round(x.rate),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "bytes_per_state": round(x.bytes_per_state or 0),
+        "collision_probability": x.collision_probability,
         "summary": result.summary,
     })
     conn.close()
 
 
-def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "counterexamples") -> None:
+def _end_to_end(label: str) -> dict:
+    """`cowcheck check` on a scenario file, timed from process start."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    B, L, branches, protocol = SCENARIOS[label]
+    text = f'protocol = "{protocol}"\nblock_size = {B}\nprompt = {L}\n' + "".join(
+        f"[[branch]]\nappends = {a}\nmay_cancel = {'true' if c else 'false'}\n" for a, c in branches)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bench.toml"
+        path.write_text(text)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "checker.cli", "check", str(path), "--out", folder],
+                       check=True, capture_output=True)
+        return {"benchmark": f"cowcheck check ({label}), process start included",
+                "seconds": round(time.perf_counter() - start, 2)}
+
+
+def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "counterexamples", full: bool = False) -> None:
     ctx = multiprocessing.get_context("fork")
     rows = []
-    for bench in BENCHMARKS:
+    for label, reductions, heavy in RUNS:
+        if heavy and not full:
+            continue
         receive, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_measure, args=(bench, send))
+        proc = ctx.Process(target=_measure, args=((label, reductions), send))
         proc.start()
         send.close()
         rows.append(receive.recv())
         proc.join()
         if not as_json:
-            console.print(f"  {bench[0]}: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
+            console.print(f"  {label} [{_label(reductions)}]: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
+    end_to_end = _end_to_end("cow B=4 L=6 4x2")
     replays = replay_figures(counterexamples)
     if as_json:
-        json.dump({"explore": rows, "replay": replays}, sys.stdout, indent=2)
+        json.dump({"explore": rows, "end_to_end": end_to_end, "replay": replays}, sys.stdout, indent=2)
         print()
         return
     table = Table(title=f"cowcheck bench (python {sys.version.split()[0]})", title_justify="left")
-    for col in ("benchmark", "states", "transitions", "depth", "explore s", "total s", "states/s", "peak RSS MiB", "summary"):
-        table.add_column(col, justify="left" if col in ("benchmark", "summary") else "right")
+    for col in ("benchmark", "reductions", "states", "transitions", "explore s", "states/s", "peak RSS MiB", "bytes/state"):
+        table.add_column(col, justify="left" if col in ("benchmark", "reductions") else "right")
     for r in rows:
-        table.add_row(r["benchmark"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["depth"]), str(r["explore_seconds"]),
-                      str(r["total_seconds"]), f"{r['states_per_second']:,}", str(r["peak_rss_mib"]), r["summary"])
+        table.add_row(r["benchmark"], r["reductions"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["explore_seconds"]),
+                      f"{r['states_per_second']:,}", str(r["peak_rss_mib"]), f"{r['bytes_per_state']:,}")
     console.print(table)
+    if not full:
+        console.print("[dim](--full adds the unreduced 4x2 run, about 3.3 million states, and the 5x2 run)[/]")
+    console.print(f"{end_to_end['benchmark']}: {end_to_end['seconds']} s")
     console.print(f"{replays['benchmark']}: {replays['actions']:,} actions in {replays['seconds']} s, "
                   f"{replays['replays_per_second']} replays/s; one {replays['long_trace_actions']}-action run "
                   f"on the pool: {replays['long_trace_pool_seconds'] * 1000:.1f} ms")

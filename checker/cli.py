@@ -22,6 +22,7 @@ from . import invariants as invs
 from . import trace
 from .check import CheckResult, check as check_scenario
 from .executor import replay_on_pool
+from .pages_cli import register, write_check_pages
 from .explain import explain as explain_trace
 from .replay import replay as replay_trace
 from .report import show, show_pool
@@ -117,7 +118,10 @@ def main() -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
 @click.option("--out", "out_dir", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
               help="Where counterexample files are written.")
-def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, symmetry, fingerprints, json_path, out_dir) -> None:
+@click.option("--html", "html_dir", type=click.Path(file_okay=False),
+              help="Also write one stepper page per counterexample and an index.html into this folder.")
+def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, symmetry, fingerprints, json_path,
+          out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input."""
@@ -155,6 +159,8 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
     unmet = [r for r in results if not r.expect_met]
     out.print(f"[bold]{len(results)} scenario(s) checked[/], {len(results) - len(unmet)} met their expect"
               + (f"; [bold red]not met: {', '.join(r.scenario.name for r in unmet)}[/]" if unmet else ""))
+    if html_dir:
+        write_check_pages(results, Path(html_dir))
     if json_path:
         payload = json.dumps([r.to_json() for r in results], indent=2)
         if json_path == "-":
@@ -260,11 +266,15 @@ def list_() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option("--counterexamples", "folder", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
               help="Whose files the replay line replays.")
-def bench(as_json, folder) -> None:
-    """Measure exploration and replay speed on fixed benchmarks."""
+@click.option("--full", is_flag=True, help="Also run the slow ones: 4x2 unreduced (3.3 million states) and 5x2.")
+def bench(as_json, folder, full) -> None:
+    """Measure exploration and replay speed on fixed benchmarks, with and
+    without reductions."""
     from .bench import run_benchmarks
-    run_benchmarks(console, as_json, folder)
+    run_benchmarks(console, as_json, folder, full)
 
+
+register(main)  # html, graph, lab (checker.pages_cli)
 
 if __name__ == "__main__":
     main()

@@ -5,6 +5,9 @@ counterexamples found on the reduced space replay on concrete ids."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +15,7 @@ from checker import trace
 from checker.check import check
 from checker.replay import replay
 from model.protocol import builtin_names
-from model.scenario import DEVICES, make_scenario
+from model.scenario import DEVICES, load_scenario, make_scenario
 from model.symmetry import Symmetry
 from model.state import Block, Copy, Kernel, State
 from model.system import Model
@@ -112,3 +115,15 @@ def test_representative_is_canonical(scenario, rnd):
         if not options:
             break
         state = rnd.choice(options).state
+
+
+SPEC_SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "specs" / "scenarios").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SPEC_SCENARIOS, ids=lambda p: p.stem)
+def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
+    scenario = load_scenario(path)
+    plain = check(scenario, symmetry=False)
+    reduced = check(scenario, symmetry=True, fingerprints=True)
+    assert plain.exploration.complete and reduced.exploration.complete
+    assert measures(reduced) == measures(plain)

@@ -1,0 +1,305 @@
+/* The counterexample stepper: shows one frame (the state after a step) at a
+   time. All wording is computed in Python (checker/html.py); this script only
+   lays the data out and moves between frames. */
+"use strict";
+(function () {
+  const data = JSON.parse(document.getElementById("cowcheck-data").textContent);
+  const frames = data.frames;
+  const last = frames.length - 1;
+  const B = data.scenario.block_size;
+  const violation = data.violation;
+  const el = CowPlayer.el;
+  const $ = function (id) { return document.getElementById(id); };
+  let current = 0;
+
+  function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+
+  /* -- what is in flight, per block ------------------------------------ */
+  function inFlight(state) {
+    const notes = {};      // block id -> list of sentences
+    const pending = {};    // "block:slot" -> token a kernel will write there
+    const incoming = {};   // block id -> number of slots a copy will fill
+    function note(block, text) { (notes[block] = notes[block] || []).push(text); }
+    state.queue.forEach(function (op) {
+      if (op.copy) {
+        const c = op.copy;
+        note(c.src, "copy in flight → block " + c.dst + " (" + plural(c.n, "slot") + ")");
+        note(c.dst, "copy in flight ← block " + c.src);
+        incoming[c.dst] = Math.max(incoming[c.dst] || 0, c.n);
+      } else {
+        const k = op.kernel;
+        const target = k.snapshot[Math.floor(k.pos / B)];
+        pending[target + ":" + (k.pos % B)] = k.token;
+        note(target, "kernel " + k.branch + "@" + k.pos + " in flight: will write " + k.token + " into slot " + (k.pos % B));
+      }
+    });
+    return { notes: notes, pending: pending, incoming: incoming };
+  }
+
+  function mappedBy(state, id) {
+    const parts = [];
+    Object.keys(state.branches).forEach(function (name) {
+      const br = state.branches[name];
+      const tables = [];
+      if (br.working.indexOf(id) >= 0) tables.push("working");
+      if (br.published.indexOf(id) >= 0) tables.push("published");
+      if (tables.length) parts.push(name + ": " + tables.join(" + "));
+    });
+    return parts.length ? "mapped by " + parts.join("; ") : "in no table";
+  }
+
+  /* -- the pool ----------------------------------------------------------- */
+  function slotCell(block, i, flight, mark) {
+    const token = block.slots[i];
+    const waiting = flight.pending[block.id + ":" + i];
+    const copying = i < (flight.incoming[block.id] || 0);
+    const marked = mark && mark.slot === i;
+    const cell = el("span", {
+      class: "slot" + (token === null ? " empty" : "") + (waiting || copying ? " pending" : "") + (marked ? " marked" : ""),
+      "data-slot": i, title: "slot " + i,
+    }, token === null ? "_" : token);
+    if (waiting) cell.appendChild(el("span", { class: "incoming" }, "← " + waiting));
+    else if (copying) cell.appendChild(el("span", { class: "incoming" }, "← copy"));
+    return cell;
+  }
+
+  function blockCard(block, frame, flight) {
+    const touched = frame.touched.indexOf(block.id) >= 0;
+    const mark = current === violation.step && violation.mark && violation.mark.block === block.id ? violation.mark : null;
+    const slots = el("div", { class: "slots" });
+    block.slots.forEach(function (_, i) { slots.appendChild(slotCell(block, i, flight, mark)); });
+    const markNote = mark ? el("p", { class: "mark-label" }, "✗ " + (mark.slot === undefined ? "" : "slot " + mark.slot + ": ") + mark.label) : null;
+    const notes = el("ul", { class: "notes" }, el("li", {}, mappedBy(frame.state, block.id)));
+    (flight.notes[block.id] || []).forEach(function (text) { notes.appendChild(el("li", {}, text)); });
+    return el("div", {
+      class: "block" + (block.free ? " free" : "") + (touched ? " changed" : "") + (mark ? " violating" : ""),
+      "data-block": block.id, role: "group", "aria-label": "block " + block.id,
+    },
+      el("div", { class: "block-head" }, el("span", { class: "name" }, "block " + block.id),
+        block.free ? el("span", { class: "tag free-tag" }, "FREE") : null,
+        touched ? el("span", { class: "tag changed-tag" }, "changed") : null,
+        mark ? el("span", { class: "tag bad-tag" }, "✗ VIOLATION") : null),
+      slots,
+      markNote,
+      el("div", { class: "counts" }, el("span", { class: "refcount" }, "refcount " + block.refcount), " · ",
+        el("span", { class: "holds" }, "holds " + block.holds)),
+      notes);
+  }
+
+  function renderPool(frame) {
+    const pool = $("pool");
+    const flight = inFlight(frame.state);
+    pool.replaceChildren.apply(pool, frame.state.blocks.map(function (b) { return blockCard(b, frame, flight); }));
+    const free = frame.state.free;
+    $("free-list").textContent = free.length
+      ? "Free list (front first): " + free.join(" → ") + " — the next alloc takes block " + free[0] + "."
+      : "Free list: empty — no block can be allocated.";
+    drawArrows(frame.state);
+  }
+
+  /* Copy arrows from the top of the source card to the top of the
+     destination card, arching through the gap above the row so they cross
+     no card; several copies arch at different heights. */
+  function drawArrows(state) {
+    const svg = $("arrows");
+    const box = svg.getBoundingClientRect();
+    const ns = "http://www.w3.org/2000/svg";
+    function svgEl(tag, attrs) {
+      const node = document.createElementNS(ns, tag);
+      for (const k in attrs) node.setAttribute(k, attrs[k]);
+      return node;
+    }
+    function top(id, shift) {
+      const card = document.querySelector('.block[data-block="' + id + '"]');
+      if (!card) return null;
+      const r = card.getBoundingClientRect();
+      return { x: r.left + r.width / 2 + shift - box.left, y: r.top - box.top };
+    }
+    const marker = svgEl("marker", { id: "head", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "6", markerHeight: "6", orient: "auto-start-reverse" });
+    marker.appendChild(svgEl("path", { d: "M0,0 L10,5 L0,10 z", class: "copy-head" }));
+    const defs = svgEl("defs", {});
+    defs.appendChild(marker);
+    const items = [defs];
+    let drawn = 0;
+    state.queue.forEach(function (op) {
+      if (!op.copy) return;
+      const p = top(op.copy.src, -12), q = top(op.copy.dst, 12);
+      if (!p || !q) return;
+      const lift = 18 + 20 * (drawn++ % 3);
+      const mx = (p.x + q.x) / 2, my = Math.min(p.y, q.y) - lift;
+      const apex = 0.25 * Math.min(p.y, q.y) + 0.75 * my;   // where the curve peaks
+      items.push(svgEl("path", { d: "M" + p.x + "," + p.y + " C" + p.x + "," + my + " " + q.x + "," + my + " " + q.x + "," + q.y,
+        class: "copy-arrow", "marker-end": "url(#head)" }));
+      const label = svgEl("text", { x: mx, y: apex - 4, "text-anchor": "middle", class: "copy-label" });
+      label.textContent = "copy " + op.copy.src + "→" + op.copy.dst;
+      items.push(label);
+    });
+    svg.replaceChildren.apply(svg, items);
+  }
+
+  /* -- branches and the device queue ------------------------------------ */
+  function table(kind, blocks, state) {
+    const row = el("div", { class: "table " + kind }, el("span", { class: "table-label" }, kind));
+    if (!blocks.length) row.appendChild(el("span", { class: "empty-table" }, "(empty)"));
+    blocks.forEach(function (id) {
+      const free = state.blocks[id] && state.blocks[id].free;
+      row.appendChild(el("span", { class: "chip" + (kind === "published" ? " chip-published" : "") + (free ? " chip-free" : ""),
+        "data-block": id }, "block " + id + (free ? " (FREE!)" : "")));
+    });
+    return row;
+  }
+
+  function renderBranches(frame) {
+    const rows = Object.keys(frame.state.branches).map(function (name) {
+      const br = frame.state.branches[name];
+      const active = frame.actor === name;
+      return el("div", { class: "branch" + (active ? " active" : ""), "data-branch": name },
+        el("div", { class: "branch-head" }, el("b", { class: "branch-name" }, "branch " + name),
+          " ", el("span", { class: "status" }, br.status), " · ", el("span", { class: "pos" }, "pos " + br.pos),
+          active ? el("span", { class: "tag" }, "acted") : null),
+        el("div", { class: "doing" }, frame.doing[name]),
+        table("working", br.working, frame.state),
+        table("published", br.published, frame.state));
+    });
+    $("branches").replaceChildren.apply($("branches"), rows);
+  }
+
+  function renderQueue(frame) {
+    const items = frame.state.queue.map(function (op) {
+      if (op.copy) {
+        const c = op.copy;
+        return el("li", { class: "copy-op" }, "copy block " + c.src + " → block " + c.dst + " (" + plural(c.n, "slot") + "), not yet complete");
+      }
+      const k = op.kernel;
+      const target = k.snapshot[Math.floor(k.pos / B)];
+      return el("li", { class: "kernel-op" }, "kernel " + k.branch + "@" + k.pos + ": will write " + k.token +
+        " into block " + target + ", slot " + (k.pos % B) + ", reading through [" + k.snapshot.join(", ") + "]");
+    });
+    if (!items.length) items.push(el("li", { class: "nothing" }, "nothing"));
+    $("queue").replaceChildren.apply($("queue"), items);
+  }
+
+  /* -- the current action, the violation, the executor's output ----------- */
+  /* The concrete executor's output at step n, if the page has it: what the
+     kernel decoded on a real KV pool next to what it should have. */
+  function decodedLine(n) {
+    const d = data.decoded[String(n)];
+    if (!d) return null;
+    const differs = d.diverged !== undefined ? d.diverged : d.decoded !== d.expected;
+    const what = d.kind === "check-output" ? "'s check-output read at position " : "'s kernel for position ";
+    return el("p", { class: "decoded " + (differs ? "bad" : "good") },
+      el("span", { class: "tag" }, differs ? "DIFFERS" : "MATCH"),
+      " on a real pool, branch " + d.branch + what + d.pos + " gave ", el("b", { class: "decoded-token" }, d.decoded),
+      ", expected ", el("b", {}, d.expected),
+      d.max_diff ? " (output off by up to " + d.max_diff + ")" : "", ".");
+  }
+
+  function renderAction(frame) {
+    const violating = frame.n === violation.step;
+    const head = el("h2", {}, frame.n === 0 ? "Initial state" : "Step " + frame.n + " of " + last);
+    if (violating) head.appendChild(el("span", { class: "tag " + (violation.invariant ? "bad-tag" : "") }, violation.invariant ? "✗ VIOLATION" : "PEAK"));
+    const panel = $("action");
+    panel.className = "panel" + (violating ? (violation.invariant ? " violating" : " peak") : "");
+    const parts = [head, el("p", { class: "raw" }, el("code", {}, frame.text)), el("p", { class: "words" }, frame.words)];
+    const decoded = violating && violation.invariant ? null : decodedLine(frame.n);   // else shown with the violation
+    if (decoded) parts.push(decoded);
+    panel.replaceChildren.apply(panel, parts);
+  }
+
+  /* Expected and read sequences side by side, the wrong positions marked
+     by a "≠" and a heavy outline, not by colour alone. */
+  function sequences(w) {
+    const rows = [["position"], ["expected"], ["read"]];
+    w.expected_sequence.forEach(function (e, i) {
+      rows[0].push(String(i));
+      rows[1].push(e);
+      rows[2].push(w.read_sequence[i] === null ? "_" : w.read_sequence[i]);
+    });
+    const t = el("table", { class: "sequences" });
+    rows.forEach(function (cells, r) {
+      const tr = el("tr", {});
+      cells.forEach(function (c, i) {
+        const wrong = i > 0 && w.expected_sequence[i - 1] !== w.read_sequence[i - 1];
+        tr.appendChild(el(i === 0 ? "th" : "td", { class: wrong ? "mismatch" : null, scope: i === 0 ? "row" : null },
+          c + (wrong && r === 2 ? " ≠" : "")));
+      });
+      t.appendChild(tr);
+    });
+    return el("div", { class: "table-wrap" }, t);
+  }
+
+  function renderViolation() {
+    const panel = $("violation");
+    panel.hidden = current !== violation.step;
+    if (panel.hidden) return;
+    if (!violation.invariant) {
+      panel.className = "panel peak";
+      panel.replaceChildren(el("h2", {}, el("span", { class: "tag" }, "PEAK"), " " + violation.title));
+      return;
+    }
+    panel.className = "panel violation";
+    const w = violation.witness;
+    const decoded = data.decoded[String(violation.step)];
+    const parts = [
+      el("h2", {}, el("span", { class: "tag bad-tag" }, "✗ VIOLATION"), " " + violation.title),
+      el("p", { class: "holds-when" }, "It holds when: " + violation.holds_when),
+      el("p", { class: "sentence" }, violation.sentence),
+    ];
+    if (w.expected !== undefined) {
+      parts.push(el("p", { class: "expected-read" }, "Expected ", el("b", { class: "expected" }, w.expected),
+        " at position " + w.position + ", read ", el("b", { class: "read" }, w.read === null ? "_" : w.read),
+        "."));
+      if (decoded) parts.push(decodedLine(violation.step));
+      parts.push(sequences(w));
+    }
+    panel.replaceChildren.apply(panel, parts);
+  }
+
+  function renderStepList() {
+    const list = $("step-list");
+    if (!list.children.length) {
+      frames.slice(1).forEach(function (f) {
+        const item = el("li", { "data-step": f.n }, el("button", { type: "button", class: "link" }, f.text),
+          f.n === violation.step ? el("span", { class: "tag" }, violation.invariant ? "violation" : "peak") : null);
+        item.querySelector("button").addEventListener("click", function () { player.pause(); show(f.n); });
+        list.appendChild(item);
+      });
+    }
+    Array.prototype.forEach.call(list.children, function (item) {
+      if (Number(item.dataset.step) === current) item.setAttribute("aria-current", "step");
+      else item.removeAttribute("aria-current");
+    });
+  }
+
+  /* -- moving between frames ----------------------------------------------- */
+  function show(n) {
+    current = Math.max(0, Math.min(last, n));
+    const frame = frames[current];
+    $("position").textContent = "step " + current + " of " + last;
+    $("back").disabled = current === 0;
+    $("step").disabled = current === last;
+    renderAction(frame);
+    renderViolation();
+    renderPool(frame);
+    renderBranches(frame);
+    renderQueue(frame);
+    renderStepList();
+  }
+
+  let carry = 0;   // playing: fractions of a step accumulated between ticks
+  const player = CowPlayer.create($("play"), $("speed"), function (steps) {
+    carry += steps;
+    while (carry >= 1 && current < last) { carry -= 1; show(current + 1); }
+    return current < last;
+  }, function () { carry = 0; if (current === last) show(0); });
+
+  function by(delta) { return function () { player.pause(); show(current + delta); }; }
+  function to(n) { return function () { player.pause(); show(n); }; }
+  $("reset").addEventListener("click", to(0));
+  $("back").addEventListener("click", by(-1));
+  $("step").addEventListener("click", by(1));
+  $("goto-violation").addEventListener("click", to(violation.step));
+  CowPlayer.keys({ ArrowRight: by(1), ArrowLeft: by(-1), " ": player.toggle, Home: to(0), End: to(last) });
+  window.addEventListener("resize", function () { drawArrows(frames[current].state); });
+  show(0);
+})();

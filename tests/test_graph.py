@@ -1,0 +1,164 @@
+"""`cowcheck graph`: the block graph of a counterexample's state (networkx),
+and its SVG, DOT and PNG pictures."""
+
+from __future__ import annotations
+
+import json
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from checker import cli
+from checker.graph import block_graph, edges_of, find_chromium, picture, render, svg_size, to_dot, to_svg
+from checker.pages_cli import register
+
+register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
+
+ROOT = Path(__file__).resolve().parent.parent
+RACE = ROOT / "counterexamples" / "premature-decrement.faithful-output.json"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def load() -> dict:
+    return json.loads(RACE.read_text())
+
+
+def state_at(cx: dict, n: int) -> dict:
+    return cx["initial"] if n == 0 else cx["steps"][n - 1]["state"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, [str(a) for a in args])
+
+
+def test_the_graph_is_the_state_at_every_step():
+    cx = load()
+    for n in range(cx["length"] + 1):
+        state = state_at(cx, n)
+        g = block_graph(state, 2)
+        for b in state["blocks"]:
+            node = g.nodes[f"block {b['id']}"]
+            assert (node["refcount"], node["holds"], node["free"], list(node["slots"])) == \
+                   (b["refcount"], b["holds"], b["free"], b["slots"])
+        for table in ("working", "published"):
+            edges = sorted((u, d["index"], v) for u, v, d in edges_of(g, table))
+            assert edges == sorted((f"branch {name}", i, f"block {block}")
+                                   for name, br in state["branches"].items() for i, block in enumerate(br[table])), (n, table)
+        copies = [(u, v, d["n"]) for u, v, d in edges_of(g, "copy")]
+        assert copies == [(f"block {q['copy']['src']}", f"block {q['copy']['dst']}", q["copy"]["n"])
+                          for q in state["queue"] if "copy" in q]
+        assert len(edges_of(g, "kernel")) == sum("kernel" in q for q in state["queue"])
+
+
+def race_steps(cx: dict) -> tuple[int, int, int]:
+    """The three moments of the race (found by their text, so the test holds
+    when the committed trace is regenerated in another order): the decref
+    that frees the shared tail while both copies still read it, a's write into
+    the reused tail, and the read of the wrong token."""
+    decrefs = [s["n"] for s in cx["steps"] if "decref tail [tail=1]" in s["text"]]
+    reused = next(s["n"] for s in cx["steps"] if "alloc new [new=1]" in s["text"])
+    write = next(s["n"] for s in cx["steps"] if s["n"] > reused and s["text"].endswith(": write"))
+    return decrefs[-1], write, cx["length"]
+
+
+def test_the_race_in_three_steps():
+    cx = load()
+    freed, write, read = race_steps(cx)
+    assert (freed, write, read) == (8, 20, 27), "the README's three pictures name these steps: regenerate them"
+    g = block_graph(state_at(cx, freed), 2)          # b dropped the last reference: block 1 freed, two copies still read it
+    assert g.nodes["block 1"]["free"] and g.nodes["block 1"]["refcount"] == 0
+    assert sorted(v for _, v, _ in edges_of(g, "copy")) == ["block 2", "block 3"]
+    g = block_graph(state_at(cx, write), 2)          # a reused block 1; its kernel will overwrite p2 while 1 -> 3 is in flight
+    [(u, v, k)] = edges_of(g, "kernel")
+    assert (u, v, k["token"], k["slot"]) == ("branch a", "block 1", "a2", 0)
+    assert [(u, v) for u, v, _ in edges_of(g, "copy")] == [("block 1", "block 3")]
+    g, title, caption = picture(cx, read)            # b reads a2 where p2 belongs
+    assert g.nodes["block 3"]["slots"] == ("a2", "b1")
+    assert g.nodes["block 3"]["mark"]["label"] == "expected p2, read a2"
+    assert title == "premature-decrement (faithful-output), step 27 of 27"
+    assert caption[0] == cx["steps"][26]["text"] and caption[2].startswith("✗ faithful-output (harm) breaks at step 27.")
+
+
+def test_svg_is_well_formed_and_labels_what_colour_shows():
+    cx = load()
+    freed, write, _ = race_steps(cx)
+    g, title, caption = picture(cx, freed)
+    svg = to_svg(g, title, caption)
+    root = ET.fromstring(svg)
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert title in texts
+    assert texts.count("FREE") == 3                         # blocks 1, 4 and 5
+    assert "refcount 0" in texts and "refcount 2" in texts
+    assert "copy 1 slot: 1 → 2" in texts and "copy 1 slot: 1 → 3" in texts
+    for legend in ("working table (solid)", "published table (dashed)", "copy in flight (dotted, thick)"):
+        assert legend in texts
+    # published edges are dashed, working edges solid: 4 of each (2 branches x 2 blocks) plus the legend's
+    paths = [p for p in root.iter(f"{SVG}path") if p.get("marker-end")]
+    dashed = [p for p in paths if p.get("marker-end") == "url(#arrow-published)"]
+    solid = [p for p in paths if p.get("marker-end") == "url(#arrow-working)"]
+    assert len(dashed) == len(solid) == 5
+    assert all(p.get("stroke-dasharray") for p in dashed) and not any(p.get("stroke-dasharray") for p in solid)
+    width, height = svg_size(svg)
+    assert (root.get("width"), root.get("height")) == (str(width), str(height))
+    # a kernel in flight: its write is written into the target block, its edge dash-dotted
+    root = ET.fromstring(to_svg(*picture(cx, write)))
+    assert "← a2 in slot 0" in [t.text for t in root.iter(f"{SVG}text")]
+    assert sum(p.get("marker-end") == "url(#arrow-kernel)" for p in root.iter(f"{SVG}path")) == 2  # edge + legend
+
+
+def test_dot_has_the_same_edges():
+    write = race_steps(load())[1]
+    g, title, _ = picture(load(), write)
+    dot = to_dot(g, title)
+    assert dot.startswith(f'digraph "premature-decrement (faithful-output), step {write} of 27" {{') and dot.rstrip().endswith("}")
+    assert dot.count("->") == g.number_of_edges()
+    assert '"block 1" -> "block 3" [style=dotted' in dot
+    assert '"branch a" -> "block 1" [style=bold' in dot and 'label="kernel @4: a2"' in dot
+    assert dot.count("style=dashed") == len(edges_of(g, "published"))
+
+
+def test_command_writes_each_format(tmp_path):
+    for suffix in (".svg", ".dot"):
+        out = tmp_path / f"race{suffix}"
+        result = invoke("graph", RACE, "--step", 8, "-o", out)
+        assert result.exit_code == 0, result.output
+        assert result.output.strip() == f"wrote {out}"
+    assert "step 8 of 27" in (tmp_path / "race.svg").read_text()
+    result = invoke("graph", RACE, "-o", tmp_path / "last.svg")      # default: the violating step
+    assert result.exit_code == 0 and "step 27 of 27" in (tmp_path / "last.svg").read_text()
+
+
+def test_command_refuses_bad_input_in_one_line(tmp_path):
+    cases = (
+        (RACE, ("--step", 28), "x.svg", "step 28 is out of range: this trace has steps 0 (the initial state) to 27"),
+        (RACE, ("--step", -1), "x.svg", "step -1 is out of range"),
+        (RACE, (), "x.gif", "unknown picture format '.gif'; allowed: .svg, .png, .dot"),
+        (tmp_path / "missing.json", (), "x.svg", "file not found"),
+    )
+    for source, options, out, message in cases:
+        result = invoke("graph", source, *options, "-o", tmp_path / out)
+        assert result.exit_code == 2, (options, out)
+        assert result.output.startswith("cowcheck: error: ") and message in result.output
+        assert result.output.count("\n") == 1 and not (tmp_path / out).exists()
+
+
+def test_png_from_the_same_svg(tmp_path):
+    if find_chromium() is None:
+        pytest.skip("PNG output needs a Chromium browser (apt-get install chromium)")
+    cx = load()
+    out = render(cx, 8, tmp_path / "race.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == tuple(2 * v for v in svg_size(to_svg(*picture(cx, 8))))
+
+
+def test_the_readme_pictures(tmp_path):
+    """The command the README names for its three pictures of the race."""
+    for n in race_steps(load()):
+        result = invoke("graph", RACE, "--step", n, "-o", tmp_path / f"premature-decrement-{n}.svg")
+        assert result.exit_code == 0, result.output
+        ET.parse(tmp_path / f"premature-decrement-{n}.svg")

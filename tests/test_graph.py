@@ -162,3 +162,15 @@ def test_the_readme_pictures(tmp_path):
         result = invoke("graph", RACE, "--step", n, "-o", tmp_path / f"premature-decrement-{n}.svg")
         assert result.exit_code == 0, result.output
         ET.parse(tmp_path / f"premature-decrement-{n}.svg")
+
+
+@pytest.mark.parametrize("step", [8, 20, 27])
+def test_committed_readme_pictures_are_current(step, tmp_path):
+    """The README shows counterexamples/pictures/; they must be what this
+    version draws from the committed trace."""
+    out = tmp_path / f"premature-decrement-{step}.svg"
+    result = invoke("graph", str(ROOT / "counterexamples" / "premature-decrement.faithful-output.json"),
+                    "--step", str(step), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    committed = ROOT / "counterexamples" / "pictures" / out.name
+    assert out.read_text() == committed.read_text(), "regenerate the pictures with the command in README.md"

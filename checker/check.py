@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 from model.scenario import Scenario
 from model.state import allocated
+from model.encoding import Encoding
 from model.symmetry import Symmetry
 from model.system import Model
 
@@ -82,6 +83,7 @@ class CheckResult:
             "steady_blocks": x.steady,
             "complete": x.complete,
             "reductions": list(x.reductions),
+            "encoding": x.encoding,
             "fingerprints": x.fingerprints,
             "collision_probability": x.collision_probability,
             "bytes_per_state": round(x.bytes_per_state) if x.bytes_per_state is not None else None,
@@ -114,14 +116,15 @@ def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complet
 
 def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS, out_dir: Optional[Path] = None,
           max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
-          symmetry: bool = True, fingerprints: bool = False, progress: Optional[Callable] = None) -> CheckResult:
+          symmetry: bool = True, compact: bool = False, fingerprints: bool = False, progress: Optional[Callable] = None) -> CheckResult:
     validate_expect(scenario)
     model = Model(scenario)
     orbits = Symmetry(scenario) if symmetry else None
     explorer = Explorer(model, invariants, max_states=max_states, max_depth=max_depth, stop_at_first=first,
                         gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
                         representative=orbits.representative if orbits else None,
-                        reductions=tuple(orbits.describe()) if orbits else (), fingerprints=fingerprints,
+                        reductions=tuple(orbits.describe()) if orbits else (),
+                        encode=Encoding(scenario).encode if compact else None, fingerprints=fingerprints,
                         progress=progress)
     x = explorer.run()
     init = model.init_state()

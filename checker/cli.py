@@ -114,13 +114,14 @@ def main() -> None:
 @click.option("--max-depth", type=click.IntRange(min=0), help="Explore traces of at most this many actions (partial result).")
 @click.option("--symmetry/--no-symmetry", default=True, show_default=True,
               help="Store each orbit of interchangeable branches and renamed blocks once.")
+@click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
 @click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
 @click.option("--out", "out_dir", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
               help="Where counterexample files are written.")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
-def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, symmetry, fingerprints, json_path,
+def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, symmetry, compact, fingerprints, json_path,
           out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
@@ -145,7 +146,7 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
         progress = Progress(scenario.name)
         try:
             result = check_scenario(scenario, invariants=selected, out_dir=Path(out_dir), max_states=max_states,
-                                    max_depth=max_depth, first=first, symmetry=symmetry, fingerprints=fingerprints,
+                                    max_depth=max_depth, first=first, symmetry=symmetry, compact=compact, fingerprints=fingerprints,
                                     progress=progress)
         except SpecError as error:
             progress.close()

@@ -8,13 +8,15 @@ complete runs). It stores each state once with a parent link and rebuilds a
 trace on demand; because the search is breadth-first, the first violation it
 finds of each invariant is a shortest one.
 
-Two options shrink what is stored, neither changing any verdict, shortest
+Three options shrink what is stored, none changing any verdict, shortest
 length or measure:
 
 - `representative`: a map from a state to a member of its symmetry orbit
   (model.symmetry); each orbit is stored once. Traces are rebuilt concretely
   by walking from the real initial state, at each step taking a successor
   whose representative is the stored one.
+- `encode`: the visited set holds each state's compact encoding
+  (model.encoding: fixed-width bytes) instead of a tree of tuples.
 - `fingerprints`: the visited set holds a 64-bit hash of each state instead
   of the state (TLC's fingerprints); two states with the same fingerprint
   would be merged, with probability about n(g-n)/2^64 for n states and g
@@ -55,6 +57,7 @@ class Exploration:
     cost_range: Optional[tuple[int, int]] = None   # (min, max) action cost over complete runs
     steady_values: tuple[int, ...] = ()            # the gauge's values over steady states
     reductions: tuple[str, ...] = ()               # what shrank the stored space
+    encoding: Optional[str] = None                 # how visited states are stored, when not as tuples
     fingerprints: bool = False
     bytes_per_state: Optional[float] = None        # resident memory grown during the run, per state
 
@@ -88,7 +91,7 @@ class Explorer:
                  max_depth: Optional[int] = None, stop_at_first: bool = False,
                  gauge: Optional[Callable] = None, steady: Optional[Callable] = None,
                  cost: Optional[Callable] = None, representative: Optional[Callable] = None,
-                 reductions: tuple[str, ...] = (), fingerprints: bool = False,
+                 reductions: tuple[str, ...] = (), encode: Optional[Callable] = None, fingerprints: bool = False,
                  progress: Optional[Callable[["Explorer", int], None]] = None):
         self.model = model
         self.invariants = invariants
@@ -99,6 +102,7 @@ class Explorer:
         self.steady = steady
         self.cost = cost
         self.representative = representative
+        self.encode = encode
         self.fingerprints = fingerprints
         self.progress = progress
         self.judge = Judge(invariants)
@@ -112,16 +116,23 @@ class Explorer:
         self.edge_dst = array("i")
         self.edge_cost = array("b")
         self.final = bytearray()
-        self.result = Exploration(reductions=reductions, fingerprints=fingerprints)
+        self.result = Exploration(reductions=reductions, fingerprints=fingerprints,
+                                  encoding="fixed-width" if encode is not None else None)
 
     @property
     def count(self) -> int:
         return len(self.keys)
 
     def key(self, state):
+        """What the visited set holds for a state."""
         if self.representative is not None:
             state = self.representative(state)
-        return hash(state) if self.fingerprints else state
+        return self._stored(state)
+
+    def _stored(self, rep):
+        if self.encode is not None:
+            rep = self.encode(rep)
+        return hash(rep) if self.fingerprints else rep
 
     # -- search ---------------------------------------------------------------
     def _add(self, key, state, parent: int, depth: int) -> int:
@@ -145,13 +156,13 @@ class Explorer:
     def run(self) -> Exploration:
         res = self.result
         start, memory = time.perf_counter(), _resident_bytes()
-        model, key_of, index = self.model, self.key, self.index
+        model, index = self.model, self.index
         judge, found = self.judge, res.violations
         steady_values = set()
         init = model.init_state()
         if self.representative is not None:
             init = self.representative(init)
-        self._add(key_of(init), init, -1, 0)
+        self._add(self._stored(init), init, -1, 0)
         queue = deque([(0, init)])
         try:
             while queue:
@@ -180,7 +191,7 @@ class Explorer:
                         continue
                     if self.representative is not None:
                         nxt = self.representative(nxt)
-                    key = hash(nxt) if self.fingerprints else nxt
+                    key = self._stored(nxt)
                     nid = index.get(key)
                     if nid is None:
                         if self.max_states is not None and len(self.keys) >= self.max_states:

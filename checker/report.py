@@ -45,6 +45,8 @@ def show(result: CheckResult, console: Console) -> None:
     line = f"[dim]reductions[/] {escape(reductions)}"
     if x.bytes_per_state and x.states >= 10_000:  # below that, page granularity swamps it
         line += f"  [dim]memory[/] ~{x.bytes_per_state:,.0f} bytes/state"
+    if x.encoding:
+        line += f"  [dim]visited set[/] {x.encoding} encodings"
     if x.fingerprints:
         line += f"  [dim]fingerprints[/] 64-bit, collision probability ~{x.collision_probability:.1e}"
     console.print(line)

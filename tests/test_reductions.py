@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from checker import trace
 from checker.check import check
 from checker.replay import replay
+from model.encoding import Encoding
 from model.protocol import builtin_names
 from model.scenario import DEVICES, load_scenario, make_scenario
 from model.symmetry import Symmetry
@@ -41,12 +42,15 @@ def scenarios(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(scenarios())
 def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
-    plain = check(scenario, max_states=6_000)
+    plain = check(scenario, max_states=6_000, symmetry=False)
     assume(plain.exploration.complete)
     reduced = check(scenario, symmetry=True)
     fingerprinted = check(scenario, symmetry=True, fingerprints=True)
+    compacted = check(scenario, symmetry=False, compact=True)
     assert measures(reduced) == measures(plain)
     assert measures(fingerprinted) == measures(plain)
+    assert measures(compacted) == measures(plain)
+    assert compacted.exploration.states == plain.exploration.states
     assert reduced.exploration.states <= plain.exploration.states
     assert fingerprinted.exploration.states == reduced.exploration.states
 
@@ -124,6 +128,21 @@ SPEC_SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "specs" / "sce
 def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
     scenario = load_scenario(path)
     plain = check(scenario, symmetry=False)
-    reduced = check(scenario, symmetry=True, fingerprints=True)
+    reduced = check(scenario, symmetry=True, compact=True)
     assert plain.exploration.complete and reduced.exploration.complete
     assert measures(reduced) == measures(plain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_compact_encoding_is_fixed_width_and_lossless(scenario, rnd):
+    model, encoding = Model(scenario), Encoding(scenario)
+    state = model.init_state()
+    for _ in range(60):
+        data = encoding.encode(state)
+        assert len(data) == encoding.width
+        assert encoding.decode(data) == state
+        options = [t for t in model.successors(state) if t.state is not None]
+        if not options:
+            break
+        state = rnd.choice(options).state

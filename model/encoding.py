@@ -1,0 +1,113 @@
+"""A compact, fixed-width encoding of states, for the explorer's visited set.
+
+A State is a tree of tuples (hundreds of bytes of Python objects once shared
+parts are counted); its encoding is one `bytes` object of the same length for
+every state of a scenario, with every field at a fixed offset. The widths
+come from the scenario: P blocks of B slots, branch tables of at most T
+blocks, a device queue of at most Q operations. Every value fits one byte
+when the scenario is small enough (the usual case), else two.
+
+The encoding is lossless (`decode` inverts it, which the tests check), so a
+visited set of encodings is exact, unlike fingerprints."""
+
+from __future__ import annotations
+
+from array import array
+
+from .scenario import Scenario
+from .state import CANCELLED, FINISHED, RUNNING, Block, Branch, Copy, Kernel, State
+
+STATUSES = (RUNNING, FINISHED, CANCELLED)
+OPS = (None, "append", "finish", "cancel")
+NONE = 0  # an absent token, local or queue entry; present values are stored + 1
+
+
+class Encoding:
+    def __init__(self, scenario: Scenario):
+        protocol = scenario.protocol
+        self.B = scenario.block_size
+        self.P = scenario.pool
+        self.paths = [None] + list(protocol.paths)
+        self.tokens = [None] + list(dict.fromkeys(t for i in range(len(scenario.branches)) for t in scenario.tokens(i)))
+        self.token_id = {t: i for i, t in enumerate(self.tokens)}
+        steps = list(protocol.paths.values())
+        appends_per_path = max(sum(s.op == "append" for s in p.steps) for p in steps)
+        copies_per_path = max(sum(s.op in ("copy", "copy-block") for s in p.steps) for p in steps)
+        most_appends = max(b.appends for b in scenario.branches)
+        #: the longest a table can grow: the prompt's blocks plus every `append` step
+        self.T = scenario.prompt_blocks + most_appends * appends_per_path
+        #: the most ops in flight: every write and copy launched, none completed
+        self.Q = sum(b.appends for b in scenario.branches) * (1 + copies_per_path)
+        self.branches = len(scenario.branches)
+        bound = max(self.P, len(self.tokens), scenario.prompt + most_appends, self.T, self.Q,
+                    len(self.paths), self.B) + 2
+        self.code = "B" if bound < 100 else "H"  # leaves headroom for refcounts and holds
+        self.width = self._fields() * array(self.code).itemsize
+
+    def _fields(self) -> int:
+        block = 2 + self.B
+        branch = 8 + 2 * (1 + self.T)
+        op = 4 + 1 + self.T
+        return self.P * block + 1 + self.P + self.branches * branch + 1 + self.Q * op
+
+    def _table(self, out: list, table: tuple[int, ...]) -> None:
+        out.append(len(table))
+        out.extend(b + 1 for b in table)
+        out.extend([NONE] * (self.T - len(table)))
+
+    def encode(self, state: State) -> bytes:
+        out: list[int] = []
+        tid = self.token_id
+        for blk in state.blocks:
+            out.append(blk.refcount)
+            out.append(blk.holds)
+            out.extend(tid[t] if t is not None else NONE for t in blk.slots)
+        out.append(len(state.free))
+        out.extend(b + 1 for b in state.free)
+        out.extend([NONE] * (self.P - len(state.free)))
+        for br in state.branches:
+            out.extend((STATUSES.index(br.status), br.pos, br.done, OPS.index(br.op), self.paths.index(br.path),
+                        br.step, NONE if br.tail is None else br.tail + 1, NONE if br.new is None else br.new + 1))
+            self._table(out, br.working)
+            self._table(out, br.published)
+        out.append(len(state.queue))
+        for op in state.queue:
+            if type(op) is Copy:
+                out.extend((1, op.src, op.dst, op.n))
+                self._table(out, ())
+            else:
+                out.extend((2, op.branch, op.pos, tid[op.token]))
+                self._table(out, op.snapshot)
+        out.extend([NONE] * ((self.Q - len(state.queue)) * (4 + 1 + self.T)))
+        return array(self.code, out).tobytes()
+
+    def decode(self, data: bytes) -> State:
+        values = array(self.code)
+        values.frombytes(data)
+        it = iter(values)
+
+        def take(n: int) -> list[int]:
+            return [next(it) for _ in range(n)]
+
+        def table() -> tuple[int, ...]:
+            n, entries = next(it), take(self.T)
+            return tuple(b - 1 for b in entries[:n])
+
+        blocks = []
+        for _ in range(self.P):
+            refcount, holds = next(it), next(it)
+            blocks.append(Block(refcount, holds, tuple(self.tokens[t] for t in take(self.B))))
+        n = next(it)
+        free = tuple(b - 1 for b in take(self.P)[:n])
+        branches = []
+        for _ in range(self.branches):
+            status, pos, done, op, path, step, tail, new = take(8)
+            working, published = table(), table()
+            branches.append(Branch(STATUSES[status], pos, done, OPS[op], self.paths[path], step,
+                                   None if tail == NONE else tail - 1, None if new == NONE else new - 1, working, published))
+        queue = []
+        for _ in range(next(it)):
+            kind, a, b, c = take(4)
+            snapshot = table()
+            queue.append(Copy(a, b, c) if kind == 1 else Kernel(a, b, self.tokens[c], snapshot))
+        return State(tuple(blocks), free, tuple(branches), tuple(queue))

@@ -277,5 +277,25 @@ def bench(as_json, folder, full) -> None:
 
 register(main)  # html, graph, lab (checker.pages_cli)
 
+
+def run() -> None:
+    """The `cowcheck` command: click's usage errors (an unknown option, a
+    value out of range) become one line and exit status 2, like every other
+    kind of bad input."""
+    try:
+        main.main(standalone_mode=False)
+    except click.exceptions.Exit as done:  # --help, or a command's own exit
+        sys.exit(done.exit_code)
+    except click.UsageError as error:
+        where = error.ctx.command_path if error.ctx else "cowcheck"
+        click.echo(f"{where}: error: {error.format_message()}", err=True)
+        sys.exit(2)
+    except click.ClickException as error:
+        click.echo(f"cowcheck: error: {error.format_message()}", err=True)
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+
+
 if __name__ == "__main__":
-    main()
+    run()

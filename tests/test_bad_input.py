@@ -309,3 +309,20 @@ def test_real_executable_bad_input(tmp_path, case):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert_names(lines[0], *needles)
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["check", "specs/", "--device", "gpu"], ["--device", "gpu", "async", "stream"]),
+    (["check", "specs/", "--max-states", "0"], ["--max-states", "0"]),
+    (["replay", "x.json", "--pool", "tpu"], ["--pool", "tpu", "numpy", "cupy"]),
+    (["no-such-command"], ["no-such-command"]),
+])
+def test_command_line_usage_errors_are_one_line(args, needles):
+    """Click's own usage errors go through the same one-line, exit-2 path."""
+    proc = subprocess.run(_cowcheck() + args, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and not proc.stdout
+    for needle in needles:
+        assert needle in lines[0]

@@ -107,7 +107,7 @@ class Explorer:
         self.progress = progress
         self.judge = Judge(invariants)
         # the graph, kept for traces and the cost measure; a state's key is
-        # its representative, or that representative's fingerprint
+        # its representative, as is, encoded (model.encoding) or fingerprinted
         self.keys: list = []
         self.index: dict = {}
         self.parent = array("i")
@@ -266,7 +266,10 @@ class Explorer:
         out = []
         for nid in self._ids_to(sid)[1:]:
             want = self.keys[nid]
-            tr = next(t for t in self.model.successors(state) if t.state is not None and self.key(t.state) == want)
+            tr = next((t for t in self.model.successors(state) if t.state is not None and self.key(t.state) == want), None)
+            if tr is None:  # only a fingerprint collision can cut the chain
+                raise RuntimeError(f"cannot rebuild the trace at step {len(out) + 1}: no successor has the stored "
+                                   f"{'fingerprint' if self.fingerprints else 'key'}; rerun without --fingerprints")
             out.append((tr.action, tr.state))
             state = tr.state
         return out

@@ -133,6 +133,8 @@ def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS,
         v = x.violations.get(inv.id)
         if v is None:
             verdicts[inv.id] = Verdict(inv.id, inv.kind, True if x.complete else None)
+            if x.complete and out_dir is not None:  # a counterexample from an earlier version no longer applies
+                (out_dir / trace.file_name(scenario, inv.id)).unlink(missing_ok=True)
             continue
         verdict = Verdict(inv.id, inv.kind, False, v.length, witness=v.witness)
         if out_dir is not None:

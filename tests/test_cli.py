@@ -333,3 +333,20 @@ def test_list_names_every_protocol_and_invariant():
         assert name in first_words, f"protocol {name} not listed"
     for inv_id in IDS:
         assert inv_id in first_words, f"invariant {inv_id} not listed"
+
+
+def test_a_stale_counterexample_is_removed_when_the_invariant_now_holds(tmp_path):
+    """A file left by an earlier run for an invariant that holds now would
+    be mistaken for a current counterexample."""
+    from checker.cli import main as cli_main
+    from click.testing import CliRunner as Runner
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('protocol = "cow"\nblock_size = 2\nprompt = 3\n[[branch]]\nappends = 1\n[[branch]]\nappends = 1\n')
+    out = tmp_path / "cx"
+    out.mkdir()
+    stale = out / "s.faithful-output.json"
+    stale.write_text("{}")
+    result = Runner().invoke(cli_main, ["check", str(scenario), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not stale.exists()
+    assert (out / "s.peak.json").exists()

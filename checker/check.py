@@ -44,6 +44,7 @@ class CheckResult:
     explorer: Explorer
     peak_path: Optional[str] = None
     expectation_failures: list[str] = field(default_factory=list)
+    engine: str = "explicit"
 
     @property
     def summary(self) -> str:
@@ -65,6 +66,7 @@ class CheckResult:
     def to_json(self) -> dict:
         s, x = self.scenario, self.exploration
         return {
+            "engine": self.engine,
             "scenario": s.name,
             "source": s.source,
             "protocol": s.protocol.name,

@@ -23,6 +23,7 @@ from . import trace
 from .check import CheckResult, check as check_scenario
 from .executor import replay_on_pool
 from .pages_cli import register, write_check_pages
+from .symbolic import run_bmc, run_kinduction
 from .explain import explain as explain_trace
 from .replay import replay as replay_trace
 from .report import show, show_pool
@@ -112,6 +113,11 @@ def main() -> None:
 @click.option("--first", is_flag=True, help="Stop at the first violation.")
 @click.option("--max-states", type=click.IntRange(min=1), help="Stop after this many distinct states (partial result).")
 @click.option("--max-depth", type=click.IntRange(min=0), help="Explore traces of at most this many actions (partial result).")
+@click.option("--engine", type=click.Choice(["explicit", "bmc", "kind"]), default="explicit", show_default=True,
+              help="explicit: breadth-first exploration (exhaustive, every measure); bmc: z3 bounded model checking "
+                   "(shortest bugs in deep scenarios); kind: z3 k-induction (proofs).")
+@click.option("--depth", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Bound for --engine bmc|kind: actions per run.")
 @click.option("--symmetry/--no-symmetry", default=True, show_default=True,
               help="Store each orbit of interchangeable branches and renamed blocks once.")
 @click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
@@ -121,8 +127,8 @@ def main() -> None:
               help="Where counterexample files are written.")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
-def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, symmetry, compact, fingerprints, json_path,
-          out_dir, html_dir) -> None:
+def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, engine, depth, symmetry, compact,
+          fingerprints, json_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input."""
@@ -145,9 +151,14 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
     for scenario in scenarios:
         progress = Progress(scenario.name)
         try:
-            result = check_scenario(scenario, invariants=selected, out_dir=Path(out_dir), max_states=max_states,
-                                    max_depth=max_depth, first=first, symmetry=symmetry, compact=compact, fingerprints=fingerprints,
-                                    progress=progress)
+            if engine == "bmc":
+                result = run_bmc(scenario, selected, depth, out_dir=Path(out_dir))
+            elif engine == "kind":
+                result = run_kinduction(scenario, selected, depth, out_dir=Path(out_dir))
+            else:
+                result = check_scenario(scenario, invariants=selected, out_dir=Path(out_dir), max_states=max_states,
+                                        max_depth=max_depth, first=first, symmetry=symmetry, compact=compact,
+                                        fingerprints=fingerprints, progress=progress)
         except SpecError as error:
             progress.close()
             fail(error)

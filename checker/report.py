@@ -33,6 +33,10 @@ def show(result: CheckResult, console: Console) -> None:
     console.print(table)
     colour = {UNSAFE: "bold red", UNDISCIPLINED: "yellow"}.get(result.summary.split(" so far")[0], "bold green")
     console.print(f"[{colour}]{escape(result.summary)}[/]")
+    if result.engine != "explicit":  # z3 engines: no states or measures, their own line
+        console.print(f"[dim]{escape(result.engine_line())}[/]")
+        _show_expect(result, console)
+        return
     copies = f"{x.cost_range[0]}-{x.cost_range[1]}" if x.cost_range else "n/a"
     steady = "n/a" if x.steady is None else str(x.steady)
     console.print(
@@ -50,6 +54,11 @@ def show(result: CheckResult, console: Console) -> None:
     if x.fingerprints:
         line += f"  [dim]fingerprints[/] 64-bit, collision probability ~{x.collision_probability:.1e}"
     console.print(line)
+    _show_expect(result, console)
+
+
+def _show_expect(result: CheckResult, console: Console) -> None:
+    s = result.scenario
     if s.expect:
         if result.expect_met:
             console.print(f"[green]expect met[/]: {escape(', '.join(s.expect))}")

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import z3
@@ -27,7 +28,7 @@ from checker.symbolic.invariants import ENCODINGS, NOT_ENCODED, SymbolicJudge
 from checker.symbolic.kind import run_kinduction
 from checker.trace import load
 from model.protocol import builtin_names
-from model.scenario import DEVICES, make_scenario
+from model.scenario import DEVICES, make_scenario, load_scenario
 
 
 def test_every_invariant_has_an_encoding_or_a_reason():
@@ -184,3 +185,18 @@ def test_unsupported_reuse_is_a_clear_spec_error():
 
     with pytest.raises(SpecError, match="'any' is not supported by the symbolic engines"):
         run_bmc(make_scenario(2, 3, [1, 1], "cow", reuse="any"), INVARIANTS, 2)
+
+
+SMALL_SPECS = ["spare-capacity", "publish-before-copy", "vllm-bmv1-async", "premature-decrement", "cow-stream"]
+
+
+@pytest.mark.parametrize("name", SMALL_SPECS)
+def test_bmc_agrees_with_the_explorer_on_shipped_scenarios_within_the_bound(name):
+    """Within depth 8, BMC breaks exactly the invariants the explorer breaks
+    in at most 8 actions, at the same shortest lengths."""
+    scenario = load_scenario(Path(__file__).resolve().parent.parent / "specs" / "scenarios" / f"{name}.toml")
+    bmc = run_bmc(scenario, INVARIANTS, 8)
+    explicit = check(scenario, symmetry=False)
+    found = {k: v.length for k, v in bmc.verdicts.items() if v.holds is False}
+    expected = {k: v.length for k, v in explicit.verdicts.items() if v.holds is False and v.length <= 8}
+    assert found == expected

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from model.scenario import make_scenario
 from checker.check import check
+from checker.graph import CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = Path(tempfile.gettempdir()) / "cowcheck-screenshots"
 
 
 def run(protocol: str, B: int, L: int, branches, **kw):
@@ -26,3 +31,45 @@ def broken(result) -> dict[str, int]:
 @pytest.fixture
 def specs() -> Path:
     return SPECS
+
+
+# -- the browser, for the page tests ------------------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium per test module."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip install playwright)")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_ARGS))
+        yield chromium
+        chromium.close()
+
+
+@contextmanager
+def opened(browser, path: Path, width: int = 1000):
+    """A page opened from a file. On leaving, the page must have logged no
+    console error or warning, thrown nothing, and fetched nothing but itself
+    (or a page of its folder it was sent to by a link)."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    problems: list[str] = []
+    fetched: list[str] = []
+    page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: problems.append(f"exception: {e}"))
+    page.on("request", lambda r: fetched.append(r.url))
+    page.goto(path.as_uri())
+    yield page
+    assert problems == []
+    assert fetched[0] == path.as_uri()
+    assert all(url.startswith(path.parent.as_uri() + "/") and url.endswith(".html") for url in fetched), fetched
+    page.close()
+
+
+def screenshot(page, name: str) -> None:
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def fits(page, width: int) -> bool:
+    """Nothing sticks out sideways: the page needs no horizontal scrolling."""
+    return page.evaluate("document.documentElement.scrollWidth") <= width

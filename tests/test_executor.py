@@ -4,7 +4,6 @@ model, step for step, on when the output goes wrong."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

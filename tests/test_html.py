@@ -10,27 +10,22 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from checker import cli, trace
 from checker.check import check
-from checker.graph import CHROMIUM_ARGS
 from checker.html import stepper_data, stepper_html
 from checker.pages_cli import decoded_on_pool, register, write_check_pages
 from model.scenario import load_scenario
+from conftest import fits, opened, screenshot  # browser is a fixture in conftest
 
 register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
 
 ROOT = Path(__file__).resolve().parent.parent
 CX = ROOT / "counterexamples"
 RACE = CX / "premature-decrement.faithful-output.json"
-CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = Path(tempfile.gettempdir()) / "cowcheck-screenshots"
 
 
 def load(path: Path) -> dict:
@@ -39,48 +34,6 @@ def load(path: Path) -> dict:
 
 def invoke(*args):
     return CliRunner().invoke(cli.main, [str(a) for a in args])
-
-
-# -- the browser (test_lab.py imports these) ---------------------------------------
-@pytest.fixture(scope="module")
-def browser():
-    """One headless Chromium per test module."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip install playwright)")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_ARGS))
-        yield chromium
-        chromium.close()
-
-
-@contextmanager
-def opened(browser, path: Path, width: int = 1000):
-    """A page opened from a file. On leaving, the page must have logged no
-    console error or warning, thrown nothing, and fetched nothing but itself
-    (or a page of its folder it was sent to by a link)."""
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    problems: list[str] = []
-    fetched: list[str] = []
-    page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
-    page.on("pageerror", lambda e: problems.append(f"exception: {e}"))
-    page.on("request", lambda r: fetched.append(r.url))
-    page.goto(path.as_uri())
-    yield page
-    assert problems == []
-    assert fetched[0] == path.as_uri()
-    assert all(url.startswith(path.parent.as_uri() + "/") and url.endswith(".html") for url in fetched), fetched
-    page.close()
-
-
-def screenshot(page, name: str) -> None:
-    SHOTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def fits(page, width: int) -> bool:
-    """Nothing sticks out sideways: the page needs no horizontal scrolling."""
-    return page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 # -- the page's data, no browser -------------------------------------------------

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from checker import cli
 from checker.lab import LIMITS, identity, lab_html, run, served
 from checker.pages_cli import register
-from test_html import browser, fits, opened, screenshot  # noqa: F401  (browser is a fixture)
+from conftest import fits, opened, screenshot  # browser is a fixture in conftest
 
 register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
 

@@ -10,7 +10,7 @@ from typing import Optional
 from model.state import State, allocated, state_to_json
 from model.system import Model, Transition
 
-from .invariants import BY_ID, Invariant, Judge
+from .invariants import BY_ID, Judge
 from .trace import Counterexample
 
 
@@ -24,11 +24,10 @@ class Replayed:
     transitions: list[Transition] = field(default_factory=list)
 
 
-def first_violation(model: Model, inv: Invariant, before: State, depth: int, successors: list[Transition],
+def first_violation(model: Model, judge: Judge, before: State, depth: int, successors: list[Transition],
                     taken: Optional[Transition]) -> Optional[tuple[int, dict]]:
-    """Does `inv` break in state `before` (at its depth) or at the action taken
-    from it (one longer)?"""
-    judge = Judge((inv,))
+    """Does the judged invariant break in state `before` (at its depth) or at
+    the action taken from it (one longer)?"""
     for _, witness in judge.state(model, before, model.is_final(before), not successors):
         return depth, witness
     if taken is not None:
@@ -46,6 +45,7 @@ def replay(cx: Counterexample) -> Replayed:
         out.step = 0
         return out
     inv = BY_ID.get(cx.invariant) if cx.invariant else None
+    judge = Judge((inv,)) if inv is not None else None
     found: Optional[tuple[int, dict]] = None
     for n, (action, recorded) in enumerate(zip(cx.actions, cx.states), 1):
         successors = model.successors(state)
@@ -55,7 +55,7 @@ def replay(cx: Counterexample) -> Replayed:
             out.step, out.message = n, f"step {n}: action '{action}' is not enabled here (enabled: {enabled})"
             return out
         if inv is not None and found is None:
-            found = first_violation(model, inv, state, n - 1, successors, taken)
+            found = first_violation(model, judge, state, n - 1, successors, taken)
         out.transitions.append(taken)
         if taken.state is None:
             if n != len(cx.actions):
@@ -69,7 +69,7 @@ def replay(cx: Counterexample) -> Replayed:
         out.states.append(state)
     else:
         if inv is not None and found is None:
-            found = first_violation(model, inv, state, len(cx.actions), model.successors(state), None)
+            found = first_violation(model, judge, state, len(cx.actions), model.successors(state), None)
 
     if inv is None:  # a peak trace
         reached = allocated(state)

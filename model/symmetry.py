@@ -38,8 +38,6 @@ class Symmetry:
         for i, spec in enumerate(scenario.branches):
             groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
         self.classes = [tuple(g) for g in groups.values() if len(g) > 1] if branches else []
-        self.prompt_blocks = scenario.prompt_blocks
-        self.enabled = bool(self.classes) or blocks
         # tokens each branch owns, for renaming: own[i][k-1] = f"{name_i}{k}"
         self.own = [scenario.tokens(i)[scenario.prompt:] for i in range(len(scenario.branches))]
 

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 from model.scenario import Scenario
 from model.state import allocated
+from model.ample import Ample
 from model.encoding import Encoding
 from model.symmetry import Symmetry
 from model.system import Model
@@ -118,17 +119,37 @@ def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complet
 
 def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS, out_dir: Optional[Path] = None,
           max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
-          symmetry: bool = True, compact: bool = False, fingerprints: bool = False, progress: Optional[Callable] = None) -> CheckResult:
+          symmetry: bool = True, por: bool = False, compact: bool = False, fingerprints: bool = False,
+          progress: Optional[Callable] = None) -> CheckResult:
+    """Explore the scenario with the reductions asked for. Partial-order
+    reduction applies only to exhaustive runs (without --max-depth, whose
+    meaning it would change); when it finds violations, a second search
+    without it, bounded by the lengths found and stopped once it has them all,
+    supplies the true shortest lengths and traces (it is not limited by
+    --max-states: its depth bound already limits it)."""
     validate_expect(scenario)
     model = Model(scenario)
     orbits = Symmetry(scenario) if symmetry else None
-    explorer = Explorer(model, invariants, max_states=max_states, max_depth=max_depth, stop_at_first=first,
-                        gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
-                        representative=orbits.representative if orbits else None,
-                        reductions=tuple(orbits.describe()) if orbits else (),
-                        encode=Encoding(scenario).encode if compact else None, fingerprints=fingerprints,
-                        progress=progress)
-    x = explorer.run()
+    ample = Ample(model) if por and max_depth is None else None
+
+    def explore(invariants, ample, max_states, **limits) -> Explorer:
+        reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
+        explorer = Explorer(model, invariants, max_states=max_states, gauge=allocated, steady=model.is_steady,
+                            cost=model.is_copy_launch, representative=orbits.representative if orbits else None,
+                            ample=ample if ample and ample.enabled else None, reductions=tuple(reductions),
+                            encode=Encoding(scenario).encode if compact else None, fingerprints=fingerprints,
+                            progress=progress, **limits)
+        explorer.run()
+        return explorer
+
+    explorer = explore(invariants, ample, max_states, max_depth=max_depth, stop_at_first=first)
+    x = explorer.result
+    shortest = explorer
+    if ample is not None and ample.enabled and x.violations:
+        found = tuple(inv for inv in invariants if inv.id in x.violations)
+        shortest = explore(found, None, None, max_depth=max(v.length for v in x.violations.values()),
+                           stop_after=frozenset(inv.id for inv in found))
+        x.violations = {inv.id: shortest.result.violations[inv.id] for inv in found}
     init = model.init_state()
     verdicts: dict[str, Verdict] = {}
     for inv in invariants:
@@ -140,12 +161,12 @@ def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS,
             continue
         verdict = Verdict(inv.id, inv.kind, False, v.length, witness=v.witness)
         if out_dir is not None:
-            steps, witness = explorer.trace_of(v)
+            steps, witness = shortest.trace_of(v)
             verdict.witness = witness
             data = trace.to_json(scenario, init, steps, invariant=inv.id, invariant_kind=inv.kind, witness=witness)
             verdict.path = str(trace.write(out_dir / trace.file_name(scenario, inv.id), data))
         verdicts[inv.id] = verdict
-    result = CheckResult(scenario, x, verdicts, explorer)
+    result = CheckResult(scenario, x, verdicts, shortest)
     if out_dir is not None and x.peak_state is not None:
         data = trace.to_json(scenario, init, explorer.path_to(x.peak_state), peak=x.peak)
         result.peak_path = str(trace.write(out_dir / trace.file_name(scenario, trace.PEAK), data))

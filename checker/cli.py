@@ -120,6 +120,9 @@ def main() -> None:
               help="Bound for --engine bmc|kind: actions per run.")
 @click.option("--symmetry/--no-symmetry", default=True, show_default=True,
               help="Store each orbit of interchangeable branches and renamed blocks once.")
+@click.option("--por/--no-por", default=False, show_default=True,
+              help="Partial-order reduction: explore an enabled wait-kernel alone (exhaustive runs only; "
+                   "violations are re-searched without it for true shortest lengths).")
 @click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
 @click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
@@ -127,7 +130,7 @@ def main() -> None:
               help="Where counterexample files are written.")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
-def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, engine, depth, symmetry, compact,
+def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, engine, depth, symmetry, por, compact,
           fingerprints, json_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
@@ -157,7 +160,7 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
                 result = run_kinduction(scenario, selected, depth, out_dir=Path(out_dir))
             else:
                 result = check_scenario(scenario, invariants=selected, out_dir=Path(out_dir), max_states=max_states,
-                                        max_depth=max_depth, first=first, symmetry=symmetry, compact=compact,
+                                        max_depth=max_depth, first=first, symmetry=symmetry, por=por, compact=compact,
                                         fingerprints=fingerprints, progress=progress)
         except SpecError as error:
             progress.close()

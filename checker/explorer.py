@@ -8,8 +8,8 @@ complete runs). It stores each state once with a parent link and rebuilds a
 trace on demand; because the search is breadth-first, the first violation it
 finds of each invariant is a shortest one.
 
-Three options shrink what is stored, none changing any verdict, shortest
-length or measure:
+Four options shrink what is stored, none changing any verdict or measure
+(and all but `ample` no shortest length either):
 
 - `representative`: a map from a state to a member of its symmetry orbit
   (model.symmetry); each orbit is stored once. Traces are rebuilt concretely
@@ -17,6 +17,9 @@ length or measure:
   whose representative is the stored one.
 - `encode`: the visited set holds each state's compact encoding
   (model.encoding: fixed-width bytes) instead of a tree of tuples.
+- `ample`: a map from a state and its transitions to the ones to explore
+  (model.ample's partial-order reduction). Verdicts and measures are kept;
+  shortest lengths may grow, which the caller re-searches (checker.check).
 - `fingerprints`: the visited set holds a 64-bit hash of each state instead
   of the state (TLC's fingerprints); two states with the same fingerprint
   would be merged, with probability about n(g-n)/2^64 for n states and g
@@ -89,8 +92,10 @@ def _resident_bytes() -> int:
 class Explorer:
     def __init__(self, model, invariants: tuple[Invariant, ...], *, max_states: Optional[int] = None,
                  max_depth: Optional[int] = None, stop_at_first: bool = False,
+                 stop_after: Optional[frozenset[str]] = None,
                  gauge: Optional[Callable] = None, steady: Optional[Callable] = None,
                  cost: Optional[Callable] = None, representative: Optional[Callable] = None,
+                 ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None, fingerprints: bool = False,
                  progress: Optional[Callable[["Explorer", int], None]] = None):
         self.model = model
@@ -98,10 +103,12 @@ class Explorer:
         self.max_states = max_states
         self.max_depth = max_depth
         self.stop_at_first = stop_at_first
+        self.stop_after = stop_after
         self.gauge = gauge
         self.steady = steady
         self.cost = cost
         self.representative = representative
+        self.ample = ample
         self.encode = encode
         self.fingerprints = fingerprints
         self.progress = progress
@@ -152,6 +159,8 @@ class Explorer:
             self.result.violations[inv_id] = Violation(inv_id, length, sid, action, after, witness or {})
             if self.stop_at_first:
                 raise _Stop("first violation")
+            if self.stop_after is not None and self.stop_after <= self.result.violations.keys():
+                raise _Stop("every sought violation found")
 
     def run(self) -> Exploration:
         res = self.result
@@ -181,6 +190,8 @@ class Explorer:
                     if trs:
                         res.complete, res.stopped = False, f"--max-depth {self.max_depth}"
                     continue
+                if self.ample is not None:
+                    trs = self.ample(state, trs)
                 for tr in trs:
                     res.transitions += 1
                     if tr.facts:

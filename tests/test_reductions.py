@@ -1,7 +1,8 @@
-"""Reductions change what is stored, never what is reported: with symmetry
-and with fingerprints, every invariant's verdict and shortest length, the
-peak, the copies and the steady count equal the unreduced search's, and the
-counterexamples found on the reduced space replay on concrete ids."""
+"""Reductions change what is stored, never what is reported: with symmetry,
+partial-order reduction and fingerprints, every invariant's verdict and
+shortest length, the peak, the copies and the steady count equal the
+unreduced search's, and the counterexamples found on the reduced space replay
+on concrete ids."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from checker import trace
 from checker.check import check
 from checker.replay import replay
+from model.ample import Ample
 from model.encoding import Encoding
 from model.protocol import builtin_names
 from model.scenario import DEVICES, load_scenario, make_scenario
@@ -47,7 +49,12 @@ def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
     reduced = check(scenario, symmetry=True)
     fingerprinted = check(scenario, symmetry=True, fingerprints=True)
     compacted = check(scenario, symmetry=False, compact=True)
+    ordered = check(scenario, symmetry=False, por=True)
+    both = check(scenario, symmetry=True, por=True)
     assert measures(reduced) == measures(plain)
+    assert measures(ordered) == measures(plain)
+    assert measures(both) == measures(plain)
+    assert ordered.exploration.states <= plain.exploration.states
     assert measures(fingerprinted) == measures(plain)
     assert measures(compacted) == measures(plain)
     assert compacted.exploration.states == plain.exploration.states
@@ -59,7 +66,7 @@ def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
 @given(scenario=scenarios())
 def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factory):
     out = tmp_path_factory.mktemp("cx")
-    result = check(scenario, symmetry=True, fingerprints=True, out_dir=out, max_states=6_000)
+    result = check(scenario, symmetry=True, por=True, fingerprints=True, out_dir=out, max_states=6_000)
     assume(result.exploration.complete)
     for verdict in result.verdicts.values():
         if verdict.holds is False:
@@ -129,8 +136,55 @@ def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
     scenario = load_scenario(path)
     plain = check(scenario, symmetry=False)
     reduced = check(scenario, symmetry=True, compact=True)
-    assert plain.exploration.complete and reduced.exploration.complete
+    ordered = check(scenario, symmetry=True, por=True)
+    assert plain.exploration.complete and reduced.exploration.complete and ordered.exploration.complete
     assert measures(reduced) == measures(plain)
+    assert measures(ordered) == measures(plain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
+    """Walk randomly; wherever the reduction explores one branch's step alone,
+    that step and every other enabled action lead, in either order, to the
+    same state with the same facts, and neither disables the other (C1 for
+    one step, which is where a wrong independence claim would show)."""
+    model = Model(scenario)
+    ample = Ample(model)
+    state = model.init_state()
+    for _ in range(60):
+        trs = model.successors(state)
+        chosen = ample(state, trs)
+        if len(chosen) < len(trs):
+            for a in chosen:
+                for b in trs:
+                    if b in chosen or b.state is None:
+                        continue
+                    after_a = [t for t in model.successors(a.state) if t.action == b.action]
+                    after_b = [t for t in model.successors(b.state) if t.action == a.action]
+                    assert len(after_a) == len(after_b) == 1, (a.action, b.action)
+                    assert after_a[0].state == after_b[0].state
+                    assert after_a[0].facts == b.facts and after_b[0].facts == a.facts
+        options = [t for t in trs if t.state is not None]
+        if not options:
+            break
+        state = rnd.choice(options).state
+
+
+def test_partial_order_reduction_explores_fewer_states_and_reports_true_lengths():
+    cow = make_scenario(2, 3, [(2, False)] * 3, "cow")
+    plain, ordered = check(cow, symmetry=False), check(cow, symmetry=False, por=True)
+    assert ordered.exploration.states < plain.exploration.states
+    assert "partial-order" in " ".join(ordered.exploration.reductions)
+    racy = load_scenario(Path(__file__).resolve().parent.parent / "specs" / "scenarios" / "premature-decrement.toml")
+    lengths = {k: v.length for k, v in check(racy, por=True).verdicts.items() if v.holds is False}
+    assert lengths == {"exclusive-write": 7, "no-use-after-free": 8, "faithful-output": 27}
+
+
+def test_protocols_with_atomic_paths_are_not_reduced():
+    scenario = make_scenario(2, 3, [(2, False)] * 2, "vllm-bmv2")
+    assert not Ample(Model(scenario)).enabled
+    assert check(scenario, por=True).exploration.states == check(scenario).exploration.states
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,104 @@
+"""Partial-order reduction: in some states one branch's enabled actions can be
+explored alone (an ample set) without losing any verdict or measure.
+
+Most actions are visible to some invariant or dependent on another actor's:
+allocs and frees share the free list, counter steps share blocks, launches
+and completions change the queue every check reads, a decide reads counters
+other branches change and leaves the quiescent states refcount-exact judges.
+What remains are the steps that touch only the branch itself and blocks
+nobody else can reach:
+
+- `wait-kernel` once enabled: only the branch's own `write` launches its
+  kernels, and the branch is parked at the wait;
+- `wait-copy Y`, `append X`, `replace X Y`, `publish` when every block they
+  touch (Y; X; X and Y; the blocks whose membership in the published table
+  changes) is private to the branch: not free, not in another branch's
+  tables or locals, not in any in-flight op. Nobody else can come to reach
+  such a block while the branch stays put (a block is reached only through
+  the free list, a table, a local or an op), so no other actor's action, now
+  or later, reads or writes what these steps change, and no check of another
+  actor (exclusive-write, no-use-after-free, faithful-output) can see them.
+
+Each of these changes only the branch's program position, locals and tables
+in ways no invariant of another actor reads, disables nothing and cannot be
+disabled. Two more exclusions keep that true: a branch with alternatives (one
+between operations: decide, finish, cancel; a `may_cancel` branch at an
+append's wait-kernel) is never reduced, and neither is any protocol with an
+atomic path (a branch entering one takes the scheduler lock and so disables
+the others).
+
+So the ample set {the branch's enabled actions} meets Peled's conditions: C0
+(non-empty), C1 (every action outside it, on any path from the state that
+does not take it, is independent of it), C2 (invisible); C3 (the cycle
+proviso) holds trivially because the state graph is acyclic. Any path of the
+full graph is matched in the reduced graph by the same sequence of other
+actions with some of these steps moved earlier or inserted; the states differ
+only in branches that were parked at such steps. Consequences, checked by
+tests/test_reductions.py on every shipped scenario and on random ones:
+
+- every invariant keeps its verdict, and every measure (peak, copies, steady
+  blocks) its value: a quiescent, steady, final or stuck state has no branch
+  parked at an enabled step of this kind, so it is reached exactly;
+- shortest lengths may grow (a moved step can be an extra action before the
+  violation), so the checker re-searches violations without this reduction
+  (checker.check) to report true shortest lengths."""
+
+from __future__ import annotations
+
+from .protocol import Step
+from .state import RUNNING, Branch, Copy, State
+from .system import Model, Transition
+
+#: the step kinds that can form an ample set, given private blocks
+LOCAL_STEPS = frozenset({"wait-kernel", "wait-copy", "append", "replace", "publish"})
+
+
+class Ample:
+    """Chooses the actions to explore from a state: one branch's enabled
+    actions when the conditions above allow it, else everything."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.enabled = not any(path.atomic for path in model.protocol.paths.values())
+        self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
+
+    def describe(self) -> list[str]:
+        return ["partial-order (branch-local steps on private blocks explored alone)"] if self.enabled else []
+
+    def __call__(self, state: State, transitions: list[Transition]) -> list[Transition]:
+        if not self.enabled or len(transitions) < 2:
+            return transitions
+        for i, br in enumerate(state.branches):
+            if br.status != RUNNING or br.op is None:
+                continue
+            step = self.model.program(br)[br.step]
+            if step.op not in LOCAL_STEPS or (step.op == "wait-kernel" and br.op == "append" and self.may_cancel[i]):
+                continue
+            if all(_private(state, i, b) for b in _touched(br, step)):
+                name = self.model.names[i]
+                mine = [tr for tr in transitions if tr.action.actor == name]
+                if mine:
+                    return mine
+        return transitions
+
+
+def _touched(br: Branch, step: Step) -> set[int]:
+    """The blocks a local step reads or changes (none for wait-kernel)."""
+    if step.op == "publish":
+        return set(br.working) ^ set(br.published)
+    if step.op == "wait-kernel":
+        return set()
+    return {br.tail if name == "tail" else br.new for name in step.args}
+
+
+def _private(state: State, i: int, b: int | None) -> bool:
+    """Only branch i can reach block b, and nobody can come to while i stays put."""
+    if b is None or b in state.free:
+        return False     # None: an unbound local; the step will raise, let it do so unreduced
+    for j, other in enumerate(state.branches):
+        if j != i and (b == other.tail or b == other.new or b in other.working or b in other.published):
+            return False
+    for op in state.queue:
+        if (b == op.src or b == op.dst) if type(op) is Copy else b in op.snapshot:
+            return False
+    return True

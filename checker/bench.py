@@ -22,39 +22,47 @@ SCENARIOS = {
     "cow B=4 L=6 4x2": (4, 6, [(2, False)] * 4, "cow"),
     "cow B=4 L=6 5x2": (4, 6, [(2, False)] * 5, "cow"),
 }
-#: how the visited set is kept: (symmetry, compact encoding, fingerprints)
-NONE, SYMMETRY, COMPACT, FINGERPRINTS = (False, False, False), (True, False, False), (True, True, False), (True, False, True)
+#: what shrinks the search: (symmetry, partial-order, compact encoding, fingerprints)
+NONE, SYMMETRY, POR, BOTH = (False, False, False, False), (True, False, False, False), (False, True, False, False), (True, True, False, False)
+COMPACT, FINGERPRINTS = (True, False, True, False), (True, False, False, True)
 #: (scenario, reductions, only with --full)
 RUNS = (
     ("cow B=4 L=6 3x2", NONE, False),
     ("cow B=4 L=6 3x2", SYMMETRY, False),
     ("cow B=2 L=3 3x2, one may_cancel", NONE, False),
+    ("cow B=2 L=3 3x2, one may_cancel", POR, False),
     ("cow B=2 L=3 3x2, one may_cancel", SYMMETRY, False),
+    ("cow B=2 L=3 3x2, one may_cancel", BOTH, False),
     ("cow B=2 L=3 3x2, one may_cancel", COMPACT, False),
     ("cow B=2 L=3 3x2, one may_cancel", FINGERPRINTS, False),
     ("cow B=4 L=6 4x2", NONE, True),
     ("cow B=4 L=6 4x2", SYMMETRY, False),
+    ("cow B=4 L=6 4x2", BOTH, False),
     ("cow B=4 L=6 4x2", COMPACT, False),
     ("cow B=4 L=6 4x2", FINGERPRINTS, False),
     ("cow B=4 L=6 5x2", SYMMETRY, True),
+    ("cow B=4 L=6 5x2", BOTH, True),
 )
 
 
-def _label(reductions: tuple[bool, bool, bool]) -> str:
-    return {NONE: "none", SYMMETRY: "symmetry", COMPACT: "symmetry + compact", FINGERPRINTS: "symmetry + fingerprints"}[reductions]
+def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
+    symmetry, por, compact, fingerprints = reductions
+    parts = (["symmetry"] if symmetry else []) + (["partial-order"] if por else []) + \
+        (["compact"] if compact else []) + (["fingerprints"] if fingerprints else [])
+    return " + ".join(parts) or "none"
 
 
 def _measure(args, conn) -> None:
     from .check import check
-    label, (symmetry, compact, fingerprints) = args
+    label, (symmetry, por, compact, fingerprints) = args
     B, L, branches, protocol = SCENARIOS[label]
     scenario = make_scenario(B, L, branches, protocol, name=label)
     start = time.perf_counter()
-    result = check(scenario, symmetry=symmetry, compact=compact, fingerprints=fingerprints)
+    result = check(scenario, symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints)
     x = result.exploration
     conn.send({
         "benchmark": label,
-        "reductions": _label((symmetry, compact, fingerprints)),
+        "reductions": _label((symmetry, por, compact, fingerprints)),
         "states": x.states,
         "transitions": x.transitions,
         "depth": x.depth,

@@ -121,8 +121,8 @@ def main() -> None:
 @click.option("--symmetry/--no-symmetry", default=True, show_default=True,
               help="Store each orbit of interchangeable branches and renamed blocks once.")
 @click.option("--por/--no-por", default=False, show_default=True,
-              help="Partial-order reduction: explore an enabled wait-kernel alone (exhaustive runs only; "
-                   "violations are re-searched without it for true shortest lengths).")
+              help="Partial-order reduction: explore a branch's local step on private blocks alone (exhaustive "
+                   "runs only; violations are re-searched without it for true shortest lengths).")
 @click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
 @click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")

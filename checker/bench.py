@@ -1,6 +1,7 @@
-"""`cowcheck bench`: exploration speed on fixed scenarios. A benchmark, not a
-test: timings belong here, never in the test suite. Each scenario runs in a
-fresh child process so its peak memory is its own."""
+"""`cowcheck bench`: exploration speed on fixed scenarios, and the z3 BMC
+engine next to the explorer on one question. A benchmark, not a test:
+timings belong here, never in the test suite. Each scenario runs in a fresh
+child process so its peak memory is its own."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ SCENARIOS = {
     "cow B=2 L=3 3x2, one may_cancel": (2, 3, [(2, False), (2, False), (2, True)], "cow"),
     "cow B=4 L=6 4x2": (4, 6, [(2, False)] * 4, "cow"),
     "cow B=4 L=6 5x2": (4, 6, [(2, False)] * 5, "cow"),
+    "premature-decrement B=4 L=6 4x3": (4, 6, [(3, False)] * 4, "premature-decrement"),
 }
 #: what shrinks the search: (symmetry, partial-order, compact encoding, fingerprints)
 NONE, SYMMETRY, POR, BOTH = (False, False, False, False), (True, False, False, False), (False, True, False, False), (True, True, False, False)
@@ -43,6 +45,13 @@ RUNS = (
     ("cow B=4 L=6 5x2", SYMMETRY, True),
     ("cow B=4 L=6 5x2", BOTH, True),
 )
+#: (scenario, invariant, only with --full): BMC's time to a shortest
+#: violation, next to the explorer's for the same answer (--first)
+SYMBOLIC_RUNS = (
+    ("premature-decrement B=4 L=6 4x3", "exclusive-write", False),
+)
+#: BMC's bound in the symbolic runs (it stops at the violation)
+SYMBOLIC_DEPTH = 20
 
 
 def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
@@ -77,6 +86,46 @@ def _measure(args, conn) -> None:
     conn.close()
 
 
+def _measure_symbolic(args, conn) -> None:
+    """BMC and the explorer (stopping at its first violation) on the same
+    question: the shortest violation of one invariant."""
+    from .check import check
+    from .invariants import select
+    from .symbolic import run_bmc
+    label, invariant = args
+    B, L, branches, protocol = SCENARIOS[label]
+    scenario = make_scenario(B, L, branches, protocol, name=label)
+    wanted = select([invariant])
+    start = time.perf_counter()
+    explicit = check(scenario, invariants=wanted, first=True)
+    explicit_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    bmc = run_bmc(scenario, wanted, SYMBOLIC_DEPTH)
+    conn.send({
+        "benchmark": f"BMC finds {protocol}'s {invariant} on {label.removeprefix(protocol).strip()}",
+        "invariant": invariant,
+        "bmc_length": bmc.verdicts[invariant].length,
+        "bmc_z3_seconds": round(sum(bmc.depth_seconds), 2),
+        "bmc_total_seconds": round(time.perf_counter() - start, 2),
+        "explicit_length": explicit.verdicts[invariant].length,
+        "explicit_states": explicit.exploration.states,
+        "explicit_seconds": round(explicit_seconds, 2),
+    })
+    conn.close()
+
+
+def _in_child(target, args) -> dict:
+    """Run target(args, conn) in a fresh process and return what it sends."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(args, send))
+    proc.start()
+    send.close()
+    row = receive.recv()
+    proc.join()
+    return row
+
+
 def _end_to_end(label: str) -> dict:
     """`cowcheck check` on a scenario file, timed from process start."""
     import subprocess
@@ -97,23 +146,19 @@ def _end_to_end(label: str) -> dict:
 
 
 def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "counterexamples", full: bool = False) -> None:
-    ctx = multiprocessing.get_context("fork")
     rows = []
     for label, reductions, heavy in RUNS:
         if heavy and not full:
             continue
-        receive, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_measure, args=((label, reductions), send))
-        proc.start()
-        send.close()
-        rows.append(receive.recv())
-        proc.join()
+        rows.append(_in_child(_measure, (label, reductions)))
         if not as_json:
             console.print(f"  {label} [{_label(reductions)}]: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
+    symbolic = [_in_child(_measure_symbolic, (label, invariant)) for label, invariant, heavy in SYMBOLIC_RUNS
+                if full or not heavy]
     end_to_end = _end_to_end("cow B=4 L=6 4x2")
     replays = replay_figures(counterexamples)
     if as_json:
-        json.dump({"explore": rows, "end_to_end": end_to_end, "replay": replays}, sys.stdout, indent=2)
+        json.dump({"explore": rows, "symbolic": symbolic, "end_to_end": end_to_end, "replay": replays}, sys.stdout, indent=2)
         print()
         return
     table = Table(title=f"cowcheck bench (python {sys.version.split()[0]})", title_justify="left")
@@ -125,6 +170,10 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     console.print(table)
     if not full:
         console.print("[dim](--full adds the unreduced 4x2 run, about 3.3 million states, and the 5x2 run)[/]")
+    for r in symbolic:
+        console.print(f"{r['benchmark']}: length {r['bmc_length']}, z3 {r['bmc_z3_seconds']} s "
+                      f"({r['bmc_total_seconds']} s in all); explicit --first: length {r['explicit_length']}, "
+                      f"{r['explicit_states']:,} states, {r['explicit_seconds']} s")
     console.print(f"{end_to_end['benchmark']}: {end_to_end['seconds']} s")
     console.print(f"{replays['benchmark']}: {replays['actions']:,} actions in {replays['seconds']} s, "
                   f"{replays['replays_per_second']} replays/s; one {replays['long_trace_actions']}-action run "

@@ -5,8 +5,10 @@
   relation agrees with model.system action by action (which actions are
   enabled, and the state each leads to), each invariant's z3 formula agrees
   with its explicit predicate, and the type invariants k-induction assumes hold.
+- The array sizes and earliest depths of checker.symbolic.bounds hold in
+  every reachable state of small scenarios of every built-in protocol.
 - BMC's verdicts and shortest lengths equal the breadth-first explorer's on
-  small scenarios, and its counterexample files replay.
+  small scenarios (every reuse order), and its counterexample files replay.
 - k-induction never claims a proof of an invariant the explorer sees broken."""
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from checker.symbolic.invariants import ENCODINGS, NOT_ENCODED, SymbolicJudge
 from checker.symbolic.kind import run_kinduction
 from checker.trace import load
 from model.protocol import builtin_names
-from model.scenario import DEVICES, make_scenario, load_scenario
+from model.scenario import DEVICES, REUSES, load_scenario, make_scenario
+from model.system import Model
 
 
 def test_every_invariant_has_an_encoding_or_a_reason():
@@ -93,7 +96,7 @@ def small_scenarios(draw):
     branches = [(draw(st.integers(0, 2)), draw(st.booleans())) for _ in range(draw(st.integers(1, 2)))]
     return make_scenario(draw(st.integers(1, 3)), draw(st.integers(0, 4)), branches,
                          draw(st.sampled_from(builtin_names())), device=draw(st.sampled_from(DEVICES)),
-                         reuse=draw(st.sampled_from(("lifo", "fifo"))))
+                         reuse=draw(st.sampled_from(REUSES)))
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -126,6 +129,36 @@ def test_encoding_agrees_along_the_premature_decrement_race():
                 bench.agree(after)
 
 
+# -- the static bounds against every reachable state --------------------------------
+def _by_depth(model: Model):
+    """Every reachable state with its breadth-first depth (the fewest actions
+    that reach it), and its transitions."""
+    start = model.init_state()
+    depth, frontier = {start: 0}, [start]
+    while frontier:
+        state = frontier.pop(0)
+        transitions = model.successors(state)
+        yield state, depth[state], transitions
+        for t in transitions:
+            if t.state is not None and t.state not in depth:
+                depth[t.state] = depth[state] + 1
+                frontier.append(t.state)
+
+
+@pytest.mark.parametrize("protocol", builtin_names())
+def test_bounds_hold_in_every_reachable_state(protocol):
+    """The queue and table sizes bound every reachable state, and no action
+    instance fires before the depth Encoding.earliest gives it."""
+    for block_size, prompt, branches in [(2, 3, [(2, True), 1]), (1, 1, [(2, True), (1, False)]), (3, 4, [3, (1, True)])]:
+        enc = Encoding(make_scenario(block_size, prompt, branches, protocol))
+        for state, depth, transitions in _by_depth(enc.model):
+            assert len(state.queue) <= enc.Q
+            assert all(len(t) <= enc.T for b in state.branches for t in (b.working, b.published))
+            for t in transitions:
+                inst = next(i for i in enc.instances if enc.matches(i, state, t))
+                assert enc.earliest(inst) is not None and enc.earliest(inst) <= depth, (inst.label, depth)
+
+
 # -- BMC against the explorer ------------------------------------------------------
 def _lengths(result):
     return {k: (v.holds, v.length) for k, v in result.verdicts.items()}
@@ -142,9 +175,10 @@ def _agrees_within(bmc, explicit, depth):
             assert b.holds is (True if bmc.exploration.complete else None), inv_id
 
 
-@pytest.mark.parametrize("protocol,depth", [("premature-decrement", 8), ("spare-capacity", 5)])
-def test_bmc_finds_the_reference_shortest_violations(protocol, depth, tmp_path):
-    scenario = make_scenario(2, 3, [2, 2], protocol)
+@pytest.mark.parametrize("protocol,depth,reuse", [("premature-decrement", 8, "lifo"), ("spare-capacity", 5, "lifo"),
+                                                 ("premature-decrement", 8, "any")])
+def test_bmc_finds_the_reference_shortest_violations(protocol, depth, reuse, tmp_path):
+    scenario = make_scenario(2, 3, [2, 2], protocol, reuse=reuse)
     explicit = check(scenario, symmetry=False)
     bmc = run_bmc(scenario, INVARIANTS, depth, out_dir=tmp_path)
     _agrees_within(bmc, explicit, depth)
@@ -155,14 +189,15 @@ def test_bmc_finds_the_reference_shortest_violations(protocol, depth, tmp_path):
     assert bmc.to_json()["engine"] == "bmc"
 
 
-@pytest.mark.parametrize("protocol,device,branches", [
-    ("spare-capacity", "stream", [(1, True), 0]),      # cancellation, one stream
-    ("vllm-bmv1", "streams", [1, 0]),                  # atomic paths, two streams
+@pytest.mark.parametrize("protocol,device,branches,reuse,pool", [
+    ("spare-capacity", "stream", [(1, True), 0], "lifo", None),             # cancellation, one stream
+    ("vllm-bmv1", "streams", [1, 0], "lifo", None),                         # atomic paths, two streams
+    ("premature-decrement", "stream", [(1, True), 0], "any", 3),            # any free block, a spare one
 ])
-def test_bmc_is_exhaustive_on_tiny_scenarios(protocol, device, branches):
+def test_bmc_is_exhaustive_on_tiny_scenarios(protocol, device, branches, reuse, pool):
     """When every run ends within the bound, BMC's verdicts are complete and
     equal the explorer's, holds included."""
-    scenario = make_scenario(2, 1, branches, protocol, device=device)
+    scenario = make_scenario(2, 1, branches, protocol, device=device, reuse=reuse, pool=pool)
     explicit = check(scenario, symmetry=False)
     bmc = run_bmc(scenario, INVARIANTS, explicit.exploration.depth + 1)
     assert bmc.exploration.complete
@@ -180,14 +215,15 @@ def test_kinduction_never_proves_a_broken_invariant():
     assert result.to_json()["engine"] == "kind"
 
 
-def test_unsupported_reuse_is_a_clear_spec_error():
-    from model.errors import SpecError
+def test_the_reductions_do_not_change_bmc_answers():
+    """Symmetry breaking and commuting actions (checker.symbolic.reduction)
+    keep every verdict and shortest length: three interchangeable branches."""
+    scenario = make_scenario(2, 3, [1, 1, 1], "spare-capacity")
+    assert _lengths(run_bmc(scenario, INVARIANTS, 6)) == _lengths(run_bmc(scenario, INVARIANTS, 6, reduce=False))
 
-    with pytest.raises(SpecError, match="'any' is not supported by the symbolic engines"):
-        run_bmc(make_scenario(2, 3, [1, 1], "cow", reuse="any"), INVARIANTS, 2)
 
-
-SMALL_SPECS = ["spare-capacity", "publish-before-copy", "vllm-bmv1-async", "premature-decrement", "cow-stream"]
+SMALL_SPECS = ["spare-capacity", "publish-before-copy", "vllm-bmv1-async", "premature-decrement", "cow-stream",
+               "cow-any-reuse"]
 
 
 @pytest.mark.parametrize("name", SMALL_SPECS)

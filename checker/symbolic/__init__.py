@@ -3,6 +3,11 @@
 - encoding.py: the symbolic state and the transition relation, by symbolic
   execution of each action instance mirroring model.steps / model.device.
 - invariants.py: one z3 encoding per invariant, next to its explicit predicate.
+- bounds.py: the array sizes of the symbolic state (queue slots, table
+  entries) and the earliest depth of each action instance, by a static
+  analysis of the scenario's programs.
+- reduction.py: symmetry breaking and commuting-action constraints that
+  BMC adds to its run (same answers, fewer runs to refute).
 - bmc.py: `run_bmc(scenario, invariants, depth, out_dir=None)`, shortest
   violations depth by depth, decoded and re-run through the explicit model
   into the usual counterexample files.

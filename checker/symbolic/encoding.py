@@ -23,8 +23,12 @@ against the explicit model when a trace is decoded.
 
 Supported: every step kind, decide with the protocol's rules (conditions
 translated from their Python AST), atomic paths, cancellation, finish, the
-three device models, `lifo` and `fifo` reuse. Not supported: `any` reuse
-(an alloc would need a choice variable and the free list a sorted insert)."""
+three device models and the three reuse orders (`any`: one alloc instance
+per block id, the free list kept sorted as model.block keeps it).
+
+The sizes T (table entries) and Q (queue slots) come from
+checker.symbolic.bounds: tight bounds derived from the scenario, since
+every unused slot costs fields in every state of an unrolling."""
 
 from __future__ import annotations
 
@@ -40,6 +44,8 @@ from model.protocol import COPIES, WAITS, Step
 from model.scenario import Scenario
 from model.state import CANCELLED, FINISHED, RUNNING, Copy, State
 from model.system import DEVICE, Model, Transition
+
+from . import bounds
 
 STATUS = {RUNNING: 0, FINISHED: 1, CANCELLED: 2}
 COPY_KIND, KERNEL_KIND, EMPTY = 0, 1, -1
@@ -151,6 +157,7 @@ class Instance(NamedTuple):
     k: int                  # step index (decide: the rule index; complete: the queue index)
     pc: int                 # the program counter the instance runs from (-1: any of `starts_from`)
     label: str
+    choice: Optional[int] = None   # an `alloc` under `any` reuse: the free block it takes
 
 
 @dataclass
@@ -163,9 +170,6 @@ class Executed:
 
 class Encoding:
     def __init__(self, scenario: Scenario):
-        if scenario.reuse not in ("lifo", "fifo"):
-            raise Unsupported(scenario.source, "reuse", f"{scenario.reuse!r} is not supported by the symbolic engines; "
-                              "allowed with --engine bmc|kind: lifo, fifo (or use the explicit engine)")
         self.scenario = scenario
         self.model = Model(scenario)
         self.protocol = p = scenario.protocol
@@ -173,17 +177,12 @@ class Encoding:
         self.N = len(scenario.branches)
         self.appends = [b.appends for b in scenario.branches]
         paths = list(p.paths.values())
-
-        def most(ops, programs):
-            return max(sum(s.op in ops for s in steps) for steps in programs)
-
-        ends = [p.finish, p.cancel]
-        # bounds that no run can exceed: every table entry comes from an
-        # `append` step, every queue entry from a launch
-        self.T = max(1, scenario.prompt_blocks + max(self.appends) * most(("append",), [x.steps for x in paths])
-                     + most(("append",), ends))
-        launches = ("copy", "copy-block", "write")
-        self.Q = max(1, sum(a * most(launches, [x.steps for x in paths]) + most(launches, ends) for a in self.appends))
+        # bounds that no run can exceed (checker.symbolic.bounds says why)
+        self.rules_at = [bounds.possible_rules(scenario, self.L + n, self.condition) for n in range(max(self.appends, default=0))]
+        rules_at = self.rules_at.__getitem__
+        self.T = max(1, max(bounds.table_bound(scenario, j, rules_at) for j in range(self.N)))
+        self.Q = max(1, sum(bounds.branch_queue_bound(scenario, j, rules_at) for j in range(self.N)))
+        self.earliest_own = [bounds.earliest(scenario, j, rules_at) for j in range(self.N)]
         self.maxpos = [self.L + a for a in self.appends]
         # token ids: the prompt's p_i is i, then each branch's own tokens
         self.token_ids: dict[str, int] = {}
@@ -199,7 +198,10 @@ class Encoding:
         self.pcs += [("cancel", None, k) for k in range(len(p.cancel))]
         self.pc_of = {key: i for i, key in enumerate(self.pcs)}
         self.instances = self._instances()
-        largest = max(self.P, self.T, self.Q, len(self.token_ids), len(self.pcs), max(self.maxpos) + 1, self.N + 1)
+        # B * T: an entry's first position (no-use-after-free compares it with
+        # a kernel's); B and the conditions' integers: compared with fill
+        largest = max(self.P, self.T, self.Q, len(self.token_ids), len(self.pcs), max(self.maxpos) + 1, self.N + 1,
+                      self.B * self.T, *bounds.condition_integers(self.protocol))
         self.width = (2 * largest).bit_length() + 1   # signed, room for -3 .. 2 * largest
 
     def num(self, value: int):
@@ -296,17 +298,41 @@ class Encoding:
                     out.append(Instance(j, "append", "decide", rule.path, r, 0, f"{name}: decide {rule.path}"))
             for path in p.paths.values():
                 for k, step in enumerate(path.steps):
-                    out.append(Instance(j, "append", "step", path.name, k, self.pc_of[("append", path.name, k)],
-                                        f"{name} ({path.name}): {step.text}"))
+                    out += self._choices(Instance(j, "append", "step", path.name, k, self.pc_of[("append", path.name, k)],
+                                                  f"{name} ({path.name}): {step.text}"), step)
             for op in ("finish", "cancel"):
                 if op == "cancel" and not self.scenario.branches[j].may_cancel:
                     continue
-                for k, step in enumerate(self.program(op, None)[1:], 1):
-                    out.append(Instance(j, op, "step", None, k, self.pc_of[(op, None, k)], f"{name} ({op}): {step.text}"))
-                out.append(Instance(j, op, "start", None, 0, -1, f"{name} ({op}): {self.program(op, None)[0].text}"))
+                program = self.program(op, None)
+                for k, step in enumerate(program[1:], 1):
+                    out += self._choices(Instance(j, op, "step", None, k, self.pc_of[(op, None, k)], f"{name} ({op}): {step.text}"), step)
+                out += self._choices(Instance(j, op, "start", None, 0, -1, f"{name} ({op}): {program[0].text}"), program[0])
         for i in range(self.Q):
             out.append(Instance(None, "device", "complete", None, i, -1, f"device: complete queue[{i}]"))
         return out
+
+    def _choices(self, inst: Instance, step: Step) -> list[Instance]:
+        """Under `any` reuse an `alloc` may take any free block, each a
+        separate successor (model.block.free_choices): one instance per block
+        id, enabled when that block is free. A constant block id keeps each
+        instance's effect on the state small (it sets one refcount), where a
+        symbolic choice would touch them all. Every other step: itself."""
+        if step.op != "alloc" or self.scenario.reuse != "any":
+            return [inst]
+        return [inst._replace(choice=b, label=f"{inst.label} [block {b}]") for b in range(self.P)]
+
+    def earliest(self, inst: Instance) -> Optional[int]:
+        """The fewest actions any run from the initial state takes before
+        this instance can fire (None: it never can), from the branches' own
+        programs (checker.symbolic.bounds.earliest). A completion of queue
+        slot i needs i + 1 launches before it."""
+        if inst.branch is None:
+            first = [e.launch for e in self.earliest_own if e.launch is not None]
+            return min(first) + inst.k + 1 if first else None
+        own = self.earliest_own[inst.branch]
+        if inst.kind == "decide":
+            return own.decide.get(inst.k)
+        return own.steps.get((inst.op, inst.path, inst.k))
 
     def starts_from(self, j: int, op: str) -> list[int]:
         """The program counters where branch j may start `op` (DESIGN.md: finish
@@ -340,21 +366,49 @@ class Encoding:
         return any_of(z3.And(i < s.flen, s.free[i] == b) for i in range(self.P))
 
     def _set_block(self, s: Sym, b, rc=None, hd=None) -> None:
-        for x in range(self.P):
+        """Set block b's counters. A symbolic b is a case split over every
+        block; a constant one (an alloc under `any` reuse) touches only its own."""
+        if z3.is_expr(b):
+            targets = [(x, b == x) for x in range(self.P)]
+        else:
+            targets = [(b, None)] if 0 <= b < self.P else []
+        for x, here in targets:
             if rc is not None:
-                s.rc[x] = z3.If(b == x, rc, s.rc[x])
+                s.rc[x] = rc if here is None else z3.If(here, rc, s.rc[x])
             if hd is not None:
-                s.hd[x] = z3.If(b == x, hd, s.hd[x])
+                s.hd[x] = hd if here is None else z3.If(here, hd, s.hd[x])
 
     def _push_free(self, s: Sym, when, b, facts: list) -> None:
         when = z3.And(when, z3.Not(self.in_free(s, b)))
         if self.scenario.reuse == "lifo":
             pushed = [b] + s.free[:-1]
-        else:
+        elif self.scenario.reuse == "fifo":
             pushed = [z3.If(s.flen == i, b, s.free[i]) for i in range(self.P)]
+        else:
+            pushed = self._sorted_insert(s, b)
         s.free = [z3.If(when, new, old) for new, old in zip(pushed, s.free)]
         s.flen = z3.If(when, s.flen + 1, s.flen)
         facts.append((FREED, when, b))
+
+    def _sorted_insert(self, s: Sym, b) -> list:
+        """The free list with b inserted in ascending order (`any` reuse keeps
+        it sorted, model.block._push_free): entries below b stay, b takes the
+        first place that is not below it, the rest move up one."""
+        below = [z3.And(i < s.flen, x < b) for i, x in enumerate(s.free)]
+        return [z3.If(below[i], s.free[i], b if i == 0 else z3.If(below[i - 1], b, s.free[i - 1])) for i in range(self.P)]
+
+    def _take_free(self, s: Sym, b) -> list:
+        """The free list without block b (`any` reuse, sorted, b in it):
+        entries below b stay, the others move down one."""
+        after = s.free[1:] + [-1]
+        return [z3.If(z3.And(i < s.flen, x < b), x, after[i]) for i, x in enumerate(s.free)]
+
+    def _alloc(self, s: Sym, choice: Optional[int]) -> tuple:
+        """(enabled, the block taken, the free list after): the front under
+        lifo and fifo, the given free block under `any`."""
+        if choice is not None:
+            return self.in_free(s, choice), choice, self._take_free(s, choice)
+        return z3.And(s.flen > 0, self.P > 0), s.free[0] if self.P else -1, (s.free[1:] + [-1])[:self.P]
 
     def _counter_down(self, s: Sym, b, which: str, facts: list, when=True) -> None:
         """decref (which='rc') or release (which='hd'), guarded by `when`."""
@@ -394,10 +448,15 @@ class Encoding:
     # -- conditions ---------------------------------------------------------------
     def condition(self, text: str, boundary, fill, rc, hd) -> z3.BoolRef:
         """A rule condition (model.condition's grammar) as a z3 formula."""
-        env = {"boundary": boundary, "fill": fill, "B": self.num(self.B), "true": z3.BoolVal(True), "false": z3.BoolVal(False)}
+        width = fill.size()   # the encoding's, or another (checker.symbolic.bounds asks before it exists)
+
+        def const(value: int):
+            return z3.BitVecVal(value, width)
+
+        env = {"boundary": boundary, "fill": fill, "B": const(self.B), "true": z3.BoolVal(True), "false": z3.BoolVal(False)}
 
         def num(x):
-            return z3.If(x, self.num(1), self.num(0)) if z3.is_bool(x) else x
+            return z3.If(x, const(1), const(0)) if z3.is_bool(x) else x
 
         def ev(node):
             if isinstance(node, ast.BoolOp):
@@ -418,7 +477,7 @@ class Encoding:
             if isinstance(node, ast.Name):
                 return env[node.id]
             if isinstance(node, ast.Constant):
-                return self.num(node.value)
+                return const(node.value)
             if isinstance(node, ast.Call):
                 return rc if node.func.id == "refcount" else hd
             raise Unsupported(self.scenario.source, "append.rules", f"condition {text!r} cannot be encoded")
@@ -440,7 +499,7 @@ class Encoding:
             guard = z3.And(self.may_act(s, j), at, all_done)
         else:
             guard = z3.And(self.may_act(s, j), b.pc == inst.pc)
-        return self._step(s, j, inst.op, inst.path, inst.k, guard)
+        return self._step(s, j, inst.op, inst.path, inst.k, guard, inst.choice)
 
     def _decide(self, s: Sym, j: int, inst: Instance) -> Executed:
         b = s.br[j]
@@ -458,8 +517,10 @@ class Encoding:
         nb.pc, nb.tail, nb.new = self.pc_of[("append", inst.path, 0)], tail, -1
         return Executed(guard, z3.BoolVal(True), post)
 
-    def _step(self, s: Sym, j: int, opname: str, path: Optional[str], k: int, guard) -> Executed:
-        """model.steps.choices + apply + model.system._advance for one step."""
+    def _step(self, s: Sym, j: int, opname: str, path: Optional[str], k: int, guard,
+              choice: Optional[int] = None) -> Executed:
+        """model.steps.choices + apply + model.system._advance for one step
+        (`choice`: the block an `alloc` takes under `any` reuse)."""
         program = self.program(opname, path)
         step = program[k]
         op, args = step.op, step.args
@@ -470,9 +531,8 @@ class Encoding:
         local = (lambda name: b.tail if name == "tail" else b.new)
         dom = range(self.L, self.maxpos[j] + 1)
         if op == "alloc":
-            guard = z3.And(guard, s.flen > 0, self.P > 0)
-            chosen = s.free[0] if self.P else -1
-            post.free, post.flen = (s.free[1:] + [-1])[:self.P], s.flen - 1
+            enabled, chosen, post.free = self._alloc(s, choice)
+            guard, post.flen = z3.And(guard, enabled), s.flen - 1
             self._set_block(post, chosen, rc=1)
             setattr(b, args[0], chosen)
         elif op == "incref":
@@ -566,6 +626,8 @@ class Encoding:
         br = state.branches[inst.branch]
         if inst.kind == "decide":
             return a.step == "decide" and self._rule_index(state, inst.branch) == inst.k
+        if inst.choice is not None and dict(a.binds).get(self.program(inst.op, inst.path)[inst.k].args[0]) != inst.choice:
+            return False
         if inst.kind == "start":
             return br.op != inst.op and a.step == self.program(inst.op, None)[0].text
         return br.op == inst.op and br.path == inst.path and br.step == inst.k and a.step != "decide"

@@ -1,0 +1,214 @@
+"""Array sizes for the symbolic state, derived from the scenario's programs.
+
+The z3 state has one field per table entry and per device-queue slot, so
+every slot that no run can use costs fields in every state of the unrolling
+and, for the queue, one more device-completion instance per step. These
+bounds are computed by a small static analysis of the protocol; they are
+upper bounds on every reachable state (the tests check them against the
+explorer's reachable states), never a restriction of the runs.
+
+- Table entries (`table_bound`): a working table grows only by `append`
+  steps and every append path has exactly one `write`, so the n-th append
+  (n = 0, 1, ...) of a branch decides at pos = L + n. There `boundary` and
+  `fill` are known, so only the rules that can still be chosen for some
+  refcount and holds of the tail count; each contributes the `append` steps
+  of its path.
+- Queue slots (`branch_queue_bound`, summed over branches): the queue holds ops launched by the branches.
+  A `wait-kernel` step is enabled only once none of the branch's kernels is
+  in flight, and `wait-copy Y` only once no copy into Y is, so the ops a
+  branch can have in flight are the ones it launched and has not waited for
+  since: kernels since its last `wait-kernel`, copies into a local since
+  the last `wait-copy` of that local, and copies whose local was rebound
+  (`alloc`) or cleared (the end of an operation), which no wait covers any
+  more. The analysis follows each branch through every sequence of paths,
+  cancellations and finish its scenario allows and keeps the most such ops
+  at any point; the queue bound is the sum over branches.
+
+The same walk gives, for runs from the initial state, the fewest actions a
+branch takes before each of its steps can run (`earliest`): BMC leaves an
+action instance out of the transition relation at the depths where it
+cannot fire yet (a finish, with its costly decref-all, needs every append
+done first), which shrinks the early steps of every unrolling.
+
+Both rely on DESIGN.md's rule that every append path has exactly one
+`write` (model.protocol checks it): the n-th append of a branch decides at
+pos = L + n, so `rules_at(n)`, the rules that can be chosen there, are
+known up front."""
+
+from __future__ import annotations
+
+import ast
+from typing import Callable, Iterable, NamedTuple, Optional
+
+import z3
+
+from model.protocol import COPIES, AppendPath, Protocol, Step
+from model.scenario import Scenario
+
+
+class Pending(NamedTuple):
+    """What one branch has launched and not waited for."""
+    kernels: int = 0
+    tail: int = 0        # copies into the block bound to `tail` now
+    new: int = 0         # copies into the block bound to `new` now
+    stale: int = 0       # copies no wait of this branch can cover any more
+
+    @property
+    def size(self) -> int:
+        return self.kernels + self.tail + self.new + self.stale
+
+    def after(self, step: Step) -> "Pending":
+        """The pending ops once `step` has been taken."""
+        op, args = step.op, step.args
+        if op == "write":
+            return self._replace(kernels=self.kernels + 1)
+        if op == "wait-kernel":
+            return self._replace(kernels=0)
+        if op in COPIES:
+            return self._replace(**{args[1]: getattr(self, args[1]) + 1})
+        if op == "wait-copy":
+            return self._replace(**{args[0]: 0})
+        if op == "alloc":   # the local now names another block: its copies are out of reach
+            return self._replace(**{args[0]: 0, "stale": self.stale + getattr(self, args[0])})
+        return self
+
+    def ended(self) -> "Pending":
+        """The end of an operation clears the locals."""
+        return Pending(self.kernels, 0, 0, self.stale + self.tail + self.new)
+
+
+def walk(steps: Iterable[Step], start: Pending, cancel_at_waits: bool) -> tuple[int, Pending, list[Pending]]:
+    """Take `steps` from `start`: the most pending ops at any point, the
+    pending ops at the end (locals cleared), and (cancel_at_waits) the pending
+    ops at each `wait-kernel`, where a may_cancel branch may abandon it."""
+    pending, peak, cancel_points = start, start.size, []
+    for step in steps:
+        if cancel_at_waits and step.op == "wait-kernel":
+            cancel_points.append(pending)
+        pending = pending.after(step)
+        peak = max(peak, pending.size)
+    return peak, pending.ended(), cancel_points
+
+
+#: rules_at(n): the indices of the rules the n-th append can choose
+RulesAt = Callable[[int], list[int]]
+LAUNCHES = COPIES + ("write",)
+
+
+def paths(scenario: Scenario, rules: list[int]) -> list[AppendPath]:
+    """The append paths the given rules choose."""
+    protocol = scenario.protocol
+    return [protocol.paths[protocol.rules[r].path] for r in rules]
+
+
+def branch_queue_bound(scenario: Scenario, j: int, rules_at: RulesAt) -> int:
+    """The most ops branch j can have in flight at once, over every sequence
+    of appends (the paths of `rules_at(n)` for the n-th), cancellations
+    (between operations and at an append's `wait-kernel`, if may_cancel) and
+    its finish."""
+    protocol, spec = scenario.protocol, scenario.branches[j]
+    peak, between = 0, {Pending()}
+
+    def end_with(program, starts) -> None:
+        nonlocal peak
+        for start in starts:
+            peak = max(peak, walk(program, start, False)[0])
+
+    for n in range(spec.appends):
+        after: set[Pending] = set()
+        for path in paths(scenario, rules_at(n)):
+            for start in between:
+                most, end, cancel_points = walk(path.steps, start, spec.may_cancel)
+                peak = max(peak, most)
+                after.add(end)
+                if spec.may_cancel:
+                    end_with(protocol.cancel, cancel_points)
+        if spec.may_cancel:
+            end_with(protocol.cancel, between)
+        between = after
+    end_with(protocol.finish, between)
+    if spec.may_cancel:
+        end_with(protocol.cancel, between)
+    return peak
+
+
+def table_bound(scenario: Scenario, j: int, rules_at: RulesAt) -> int:
+    """The longest working (and so published) table branch j can have."""
+    protocol = scenario.protocol
+
+    def appends(steps) -> int:
+        return sum(s.op == "append" for s in steps)
+
+    grown = sum(max((appends(p.steps) for p in paths(scenario, rules_at(n))), default=0)
+                for n in range(scenario.branches[j].appends))
+    return scenario.prompt_blocks + grown + max(appends(protocol.finish), appends(protocol.cancel))
+
+
+def condition_integers(protocol: Protocol) -> list[int]:
+    """The absolute values of the integers written in the rules' conditions
+    (a z3 encoding of them needs bit-vectors wide enough for these)."""
+    return [abs(node.value) for rule in protocol.rules
+            for node in ast.walk(ast.parse(rule.when.text.strip(), mode="eval"))
+            if isinstance(node, ast.Constant) and isinstance(node.value, int)]
+
+
+def possible_rules(scenario: Scenario, pos: int, condition: Callable) -> list[int]:
+    """The rules a decide at `pos` can choose: those whose condition can be
+    the first true one for some refcount and holds of the tail.
+    `condition(text, boundary, fill, rc, hd)` is the z3 translation
+    (Encoding.condition)."""
+    protocol, B = scenario.protocol, scenario.block_size
+    width = max(16, (2 * max([B, *condition_integers(protocol)])).bit_length() + 1)
+    rc, hd = z3.BitVec("bound.rc", width), z3.BitVec("bound.hd", width)
+    fill = z3.BitVecVal(pos % B, width)
+    earlier = []
+    out = []
+    for r, rule in enumerate(protocol.rules):
+        cond = condition(rule.when.text, z3.BoolVal(pos % B == 0), fill, rc, hd)
+        solver = z3.Solver()
+        solver.add(rc >= 0, hd >= 0, cond, *[z3.Not(c) for c in earlier])
+        if solver.check() == z3.sat:
+            out.append(r)
+        earlier.append(cond)
+    return out
+
+
+class Earliest(NamedTuple):
+    """The fewest actions of its own a branch takes, from the initial state,
+    before it can take each of its steps (absent: never)."""
+    decide: dict[int, int]                 # rule index -> actions before that decide
+    steps: dict[tuple, int]                # (op, path or None, step index) -> actions before it
+    launch: Optional[int]                  # actions before its first launch (None: it never launches)
+
+
+def earliest(scenario: Scenario, j: int, rules_at: RulesAt) -> Earliest:
+    """Walk branch j's appends taking the shortest possible path each time
+    (the n-th append starts after the shortest paths of the ones before);
+    a finish needs every append done, a cancel may come first thing."""
+    protocol, spec = scenario.protocol, scenario.branches[j]
+    decide: dict[int, int] = {}
+    steps: dict[tuple, int] = {}
+    launches: list[int] = []
+
+    def program(op: str, path: Optional[str], program_steps, before: int) -> None:
+        for k, step in enumerate(program_steps):
+            steps[(op, path, k)] = min(steps.get((op, path, k), before + k), before + k)
+            if step.op in LAUNCHES:
+                launches.append(before + k)
+
+    start: Optional[int] = 0
+    for n in range(spec.appends):
+        rules = rules_at(n)
+        if not rules:      # no rule can match: the branch is stuck here for good
+            start = None
+            break
+        for r in rules:
+            decide[r] = min(decide.get(r, start), start)
+        for path in paths(scenario, rules):
+            program("append", path.name, path.steps, start + 1)
+        start += 1 + min(len(path.steps) for path in paths(scenario, rules))
+    if start is not None:
+        program("finish", None, protocol.finish, start)
+    if spec.may_cancel:
+        program("cancel", None, protocol.cancel, 0)
+    return Earliest(decide, steps, min(launches, default=None))

@@ -160,7 +160,10 @@ class Pool:
     """The KV pool and the device's two queues. With numpy every operation is
     immediate; with CuPy copies go to one stream and kernels to another, and
     each waits on an event recorded after the previous completion, so the GPU
-    executes them in exactly the trace's order."""
+    executes them in exactly the trace's order. Everything that touches
+    device memory, host transfers included, runs inside `_on`: the streams
+    are non-blocking, so nothing on the null stream would be ordered with
+    them (tests/fake_cupy.py checks this without a GPU)."""
 
     def __init__(self, xp, scenario: Scenario, space: TokenSpace):
         self.xp = xp
@@ -169,11 +172,12 @@ class Pool:
         memory = np.zeros((scenario.pool, self.B, 2, space.head_dim), np.float32)
         for i in range(scenario.prompt):  # the fork: the prompt fills blocks 0 .. in order
             memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
-        self.memory = xp.asarray(memory)
         self.gpu = xp is not np
         if self.gpu:
             self.copy_stream, self.compute_stream = xp.cuda.Stream(non_blocking=True), xp.cuda.Stream(non_blocking=True)
             self.last = None
+        with self._on("copy"):
+            self.memory = xp.asarray(memory)
 
     def _on(self, stream_name: str):
         """Run on a stream after everything the trace completed before."""
@@ -190,12 +194,12 @@ class Pool:
 
     def kernel(self, token: str, pos: int, snapshot: tuple[int, ...]) -> np.ndarray:
         xp = self.xp
-        with self._on("compute"):
+        with self._on("compute") as queue:
             self.memory[snapshot[pos // self.B], pos % self.B] = xp.asarray(self.space.key_value(token, pos))
             blocks, slots = self._gather_index(snapshot, pos + 1)
             gathered = self.memory[blocks, slots]
             out = attention(xp, xp.asarray(self.space.query(token, pos)), gathered[:, KEY], gathered[:, VALUE])
-        return xp.asnumpy(out) if self.gpu else out
+            return queue.fetch(out)
 
     def read(self, table: tuple[int, ...], count: int) -> np.ndarray:
         """Keys and values of positions 0 .. count-1 through a table; zeros
@@ -203,10 +207,9 @@ class Pool:
         rows = np.zeros((count, 2, self.space.head_dim), np.float32)
         covered = min(count, len(table) * self.B)
         if covered:
-            blocks, slots = self._gather_index(table, covered)
-            with self._on("compute"):
-                gathered = self.memory[blocks, slots]
-            rows[:covered] = self.xp.asnumpy(gathered) if self.gpu else gathered
+            with self._on("compute") as queue:
+                blocks, slots = self._gather_index(table, covered)
+                rows[:covered] = queue.fetch(self.memory[blocks, slots])
         return rows
 
     def _gather_index(self, table: tuple[int, ...], count: int):
@@ -216,14 +219,21 @@ class Pool:
 
 
 class _Immediate:
+    """numpy: the host is the device."""
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         return False
 
+    def fetch(self, array):
+        return array
+
 
 class _Ordered:
+    """CuPy: work on one stream, then an event for the next completion to wait on."""
+
     def __init__(self, pool: Pool, stream):
         self.pool, self.stream = pool, stream
 
@@ -235,6 +245,12 @@ class _Ordered:
         self.pool.last = self.stream.record()
         self.stream.__exit__(*exc)
         return False
+
+    def fetch(self, array) -> np.ndarray:
+        """The array on the host, once the stream has computed it (whatever
+        stream a CuPy version copies on, the data is complete by then)."""
+        self.stream.synchronize()
+        return self.pool.xp.asnumpy(array)
 
 
 def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy", head_dim: int = HEAD_DIM) -> PoolReplay:

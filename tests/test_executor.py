@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+import fake_cupy
 from conftest import ROOT
 from checker import trace
 from checker.check import check
@@ -194,3 +195,69 @@ def test_cupy_pool_matches_numpy(path):
     assert [k.decoded for k in gpu.kernels] == [k.decoded for k in cpu.kernels]
     for g, c in zip(gpu.kernels, cpu.kernels):
         assert abs(g.max_diff - c.max_diff) < 100 * TOLERANCE
+
+
+# -- the CuPy path without a GPU: tests/fake_cupy.py computes with numpy and
+# -- raises Race on any device access not ordered after a conflicting one
+
+@pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
+def test_cupy_replay_is_stream_ordered(path, monkeypatch):
+    cp = fake_cupy.install(monkeypatch)
+    cx = trace.load(path)
+    cpu = replay_on_pool(cx.scenario, cx.actions, "numpy")
+    gpu = replay_on_pool(cx.scenario, cx.actions, "cupy")       # raises Race if unordered
+    assert [k.to_json() for k in gpu.kernels] == [k.to_json() for k in cpu.kernels]
+    copies = sum(1 for a in cx.actions if a.op == "copy-complete")
+    assert cp.device.launches > copies + len(cpu.kernels)        # the replay really ran on the stand-in
+
+
+def test_cupy_replay_without_the_event_waits_is_a_race(monkeypatch):
+    """The events are what orders a kernel after the copy it reads: without
+    them the stand-in sees the race a GPU could run into."""
+    fake_cupy.install(monkeypatch)
+    monkeypatch.setattr(fake_cupy.Stream, "wait_event", lambda self, event: None)
+    cx = trace.load(ROOT / "counterexamples" / "premature-decrement.faithful-output.json")
+    with pytest.raises(fake_cupy.Race):
+        replay_on_pool(cx.scenario, cx.actions, "cupy")
+
+
+def test_cupy_cli_replay_matches_numpy(monkeypatch):
+    fake_cupy.install(monkeypatch)
+    path = ROOT / "counterexamples" / "premature-decrement.faithful-output.json"
+    runs = {pool: CliRunner().invoke(main, ["replay", str(path), "--json", "--pool", pool]) for pool in ("numpy", "cupy")}
+    assert all(r.exit_code == 0 for r in runs.values()), runs["cupy"].output
+    data = {pool: json.loads(r.stdout)["pool"] for pool, r in runs.items()}
+    assert data["cupy"]["pool"] == "cupy" and data["cupy"]["first_divergence"] == 27
+    assert data["cupy"]["kernels"] == data["numpy"]["kernels"]
+
+
+def test_stand_in_orders_what_cuda_orders():
+    cp = fake_cupy.module()
+    a, b = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with a:
+        x = cp.asarray(np.ones(3, np.float32)) * 2
+    with b, pytest.raises(fake_cupy.Race):          # no event: b may run before a
+        x + 1
+    b.wait_event(a.record())
+    with b:
+        y = x + 1                                   # after the event: ordered
+    with pytest.raises(fake_cupy.Race):             # the null stream does not wait for non-blocking b
+        cp.asnumpy(y)
+    with a, pytest.raises(fake_cupy.Race):          # a write on a after b's read, no event back
+        x[0] = 5
+    b.synchronize()
+    assert cp.asnumpy(y).tolist() == [3, 3, 3]      # the host waited for b, and launches after that
+    with a:
+        x[0] = 5                                    # ... start after it too
+    with pytest.raises(TypeError):
+        np.asarray(x)                               # no silent host reads, as in CuPy
+
+
+def test_stand_in_orders_blocking_streams_with_the_null_stream():
+    cp = fake_cupy.module()
+    x = cp.asarray(np.ones(2, np.float32))          # on the null stream
+    with cp.cuda.Stream(non_blocking=False):
+        y = x * 3                                   # a blocking stream waits for the null stream
+    with cp.cuda.Stream(non_blocking=True), pytest.raises(fake_cupy.Race):
+        x * 3                                       # a non-blocking one does not
+    assert cp.asnumpy(y).tolist() == [3, 3]         # and the null stream waits for blocking ones

@@ -23,7 +23,6 @@ from . import trace
 from .check import CheckResult, check as check_scenario
 from .executor import replay_on_pool
 from .pages_cli import register, write_check_pages
-from .symbolic import run_bmc, run_kinduction
 from .explain import explain as explain_trace
 from .replay import replay as replay_trace
 from .report import show, show_pool
@@ -154,6 +153,8 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
     for scenario in scenarios:
         progress = Progress(scenario.name)
         try:
+            if engine in ("bmc", "kind"):   # z3 loads only for the engines that use it
+                from .symbolic import run_bmc, run_kinduction
             if engine == "bmc":
                 result = run_bmc(scenario, selected, depth, out_dir=Path(out_dir))
             elif engine == "kind":

@@ -4,6 +4,7 @@ model, step for step, on when the output goes wrong."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -175,12 +176,18 @@ def test_cupy_pool_without_cupy_is_one_clear_line():
 
 
 def _gpu():
-    cupy = pytest.importorskip("cupy")
+    """CuPy with a device, or a skip; a failure instead where the run is
+    meant to be on a GPU (.ci/gpu sets COWCHECK_REQUIRE_GPU=1)."""
+    missing = pytest.fail if os.environ.get("COWCHECK_REQUIRE_GPU") == "1" else pytest.skip
+    try:
+        import cupy
+    except ImportError:
+        missing("CuPy is not installed")
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
+            missing("no CUDA device")
     except Exception as err:  # no driver
-        pytest.skip(f"no usable CUDA device ({type(err).__name__})")
+        missing(f"no usable CUDA device ({type(err).__name__}: {err})")
     return cupy
 
 

@@ -54,12 +54,10 @@ class SymbolicResult(CheckResult):
 
     def engine_line(self) -> str:
         """One line for the report, under the shared table: the engine, its
-        bound, z3's time in total and per depth, and k-induction's proofs."""
+        bound, z3's time in total and per depth (k-induction's KindResult
+        has its own)."""
         per_depth = " ".join(f"{t:.2f}" for t in self.depth_seconds)
-        line = f"engine {self.engine}  bound {self.bound}  z3 {sum(self.depth_seconds):.2f}s  per depth (s): {per_depth}"
-        if self.engine == "kind":
-            line += "  closed at k: " + ", ".join(f"{i}={k if k is not None else 'not closed'}" for i, k in self.closed_at.items())
-        return line
+        return f"engine {self.engine}  bound {self.bound}  z3 {sum(self.depth_seconds):.2f}s  per depth (s): {per_depth}"
 
     def to_json(self) -> dict:
         data = super().to_json()

@@ -54,21 +54,42 @@ from ..invariants import INVARIANTS, Invariant, validate_expect
 from .bmc import SymbolicResult, Unrolling, _result, run_bmc, solve
 from .lemmas import Lemmas, Part
 
+#: z3's limit on one falsification round of Prover.step: proving in one query
+#: that no candidate fails can take longer than the per-candidate sweeps do
+ROUND_MS = 3000
+
 
 @dataclass
 class KindResult(SymbolicResult):
-    """A SymbolicResult with the lemmas' fate: per lemma, how many of its
-    parts were proven (and so used) and how many were dropped."""
+    """A SymbolicResult with k-induction's own numbers: seconds per k (the
+    base case and the inductive steps) apart from the closing BMC's, and
+    the lemmas' fate: per lemma, how many parts were proven (and so used)
+    and how many were dropped."""
+    k_seconds: list = field(default_factory=list)
+    bmc_seconds: list = field(default_factory=list)
     lemmas: dict = field(default_factory=dict)
     proven_parts: list = field(default_factory=list)   # keys of the lemma parts proven (and so used)
 
     def engine_line(self) -> str:
+        """The engine, its bound, z3's time in total, per k and (apart, so
+        that it is not read as the proof's cost) in the closing BMC, the k
+        that closed each proof (or violated / not closed), and the lemmas."""
+        def shown(inv_id, k):
+            if k is not None:
+                return f"{inv_id}={k}"
+            return f"{inv_id}={'violated' if self.verdicts[inv_id].holds is False else 'not closed'}"
         used = sum(p for p, _ in self.lemmas.values())
         total = sum(p + d for p, d in self.lemmas.values())
-        return super().engine_line() + f"  lemma parts proven: {used}/{total}"
+        line = (f"engine kind  bound {self.bound}  z3 {sum(self.depth_seconds):.2f}s  per k (s): "
+                + " ".join(f"{t:.2f}" for t in self.k_seconds))
+        if self.bmc_seconds:
+            line += f"  then bmc {sum(self.bmc_seconds):.2f}s"
+        line += "  closed at k: " + ", ".join(shown(i, k) for i, k in self.closed_at.items())
+        return line + f"  lemma parts proven: {used}/{total}"
 
     def to_json(self) -> dict:
         data = super().to_json()
+        data["z3_seconds_per_k"] = [round(t, 3) for t in self.k_seconds]
         data["lemmas"] = {name: {"proven": p, "dropped": d} for name, (p, d) in self.lemmas.items()}
         return data
 
@@ -182,10 +203,21 @@ class Prover:
 
         One incremental SAT solver holds the path S_0 .. S_k with `proven`
         in every state, and per candidate a switch that asks for it to be
-        false in S_k. A pass assumes every alive candidate in S_0 .. S_{k-1}
-        and flips the switches one by one; a model drops every alive
-        candidate false in S_k. Passes repeat until one drops nothing: then
-        each alive candidate follows in S_k from all of them before."""
+        false in S_k. Every query assumes the alive candidates in
+        S_0 .. S_{k-1}; a model drops every alive candidate false in S_k (a
+        candidate made of pieces is replaced by its pieces).
+
+        First come falsification rounds: one query asks whether any alive
+        candidate fails. While many fail (a buggy protocol) each round drops
+        a batch of them at the cost of one query instead of one per
+        candidate; an unsatisfiable round proves every alive candidate at
+        once. A round that runs past ROUND_MS ends them. Then sweeps flip
+        the switches one by one; after a drop the rest of the sweep assumes
+        only what is left (an answer that assumes a dropped candidate proves
+        nothing that lasts, and a candidate that fails only without it is
+        found in this sweep, not the next). Sweeps repeat until one drops
+        nothing: then each alive candidate was shown to follow in S_k from
+        all of them in S_0 .. S_{k-1}."""
         solver = z3.SolverFor("QF_FD")
         frame, at = self.path(k)
         solver.add(frame)
@@ -198,29 +230,59 @@ class Prover:
                 solver.add(z3.Implies(goal[c], z3.Not(at(c, k))))
             return goal[c]
 
-        for c in cands:
-            asked(c)
-        alive, rest = list(cands), []
-        while alive:
+        def assume():
+            """A scope with the alive candidates in S_0 .. S_{k-1}."""
             solver.push()
             solver.add([at(c, i) for c in alive for i in range(k)])
-            dropped: list = []
-            for c in alive:
-                if c in dropped:
+
+        def drop(m: z3.ModelRef, failed: Optional[Candidate] = None) -> None:
+            """Drop `failed` and every alive candidate false in S_k in `m`;
+            their pieces get switches outside the current scope (it is
+            popped first), so the switches outlive it."""
+            nonlocal alive
+            bad = [x for x in alive if x is failed or z3.is_false(m.eval(at(x, k), model_completion=True))]
+            assert bad, "a model without a failing candidate"
+            solver.pop()
+            pieces = [p for x in bad for p in x.pieces]
+            alive = [x for x in alive if x not in bad] + pieces
+            rest.extend(x for x in bad if not x.pieces)
+            for p in pieces:
+                asked(p)
+            todo.extend(pieces)
+
+        for c in cands:
+            asked(c)
+        alive, rest, todo = list(cands), [], []
+        answer = None
+        solver.set("timeout", ROUND_MS)
+        while alive:                 # falsification rounds
+            assume()
+            solver.add(z3.Or([asked(c) for c in alive]))
+            answer = solver.check()
+            if answer != z3.sat:
+                solver.pop()
+                break
+            drop(solver.model())
+        solver.set("timeout", 0)     # no limit
+        if answer == z3.unsat:
+            return alive, rest
+        clean = False
+        while not clean:             # sweeps, until one drops nothing
+            clean = True
+            assume()
+            todo = list(alive)
+            while todo:
+                c = todo.pop(0)
+                if c not in alive:
                     continue
                 answer = solver.check(asked(c))
                 if answer == z3.unknown:
                     raise RuntimeError(f"z3 answered unknown ({solver.reason_unknown()})")
                 if answer == z3.sat:
-                    m = solver.model()
-                    dropped += [x for x in alive if x not in dropped and (x is c or z3.is_false(m.eval(at(x, k), model_completion=True)))]
+                    drop(solver.model(), c)
+                    clean = False
+                    assume()
             solver.pop()
-            if not dropped:
-                break
-            alive = [c for c in alive if c not in dropped] + [p for c in dropped for p in c.pieces]
-            rest += [c for c in dropped if not c.pieces]
-            for c in alive:      # outside the pass's scope, so the switch outlives it
-                asked(c)
         return alive, rest
 
     def implied(self, cands: list[Candidate], proven: list[Candidate]) -> list[Candidate]:
@@ -292,9 +354,10 @@ def run_kinduction(scenario, invariants: tuple[Invariant, ...] = INVARIANTS, dep
     left = [inv for inv in invariants if inv.id not in closed_at]
     verdicts: dict = {}
     reached = max(closed_at.values(), default=0)
+    bmc_seconds: list[float] = []
     if left:
         rest = run_bmc(scenario, tuple(left), depth, out_dir)
-        seconds += rest.depth_seconds
+        bmc_seconds = rest.depth_seconds
         verdicts = rest.verdicts
         reached = rest.exploration.depth
     for inv in invariants:
@@ -305,12 +368,13 @@ def run_kinduction(scenario, invariants: tuple[Invariant, ...] = INVARIANTS, dep
         else:
             closed_at[inv.id] = None
     verdicts = {inv.id: verdicts[inv.id] for inv in invariants}
-    open_ids = [inv.id for inv in invariants if closed_at[inv.id] is None]
-    complete = not open_ids
+    open_ids = [inv.id for inv in invariants if closed_at[inv.id] is None and verdicts[inv.id].holds is None]
+    complete = not open_ids      # every invariant proven or violated: both are final (as in BMC)
     stopped = None if complete else f"k-induction did not close within k <= {depth}: {', '.join(open_ids)}"
-    result = _result(scenario, invariants, verdicts, "kind", depth, seconds, complete, stopped, reached)
+    result = _result(scenario, invariants, verdicts, "kind", depth, seconds + bmc_seconds, complete, stopped, reached)
     result.closed_at = {inv.id: closed_at[inv.id] for inv in invariants}
     out = KindResult(**{f.name: getattr(result, f.name) for f in fields(result) if f.init})
+    out.k_seconds, out.bmc_seconds = seconds, bmc_seconds
     used = [c for c in proven if c.lemma]
     tally: dict[str, list[int]] = {name: [0, 0] for name in prover.lemmas.names()}
     for c in used:

@@ -36,7 +36,7 @@ import z3
 
 from model.protocol import COPIES, WAITS, Step
 
-from .encoding import COPY_KIND, EMPTY, KERNEL_KIND, NONE_READ, Encoding, Sym, all_of, any_of, select
+from .encoding import COPY_KIND, EMPTY, KERNEL_KIND, Encoding, Sym, all_of, any_of, select
 
 RUNNING, FINISHED, CANCELLED = 0, 1, 2        # Encoding's status values
 LOCALS = ("tail", "new")
@@ -248,10 +248,6 @@ class Facts:
         one, zero = self.enc.num(1), self.enc.num(0)
         return z3.Sum([z3.If(c, one, zero) for c in conds]) if conds else zero
 
-    def slot(self, block, c: int):
-        """Slot c of a (symbolic) block."""
-        return select([self.s.slot[x][c] for x in range(self.enc.P)], block, NONE_READ)
-
     def live(self, m: int, kind: int) -> z3.BoolRef:
         return z3.And(m < self.s.qlen, self.s.q[m].kind == kind)
 
@@ -412,8 +408,9 @@ class ShapeFacts:
             last = into[-1]
             x = self.local(last.args[0])
             if len(into) == 1 and pending == 1:
+                whole = last.op != "copy"      # copy-block copies all B slots, copy the first `fill`
                 for m, o in enumerate(f.s.q):
-                    n = (lambda p, o=o: o.n == (p % enc.B if last.op == "copy" else enc.B))
+                    n = (lambda p, o=o, whole=whole: o.n == (enc.B if whole else p % enc.B))
                     parts.append(z3.Implies(flying[m], z3.And(o.src == x, self.at_start(n))))
             if fifo and behind:
                 # launched before the branch's kernel: on one stream it is ahead of it in the queue
@@ -464,10 +461,16 @@ class ShapeFacts:
             rc, hd, _ = deltas(self.shape, name)
             x = self.local(name)
             parts.append(z3.And(select(f.s.rc, x, 0) == rc, select(f.s.hd, x, 0) == hd))
-            for m in range(self.enc.N):
-                if m != self.j:
-                    parts += [z3.Not(z3.And(t < length, y == x)) for _, table, length in f.tables(m)
-                              for t, y in enumerate(table)]
+        return all_of(parts)
+
+    def exclusive(self) -> z3.BoolRef:
+        f, parts = self.f, []
+        for name in LOCALS:
+            if binding(self.shape, name)[0] != "alloc":
+                continue
+            x = self.local(name)
+            parts += [z3.Not(z3.And(t < length, y == x)) for m in range(self.enc.N) if m != self.j
+                      for _, table, length in f.tables(m) for t, y in enumerate(table)]
         return all_of(parts)
 
 
@@ -489,9 +492,10 @@ FAMILIES = {
               "the branch's tokens: in the source while the copy is in flight, in the destination once it has landed.",
     "rule": "An append path runs only from the positions where its rule can be the first to match, and until a step "
             "touches tail's counters the counters the rule tested are unchanged (no other branch can reach them).",
-    "owned": "A block a local got from alloc was free (refcount 0, no holds, in no table) and is reachable by no one "
-             "else until the branch shares it: its counters are 1 and 0 plus the branch's own steps on it since, and "
-             "no other branch's table maps it.",
+    "owned": "A block a local got from alloc was free (refcount 0, no holds) and is reachable by no one else until "
+             "the branch shares it: its counters are 1 and 0 plus the branch's own steps on it since.",
+    "exclusive": "A block a local got from alloc was in no table (free blocks are unmapped) and no other branch can "
+                 "add it to its table: no other branch's table maps it.",
 }
 
 
@@ -572,8 +576,11 @@ def node(lm: Lemmas, f: Facts):
 def shape(lm: Lemmas, f: Facts):
     """Per node of a branch, each family of FAMILIES holds for one of the
     shapes that lead to it (see FAMILIES for why each holds). One part per
-    node; its pieces are the families and, where one shape leads to the
-    node, a family's pieces are its conjuncts."""
+    node, whose pieces are the families. A family is not split further into
+    its conjuncts: on a buggy protocol that multiplied the candidates Houdini
+    tries one by one, and the only family seen to fail in part, a fresh
+    block's counters together with its absence from other tables, is two
+    families instead (owned, exclusive), of which exclusive fails alone."""
     for j in range(lm.enc.N):
         for n, facts in lm.shape_facts(f, j):
             where = lm.programs.where(f.s, j, n)
@@ -583,12 +590,9 @@ def shape(lm: Lemmas, f: Facts):
                 options = [getattr(sf, family)() for sf in facts]
                 if all(z3.is_true(o) for o in options):
                     continue
-                conjuncts = ()
                 if len(options) > 1:
                     options = [z3.And(sf.discriminator(), o) for sf, o in zip(facts, options)]
-                elif z3.is_and(options[0]) and len(options[0].children()) <= 16:
-                    conjuncts = [(f"{family} #{i} of {at}", z3.Implies(where, c)) for i, c in enumerate(options[0].children())]
-                families.append((f"{family} of {at}", z3.Implies(where, any_of(options)), conjuncts))
+                families.append((f"{family} of {at}", z3.Implies(where, any_of(options))))
             if families:
                 yield at, z3.And([x[1] for x in families]), families
 
@@ -609,7 +613,7 @@ def canonical(lm: Lemmas, f: Facts):
     launches nothing). The model's lists simply have no other entries."""
     enc, s = lm.enc, f.s
     yield "free list", all_of(z3.If(i < s.flen, z3.And(x >= 0, x < enc.P), x == -1) for i, x in enumerate(s.free))
-    for j, b in enumerate(s.br):
+    for j in range(enc.N):
         for name, table, length in f.tables(j):
             yield f"{name} table of branch {j}", all_of(z3.If(t < length, x >= 0, x == -1) for t, x in enumerate(table))
     for m, o in enumerate(s.q):
@@ -746,7 +750,7 @@ def kernel_target(lm: Lemmas, f: Facts):
     allocated or whose rule saw refcount 1 and no holds, and nobody else can
     reach such a block until the branch waits for the kernel."""
     s = f.s
-    for m, o in enumerate(s.q):
+    for m in range(len(s.q)):
         t = f.target(m)
         yield f"queue slot {m}", z3.Implies(f.live(m, KERNEL_KIND), z3.And(select(s.rc, t, 0) == 1, select(s.hd, t, 0) == 0))
 

@@ -15,8 +15,8 @@ What orders what, as CUDA defines it for the calls used here:
 - work on one stream runs in launch order;
 - `stream.record()` captures the stream's clock in an event, and
   `other.wait_event(event)` makes later work on `other` wait for it;
-- `stream.synchronize()` and `cuda.runtime.deviceSynchronize()` make the
-  host wait, and work launched after that starts after what it waited for;
+- `stream.synchronize()` makes the host wait, and work launched after that
+  starts after what it waited for;
 - the legacy null stream waits for, and is waited for by, blocking streams
   only; streams made with `non_blocking=True` are not ordered with it;
 - `asarray` on host data copies to the device asynchronously on the current
@@ -229,10 +229,8 @@ def module() -> types.ModuleType:
 
     stream_class = type("Stream", (Stream,), {"__init__": lambda self, non_blocking=False: Stream.__init__(self, device, non_blocking)})
     stream_class.null = device.null
-    runtime = types.SimpleNamespace(getDeviceCount=lambda: 1,
-                                    deviceSynchronize=lambda: [device.wait_host(s) for s in device.streams] and None)
-    cp.cuda = types.SimpleNamespace(Stream=stream_class, Event=Event, runtime=runtime,
-                                    get_current_stream=lambda: device.current[-1])
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
+    cp.cuda = types.SimpleNamespace(Stream=stream_class, Event=Event, runtime=runtime)
     return cp
 
 

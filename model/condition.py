@@ -8,6 +8,7 @@ comparisons, `and`, `or`, `not` and parentheses."""
 from __future__ import annotations
 
 import ast
+import warnings
 from typing import Callable
 
 from .errors import SpecError
@@ -26,7 +27,10 @@ class Condition:
     def __init__(self, text: str, source: str, key: str):
         self.text = text
         try:
-            tree = ast.parse(text.strip(), mode="eval")
+            with warnings.catch_warnings():
+                # Python accepts `1and x` with a SyntaxWarning on stderr; here it is an error
+                warnings.simplefilter("error", SyntaxWarning)
+                tree = ast.parse(text.strip(), mode="eval")
             _check(tree.body, text, source, key)
         except SyntaxError as err:
             raise SpecError(source, key, f"condition {text!r} does not parse ({err.msg}); allowed: {ALLOWED}") from None

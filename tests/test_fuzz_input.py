@@ -10,6 +10,7 @@ implausible order, a file cut or spliced anywhere."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 from click.testing import CliRunner
@@ -141,7 +142,12 @@ def check_files(tmp_path, scenario: str, protocol: str | None = None):
     if protocol is not None:
         (tmp_path / "p.toml").write_text(protocol)
         args += ["--protocol", str(tmp_path / "p.toml")]
-    return CliRunner().invoke(main, args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(main, args)
+    # a warning reaches the user's terminal as one more line on stderr
+    assert not caught, [str(w.message) for w in caught]
+    return result
 
 
 @FUZZ

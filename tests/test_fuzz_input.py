@@ -29,7 +29,7 @@ STEP_WORDS = ["alloc", "new", "tail", "copy", "copy-block", "wait-copy", "wait-k
               "decref", "decref-all", "incref", "hold", "release", "write", "check-output", "lock", "unlock", "x", "",
               "new new", "tail tail", "-1", "0"]
 RULE_WORDS = ["refcount(", "holds(", "tail", "new", ")", "==", "!=", "<", ">=", "1", "0", "-1", "and", "or", "not",
-              "true", "false", "boundary", "pos", "%", "+", "(", "free", "2"]
+              "true", "false", "boundary", "pos", "%", "+", "(", "free", "2", "1and", "0x", "1_0"]
 
 toml_scalar = st.one_of(st.integers(-3, 70), st.integers(), st.booleans(), st.floats(allow_nan=False, allow_infinity=False),
                         st.sampled_from(["", "cow", "async", "streams", "lifo", "any", "holds", "violates peak", "x"]),

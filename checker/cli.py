@@ -220,10 +220,14 @@ def replay(file, scenario_path, pool, as_json) -> None:
     try:
         cx = _load_trace(file, scenario_path)
         result = replay_trace(cx)
-        on_pool = None if pool == "none" else replay_on_pool(cx.scenario, cx.actions, pool)
+        # the pool takes block ids from the actions: only actions the model enabled are safe to apply
+        applied = len(result.transitions) == len(cx.actions)
+        on_pool = replay_on_pool(cx.scenario, cx.actions, pool) if pool != "none" and applied else None
     except SpecError as error:
         fail(error)
     ok, pool_message = result.ok, None
+    if pool != "none" and not applied:
+        pool_message = "not replayed: the trace does not apply in the model"
     if on_pool is not None and cx.invariant == "faithful-output":
         first = on_pool.first_divergence
         if first is None or first.step != cx.length:
@@ -239,7 +243,7 @@ def replay(file, scenario_path, pool, as_json) -> None:
         if on_pool is not None:
             show_pool(on_pool, console)
         if pool_message:
-            console.print(f"[bold red]pool and model disagree[/]: {pool_message}")
+            console.print(f"[bold red]{'pool' if on_pool is None else 'pool and model disagree'}[/]: {pool_message}")
     sys.exit(0 if ok else 1)
 
 

@@ -90,10 +90,10 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console) -> None:
         for line in _state_lines(model, before, after, touched):
             console.print("   " + escape(line))
     console.print()
-    if cx.invariant:
+    if cx.invariant and replayed.witness is not None:     # the model's witness: the file's is not trusted
         console.print(f"[bold red]{cx.invariant} breaks at step {replayed.step}.[/]")
         console.print(f"   it holds when: {escape(BY_ID[cx.invariant].holds_when)}")
-        console.print(f"   what happened: {escape(describe(replayed.witness or cx.witness))}")
+        console.print(f"   what happened: {escape(describe(replayed.witness))}")
     else:
         console.print(f"[bold]{escape(replayed.message)}[/]")
 

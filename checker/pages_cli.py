@@ -15,6 +15,8 @@ from model.errors import SpecError
 
 from . import trace
 from .executor import replay_on_pool
+from .invariants import BY_ID
+from .replay import replay
 from .graph import FORMATS, render
 from .html import index_html, stepper_html
 from .lab import MAX_REQUESTS, lab_html, report, run
@@ -27,10 +29,26 @@ def _fail(error: SpecError) -> None:
 
 
 def load_counterexample(path: Path) -> tuple[trace.Counterexample, dict]:
-    """A counterexample file, validated by trace.load (so a bad file gets the
-    checker's one-line error, never a traceback), and its JSON for the pages."""
+    """A counterexample file and the JSON the pages are drawn from.
+
+    The pages read every recorded state, so they are drawn from what the
+    model makes of the file's actions, not from the file: a file that does
+    not replay (edited, or made by an older model) is bad input, one line
+    saying where, and a file that does gives exactly its own JSON back."""
     cx = trace.load(path)
-    return cx, json.loads(Path(path).read_text())
+    replayed = replay(cx)
+    if not replayed.ok:
+        where = f"steps[{replayed.step - 1}]" if replayed.step else "steps"
+        raise SpecError(str(path), where, f"does not replay in the model ({replayed.message}); "
+                        "pages and pictures are drawn only from traces that do (cowcheck replay FILE)")
+    inv = BY_ID.get(cx.invariant) if cx.invariant else None
+    states = replayed.states[1:] + [None] * (len(replayed.transitions) - len(replayed.states) + 1)
+    data = trace.to_json(cx.scenario, replayed.states[0], [(t.action, s) for t, s in zip(replayed.transitions, states)],
+                         invariant=inv and inv.id, invariant_kind=inv and inv.kind, witness=replayed.witness,
+                         peak=cx.peak)
+    data = json.loads(json.dumps(data))     # tuples as lists, as in the file
+    data["scenario"]["source"] = json.loads(Path(path).read_text())["scenario"]["source"]   # where it was checked from
+    return cx, data
 
 
 def decoded_on_pool(cx: trace.Counterexample) -> dict:

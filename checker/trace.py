@@ -89,6 +89,9 @@ def load(path: Path) -> Counterexample:
     try:
         sc = dict(data["scenario"])
         name, origin = sc.pop("name"), sc.pop("source")
+        for key, value in (("name", name), ("source", origin)):
+            if not isinstance(value, str) or not value:
+                raise SpecError(source, f"scenario.{key}", "must be a non-empty string")
         scenario = scenario_from_dict(sc, f"{source} (scenario)", Path(origin).parent, name)
         kind = data["kind"]
         if kind not in ("counterexample", PEAK):

@@ -286,6 +286,28 @@ def test_replay_against_a_missing_scenario(tmp_path, spare_capacity_cx):
     assert_names(line, "gone.toml", "not found")
 
 
+@pytest.mark.parametrize("command", [["html", "-o", "page.html"], ["graph", "-o", "g.svg"]])
+def test_pages_refuse_a_trace_that_does_not_replay(tmp_path, spare_capacity_cx, command):
+    """Pages and pictures read every recorded state, so they are drawn from
+    the model's replay; an edited trace is bad input, one line saying where."""
+    data = json.loads(spare_capacity_cx.read_text())
+    data["steps"][1]["action"]["binds"]["new"] = 5          # an action the model does not enable
+    path = write(tmp_path / "edited.json", json.dumps(data))
+    line = error_line(invoke(command[0], path, *command[1:]))
+    assert_names(line, "edited.json", "steps[1]", "does not replay", "cowcheck replay")
+
+
+def test_replay_of_an_edited_trace_says_where_and_skips_the_pool(tmp_path, spare_capacity_cx):
+    data = json.loads(spare_capacity_cx.read_text())
+    data["steps"][1]["action"]["binds"]["new"] = 5
+    path = write(tmp_path / "edited.json", json.dumps(data))
+    result = invoke("replay", path, "--json")
+    assert result.exit_code == 1
+    out = json.loads(result.stdout)
+    assert out["step"] == 2 and "not enabled" in out["message"]
+    assert out["pool"] is None and "does not apply" in out["pool_message"]
+
+
 # --------------------------------------------------------------------------
 # the installed executable, end to end
 

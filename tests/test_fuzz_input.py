@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from checker.cli import main
+from conftest import ROOT
 
 COW_RULES = [("boundary", "fresh"), ("refcount(tail) == 1 and holds(tail) == 0", "in-place"), ("true", "copy")]
 COW_PATHS = {
@@ -166,3 +167,54 @@ def test_any_protocol_file_gets_a_verdict_or_one_line(tmp_path, text):
 @pytest.mark.parametrize("text", [GOOD_SCENARIO])
 def test_the_unmutated_files_are_accepted(tmp_path, text):
     assert check_files(tmp_path, text, GOOD_PROTOCOL).exit_code in (0, 1)
+
+
+# -- counterexample files: every command that reads one ----------------------
+
+CX = ROOT / "counterexamples" / "premature-decrement.exclusive-write.json"
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2, 12), st.text(max_size=6),
+                      st.lists(st.integers(-1, 7), max_size=3), st.just({}))
+
+
+def _paths(data, prefix=()):
+    """Every path to a value in a JSON document."""
+    yield prefix
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        yield from _paths(v, prefix + (k,))
+
+
+@st.composite
+def counterexamples(draw) -> str:
+    data = json.loads(CX.read_text())
+    paths = [p for p in _paths(data) if p]
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(paths))
+        parent = data
+        try:
+            for k in path[:-1]:
+                parent = parent[k]
+            if draw(st.integers(0, 3)) == 0 and isinstance(parent, (dict, list)):
+                del parent[path[-1]]
+            else:
+                parent[path[-1]] = draw(json_leaf)
+        except (KeyError, IndexError, TypeError):
+            pass                # an earlier mutation removed or replaced the path
+    return json.dumps(data)
+
+
+COMMANDS = [["replay", "{f}"], ["replay", "{f}", "--pool", "none"], ["explain", "{f}"],
+            ["html", "{f}", "-o", "{d}/page.html", "--pool", "none"], ["graph", "{f}", "-o", "{d}/g.svg"],
+            ["graph", "{f}", "--step", "3", "-o", "{d}/g.dot"]]
+
+
+@FUZZ
+@given(text=counterexamples(), command=st.sampled_from(COMMANDS))
+def test_any_counterexample_file_gets_an_answer_or_one_line(tmp_path, text, command):
+    (tmp_path / "cx.json").write_text(text)
+    args = [a.format(f=tmp_path / "cx.json", d=tmp_path) for a in command]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(main, args)
+    assert not caught, [str(w.message) for w in caught]
+    judged(result, "cx.json")

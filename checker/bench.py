@@ -146,6 +146,7 @@ def _end_to_end(label: str) -> dict:
 
 
 def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "counterexamples", full: bool = False) -> None:
+    traces = replayable(counterexamples)     # a bad file fails now, not after minutes of exploring
     rows = []
     for label, reductions, heavy in RUNS:
         if heavy and not full:
@@ -156,7 +157,7 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     symbolic = [_in_child(_measure_symbolic, (label, invariant)) for label, invariant, heavy in SYMBOLIC_RUNS
                 if full or not heavy]
     end_to_end = _end_to_end("cow B=4 L=6 4x2")
-    replays = replay_figures(counterexamples)
+    replays = replay_figures(traces)
     if as_json:
         json.dump({"explore": rows, "symbolic": symbolic, "end_to_end": end_to_end, "replay": replays}, sys.stdout, indent=2)
         print()
@@ -197,17 +198,21 @@ def _long_walk(seed: int = 0):
     return scenario, actions
 
 
-def replay_figures(folder) -> dict:
-    """Replays per second (model and numpy pool) over the counterexample
-    files in `folder`, and the time of one replay of a 100+-action run."""
+def replayable(folder) -> list:
+    """The counterexample files in `folder`, each one the model replays."""
     from pathlib import Path
 
-    from . import trace
+    from .replay import load_replayed
+
+    return [load_replayed(f)[0] for f in sorted(Path(folder).glob("*.json"))]
+
+
+def replay_figures(traces: list) -> dict:
+    """Replays per second (model and numpy pool) over counterexamples, and
+    the time of one replay of a 100+-action run."""
     from .executor import replay_on_pool
     from .replay import replay
 
-    files = sorted(Path(folder).glob("*.json"))
-    traces = [trace.load(f) for f in files]
     start = time.perf_counter()
     for cx in traces:
         replay(cx)

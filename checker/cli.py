@@ -292,7 +292,10 @@ def bench(as_json, folder, full) -> None:
     without reductions, and z3 BMC's time to a shortest violation next to
     the explorer's."""
     from .bench import run_benchmarks
-    run_benchmarks(console, as_json, folder, full)
+    try:
+        run_benchmarks(console, as_json, folder, full)
+    except SpecError as error:
+        fail(error)
 
 
 register(main)  # html, graph, lab (checker.pages_cli)

@@ -16,7 +16,7 @@ from model.errors import SpecError
 from . import trace
 from .executor import replay_on_pool
 from .invariants import BY_ID
-from .replay import replay
+from .replay import load_replayed
 from .graph import FORMATS, render
 from .html import index_html, stepper_html
 from .lab import MAX_REQUESTS, lab_html, report, run
@@ -33,14 +33,9 @@ def load_counterexample(path: Path) -> tuple[trace.Counterexample, dict]:
 
     The pages read every recorded state, so they are drawn from what the
     model makes of the file's actions, not from the file: a file that does
-    not replay (edited, or made by an older model) is bad input, one line
-    saying where, and a file that does gives exactly its own JSON back."""
-    cx = trace.load(path)
-    replayed = replay(cx)
-    if not replayed.ok:
-        where = f"steps[{replayed.step - 1}]" if replayed.step else "steps"
-        raise SpecError(str(path), where, f"does not replay in the model ({replayed.message}); "
-                        "pages and pictures are drawn only from traces that do (cowcheck replay FILE)")
+    not replay is bad input (load_replayed), and one that does gives exactly
+    its own JSON back."""
+    cx, replayed = load_replayed(path)
     inv = BY_ID.get(cx.invariant) if cx.invariant else None
     states = replayed.states[1:] + [None] * (len(replayed.transitions) - len(replayed.states) + 1)
     data = trace.to_json(cx.scenario, replayed.states[0], [(t.action, s) for t, s in zip(replayed.transitions, states)],

@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from model.errors import SpecError
 from model.state import State, allocated, state_to_json
 from model.system import Model, Transition
 
 from .invariants import BY_ID, Judge
+from . import trace
 from .trace import Counterexample
 
 
@@ -86,3 +88,17 @@ def replay(cx: Counterexample) -> Replayed:
     out.message = (f"{cx.invariant} breaks at step {out.step}, as recorded" if out.ok
                    else f"{cx.invariant} breaks at step {out.step}, the file records step {cx.length}")
     return out
+
+
+def load_replayed(path) -> tuple[Counterexample, Replayed]:
+    """A counterexample file that the model replays as recorded, for the
+    commands that build on it (pages, pictures, the replay benchmark): one
+    that does not (edited, or made by an older model) is bad input, one line
+    saying where; `cowcheck replay` is the command that explains it."""
+    cx = trace.load(path)
+    replayed = replay(cx)
+    if not replayed.ok:
+        where = f"steps[{replayed.step - 1}]" if replayed.step else "steps"
+        raise SpecError(str(path), where, f"does not replay in the model ({replayed.message}); "
+                        "see cowcheck replay FILE")
+    return cx, replayed

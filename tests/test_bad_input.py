@@ -297,6 +297,14 @@ def test_pages_refuse_a_trace_that_does_not_replay(tmp_path, spare_capacity_cx, 
     assert_names(line, "edited.json", "steps[1]", "does not replay", "cowcheck replay")
 
 
+def test_bench_refuses_a_counterexample_that_does_not_replay_before_measuring(tmp_path, spare_capacity_cx):
+    data = json.loads(spare_capacity_cx.read_text())
+    data["steps"][1]["action"]["binds"]["new"] = 5
+    write(tmp_path / "folder" / "edited.json", json.dumps(data))
+    line = error_line(invoke("bench", "--counterexamples", tmp_path / "folder"))
+    assert_names(line, "edited.json", "steps[1]", "does not replay")
+
+
 def test_replay_of_an_edited_trace_says_where_and_skips_the_pool(tmp_path, spare_capacity_cx):
     data = json.loads(spare_capacity_cx.read_text())
     data["steps"][1]["action"]["binds"]["new"] = 5

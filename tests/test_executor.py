@@ -268,3 +268,11 @@ def test_stand_in_orders_blocking_streams_with_the_null_stream():
     with cp.cuda.Stream(non_blocking=True), pytest.raises(fake_cupy.Race):
         x * 3                                       # a non-blocking one does not
     assert cp.asnumpy(y).tolist() == [3, 3]         # and the null stream waits for blocking ones
+
+
+def test_the_replay_benchmark_replays_every_committed_counterexample():
+    """`cowcheck bench`'s replay line (its figures are measured there, not here)."""
+    from checker.bench import replay_figures, replayable
+    figures = replay_figures(replayable(ROOT / "counterexamples"))
+    assert figures["replays"] == len(COUNTEREXAMPLES) and figures["actions"] > 0
+    assert figures["long_trace_actions"] >= 100

@@ -303,8 +303,9 @@ register(main)  # html, graph, lab (checker.pages_cli)
 
 def run() -> None:
     """The `cowcheck` command: click's usage errors (an unknown option, a
-    value out of range) become one line and exit status 2, like every other
-    kind of bad input."""
+    value out of range) and unusable paths (an output under a file, a folder
+    without write permission) become one line and exit status 2, like every
+    other kind of bad input."""
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Exit as done:  # --help, or a command's own exit
@@ -318,6 +319,10 @@ def run() -> None:
         sys.exit(error.exit_code)
     except click.exceptions.Abort:
         sys.exit(130)
+    except OSError as error:   # a path given on the command line that cannot be written or read
+        where = f"{error.filename}: " if error.filename else ""
+        click.echo(f"cowcheck: error: {where}{error.strerror or error}", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -344,6 +344,24 @@ def test_real_executable_bad_input(tmp_path, case):
     assert_names(lines[0], *needles)
 
 
+@pytest.mark.parametrize("command", [["html", "-o", "{blocker}/page.html"], ["graph", "-o", "{blocker}/g.svg"],
+                                     ["explain"], ["replay", "--pool", "none"]])
+def test_real_executable_unusable_path(tmp_path, spare_capacity_cx, command):
+    """An output under a plain file (or any path the OS refuses) is one line
+    naming it, exit 2; explain and replay write nothing and must not care."""
+    blocker = write(tmp_path / "blocker", "a file, not a folder")
+    args = [a.format(blocker=blocker) for a in command]
+    proc = subprocess.run(_cowcheck() + [args[0], str(spare_capacity_cx)] + args[1:],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    if command[0] in ("explain", "replay"):
+        assert proc.returncode == 0, proc.stderr
+        return
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "blocker" in lines[0], proc.stderr
+
+
 @pytest.mark.parametrize("args,needles", [
     (["check", "specs/", "--device", "gpu"], ["--device", "gpu", "async", "stream"]),
     (["check", "specs/", "--max-states", "0"], ["--max-states", "0"]),

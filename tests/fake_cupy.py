@@ -24,9 +24,11 @@ What orders what, as CUDA defines it for the calls used here:
   returns when the copy is done.
 
 Values are computed with numpy, so a race-free replay gives bitwise the
-numbers of the numpy pool. Granularity is one buffer (an array and its
+numbers of the numpy pool. As in CuPy, basic indexing makes a view (no
+launch; its reads and writes are checked where they happen) and advanced
+indexing a gather kernel. Granularity is one buffer (an array and its
 views), coarser than a byte-level race checker: it may flag a race a real
-GPU would never hit, never the other way round."""
+GPU would never hit, not the other way round."""
 
 from __future__ import annotations
 
@@ -156,7 +158,11 @@ class ndarray:
         raise TypeError("Implicit conversion to a NumPy array is not allowed (use asnumpy)")
 
     def __getitem__(self, index):
-        return _op(self._device, "getitem", lambda d, i: d[i], self, index)
+        if any(isinstance(x, ndarray) for x in _flat(index)):   # advanced indexing: a gather kernel, a new array
+            return _op(self._device, "gather", lambda d, i: d[i], self, index)
+        # basic indexing: a view of the same memory, no launch; it is checked where it is used
+        index = index if isinstance(index, tuple) else (index,)
+        return ndarray(self._device, self._data[index + (Ellipsis,)], self._buffer)
 
     def __setitem__(self, index, value):
         sources = [x for x in _flat((index, value)) if isinstance(x, ndarray)]

@@ -276,3 +276,23 @@ def test_the_replay_benchmark_replays_every_committed_counterexample():
     figures = replay_figures(replayable(ROOT / "counterexamples"))
     assert figures["replays"] == len(COUNTEREXAMPLES) and figures["actions"] > 0
     assert figures["long_trace_actions"] >= 100
+
+
+def test_stand_in_checks_a_view_where_it_is_used():
+    """Basic indexing makes a view, as in CuPy: no launch when it is made,
+    and its read is judged against the memory's writes when it happens."""
+    cp = fake_cupy.module()
+    a, b = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with a:
+        x = cp.asarray(np.zeros(4, np.float32))
+    b.wait_event(a.record())
+    view = x[1:3]                                   # no launch: reads nothing yet
+    with a:
+        x[1] = 7                                    # a write b has not waited for
+    with b, pytest.raises(fake_cupy.Race):
+        view * 1
+    b.wait_event(a.record())
+    with b:
+        y = view * 1
+    b.synchronize()
+    assert cp.asnumpy(y).tolist() == [7, 0]         # the view sees the write: same memory

@@ -51,15 +51,16 @@ class Symmetry:
 
     # -- the representative -------------------------------------------------
     @staticmethod
-    def _signature(state: State, i: int) -> tuple:
+    def _shapes(state: State) -> list[tuple[int, int, int]]:
+        """Per block what a signature may say of it: refcount, holds, filled slots."""
+        return [(blk.refcount, blk.holds, len(blk.slots) - blk.slots.count(None)) for blk in state.blocks]
+
+    @staticmethod
+    def _signature(state: State, i: int, shapes: list[tuple[int, int, int]]) -> tuple:
         """What branch i looks like without naming blocks or branches: the
         finer it is, the fewer ties are left for `representative` to try."""
-        br, blocks = state.branches[i], state.blocks
-
-        def shape(b):
-            blk = blocks[b]
-            return blk.refcount, blk.holds, sum(t is not None for t in blk.slots)
-
+        br = state.branches[i]
+        shape = shapes.__getitem__
         kernels = tuple(q.pos for q in state.queue if type(q) is Kernel and q.branch == i)
         return (br.status, br.pos, br.done, br.op or "", br.path or "", br.step,
                 -1 if br.tail is None else br.working.index(br.tail) if br.tail in br.working else -2,
@@ -82,8 +83,9 @@ class Symmetry:
         """Every branch order (order[new] = old) that sorts each class by
         signature; more than one only where signatures tie."""
         orders = [list(range(len(state.branches)))]
+        shapes = self._shapes(state) if self.classes else []
         for members in self.classes:
-            sig = {i: self._signature(state, i) for i in members}
+            sig = {i: self._signature(state, i, shapes) for i in members}
             ranked = sorted(members, key=sig.__getitem__)
             runs = [list(g) for _, g in groupby(ranked, key=sig.__getitem__)]
             extended = []
@@ -113,9 +115,8 @@ class Symmetry:
 
         m = block_map.__getitem__
         new_blocks: list = [None] * len(state.blocks)
-        for old, blk in enumerate(state.blocks):
-            slots = blk.slots if tokens is None else tuple(map(tokens.get, blk.slots, blk.slots))
-            new_blocks[block_map[old]] = Block(blk.refcount, blk.holds, slots)
+        for old, blk in enumerate(state.blocks):       # blocks are immutable: moved as they are unless tokens change
+            new_blocks[block_map[old]] = blk if tokens is None else Block(blk.refcount, blk.holds, tuple(map(tokens.get, blk.slots, blk.slots)))
         new_branches = []
         for old in order:
             br = branches[old]

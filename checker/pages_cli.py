@@ -37,8 +37,7 @@ def load_counterexample(path: Path) -> tuple[trace.Counterexample, dict]:
     its own JSON back."""
     cx, replayed = load_replayed(path)
     inv = BY_ID.get(cx.invariant) if cx.invariant else None
-    states = replayed.states[1:] + [None] * (len(replayed.transitions) - len(replayed.states) + 1)
-    data = trace.to_json(cx.scenario, replayed.states[0], [(t.action, s) for t, s in zip(replayed.transitions, states)],
+    data = trace.to_json(cx.scenario, replayed.states[0], [(t.action, t.state) for t in replayed.transitions],
                          invariant=inv and inv.id, invariant_kind=inv and inv.kind, witness=replayed.witness,
                          peak=cx.peak)
     data = json.loads(json.dumps(data))     # tuples as lists, as in the file

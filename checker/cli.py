@@ -38,6 +38,15 @@ def fail(error: SpecError) -> None:
     sys.exit(2)
 
 
+def _writable(path: Optional[str], flag: str) -> None:
+    """Refuse an output file that cannot be written before a long run, not after it."""
+    if not path or path == "-":
+        return
+    target = Path(path)
+    if not target.parent.resolve().is_dir():
+        raise SpecError(flag, "", f"cannot write {path}: folder {target.parent} does not exist")
+
+
 def scenario_files(paths: tuple[str, ...]) -> list[Path]:
     """Scenario files named on the command line, or found in folders. In a
     folder, TOML files with an [append] table are protocols and are skipped."""
@@ -145,6 +154,7 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
                 scenario = _renamed(scenario)
             invs.validate_expect(scenario)
             scenarios.append(scenario)
+        _writable(json_path, "--json")
     except SpecError as error:
         fail(error)
     out = console if json_path != "-" else err_console

@@ -344,6 +344,13 @@ def test_real_executable_bad_input(tmp_path, case):
     assert_names(lines[0], *needles)
 
 
+def test_check_refuses_a_json_path_it_cannot_write_before_exploring(tmp_path):
+    scenario = write(tmp_path / "ok.toml", GOOD)
+    line = error_line(invoke("check", scenario, "--json", tmp_path / "missing" / "out.json", "--out", tmp_path / "cx"))
+    assert_names(line, "--json", "missing", "does not exist")
+    assert not (tmp_path / "cx").exists()          # refused before anything ran
+
+
 @pytest.mark.parametrize("command", [["html", "-o", "{blocker}/page.html"], ["graph", "-o", "{blocker}/g.svg"],
                                      ["explain"], ["replay", "--pool", "none"]])
 def test_real_executable_unusable_path(tmp_path, spare_capacity_cx, command):

@@ -160,11 +160,11 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
     out = console if json_path != "-" else err_console
     results: list[CheckResult] = []
     interrupted = False
+    if engine in ("bmc", "kind"):   # z3 loads only for the engines that use it
+        from .symbolic import run_bmc, run_kinduction
     for scenario in scenarios:
         progress = Progress(scenario.name)
         try:
-            if engine in ("bmc", "kind"):   # z3 loads only for the engines that use it
-                from .symbolic import run_bmc, run_kinduction
             if engine == "bmc":
                 result = run_bmc(scenario, selected, depth, out_dir=Path(out_dir))
             elif engine == "kind":

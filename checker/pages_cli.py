@@ -41,7 +41,7 @@ def load_counterexample(path: Path) -> tuple[trace.Counterexample, dict]:
                          invariant=inv and inv.id, invariant_kind=inv and inv.kind, witness=replayed.witness,
                          peak=cx.peak)
     data = json.loads(json.dumps(data))     # tuples as lists, as in the file
-    data["scenario"]["source"] = json.loads(Path(path).read_text())["scenario"]["source"]   # where it was checked from
+    data["scenario"]["source"] = cx.origin       # where it was checked from, not where the file was read
     return cx, data
 
 

@@ -35,6 +35,7 @@ class Counterexample:
     initial: dict
     witness: dict
     peak: Optional[int] = None
+    origin: str = ""             # the scenario file it was checked from, as recorded
 
 
 def to_json(scenario: Scenario, initial: State, trace: list[tuple[Action, Optional[State]]], *,
@@ -113,6 +114,7 @@ def load(path: Path) -> Counterexample:
             initial=data["initial"],
             witness=data.get("witness", {}),
             peak=data.get("peak_blocks"),
+            origin=origin,
         )
     except SpecError:
         raise

@@ -115,8 +115,10 @@ class Symmetry:
 
         m = block_map.__getitem__
         new_blocks: list = [None] * len(state.blocks)
-        for old, blk in enumerate(state.blocks):       # blocks are immutable: moved as they are unless tokens change
-            new_blocks[block_map[old]] = blk if tokens is None else Block(blk.refcount, blk.holds, tuple(map(tokens.get, blk.slots, blk.slots)))
+        for old, blk in enumerate(state.blocks):
+            if tokens is not None:      # blocks are immutable: moved as they are unless their tokens change
+                blk = Block(blk.refcount, blk.holds, tuple(map(tokens.get, blk.slots, blk.slots)))
+            new_blocks[block_map[old]] = blk
         new_branches = []
         for old in order:
             br = branches[old]

@@ -112,8 +112,8 @@ class Stream:
         self.device.current.pop()
         return False
 
-    def record(self, event: Optional["Event"] = None) -> "Event":
-        event = event or Event()
+    def record(self) -> "Event":
+        event = Event()
         event.clock = dict(self.clock)
         return event
 
@@ -236,7 +236,7 @@ def module() -> types.ModuleType:
     stream_class = type("Stream", (Stream,), {"__init__": lambda self, non_blocking=False: Stream.__init__(self, device, non_blocking)})
     stream_class.null = device.null
     runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
-    cp.cuda = types.SimpleNamespace(Stream=stream_class, Event=Event, runtime=runtime)
+    cp.cuda = types.SimpleNamespace(Stream=stream_class, runtime=runtime)
     return cp
 
 

@@ -137,18 +137,23 @@ def judged(result, name: str) -> None:
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+def invoke(args: list[str]):
+    """The CLI in-process; a warning fails the test, since it would reach the
+    user's terminal as one more line on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(main, args)
+    assert not caught, [str(w.message) for w in caught]
+    return result
+
+
 def check_files(tmp_path, scenario: str, protocol: str | None = None):
     (tmp_path / "s.toml").write_text(scenario)
     args = ["check", str(tmp_path / "s.toml"), "--max-states", "300", "--out", str(tmp_path / "cx")]
     if protocol is not None:
         (tmp_path / "p.toml").write_text(protocol)
         args += ["--protocol", str(tmp_path / "p.toml")]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = CliRunner().invoke(main, args)
-    # a warning reaches the user's terminal as one more line on stderr
-    assert not caught, [str(w.message) for w in caught]
-    return result
+    return invoke(args)
 
 
 @FUZZ
@@ -212,9 +217,4 @@ COMMANDS = [["replay", "{f}"], ["replay", "{f}", "--pool", "none"], ["explain", 
 @given(text=counterexamples(), command=st.sampled_from(COMMANDS))
 def test_any_counterexample_file_gets_an_answer_or_one_line(tmp_path, text, command):
     (tmp_path / "cx.json").write_text(text)
-    args = [a.format(f=tmp_path / "cx.json", d=tmp_path) for a in command]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = CliRunner().invoke(main, args)
-    assert not caught, [str(w.message) for w in caught]
-    judged(result, "cx.json")
+    judged(invoke([a.format(f=tmp_path / "cx.json", d=tmp_path) for a in command]), "cx.json")

@@ -305,7 +305,7 @@ class Prover:
 
 
 def run_kinduction(scenario, invariants: tuple[Invariant, ...] = INVARIANTS, depth: int = 10,
-                   out_dir=None, lemma_depth: int = 2) -> SymbolicResult:
+                   out_dir=None, lemma_depth: int = 2) -> KindResult:
     """Prove what k-induction with lemmas can prove for k = 1 .. depth, then
     settle the rest by BMC to `depth`. `closed_at` maps each invariant to
     the k that closed its proof (None: not closed within the bound).

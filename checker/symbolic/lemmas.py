@@ -453,25 +453,22 @@ class ShapeFacts:
             parts.append(self.at_start(chosen))
         return all_of(parts)
 
+    def _allocated(self):
+        """The locals this shape bound with alloc, with their symbolic blocks."""
+        return [(name, self.local(name)) for name in LOCALS if binding(self.shape, name)[0] == "alloc"]
+
     def owned(self) -> z3.BoolRef:
         f, parts = self.f, []
-        for name in LOCALS:
-            if binding(self.shape, name)[0] != "alloc":
-                continue
+        for name, x in self._allocated():
             rc, hd, _ = deltas(self.shape, name)
-            x = self.local(name)
             parts.append(z3.And(select(f.s.rc, x, 0) == rc, select(f.s.hd, x, 0) == hd))
         return all_of(parts)
 
     def exclusive(self) -> z3.BoolRef:
-        f, parts = self.f, []
-        for name in LOCALS:
-            if binding(self.shape, name)[0] != "alloc":
-                continue
-            x = self.local(name)
-            parts += [z3.Not(z3.And(t < length, y == x)) for m in range(self.enc.N) if m != self.j
-                      for _, table, length in f.tables(m) for t, y in enumerate(table)]
-        return all_of(parts)
+        f = self.f
+        return all_of(z3.Not(z3.And(t < length, y == x)) for _, x in self._allocated()
+                      for m in range(self.enc.N) if m != self.j
+                      for _, table, length in f.tables(m) for t, y in enumerate(table))
 
 
 #: the per-shape families, with why each holds

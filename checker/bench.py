@@ -14,7 +14,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from model.scenario import make_scenario
+from cowcheck.model.scenario import make_scenario
 
 #: (label, block size, prompt, branches as (appends, may_cancel), protocol)
 SCENARIOS = {
@@ -139,7 +139,7 @@ def _end_to_end(label: str) -> dict:
         path = Path(folder) / "bench.toml"
         path.write_text(text)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "checker.cli", "check", str(path), "--out", folder],
+        subprocess.run([sys.executable, "-m", "cowcheck.cli", "check", str(path), "--out", folder],
                        check=True, capture_output=True)
         return {"benchmark": f"cowcheck check ({label}), process start included",
                 "seconds": round(time.perf_counter() - start, 2)}
@@ -186,10 +186,10 @@ def _long_walk(seed: int = 0):
     single long replay."""
     import random
 
-    from model.system import Model
+    from cowcheck.model.system import ProtocolModel
 
     scenario = make_scenario(2, 3, [5, 5, 5], "cow", name="walk")
-    model, rnd = Model(scenario), random.Random(seed)
+    model, rnd = ProtocolModel(scenario), random.Random(seed)
     state, actions = model.init_state(), []
     while not model.is_final(state):
         tr = rnd.choice(model.successors(state))

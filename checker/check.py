@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from model.scenario import Scenario
-from model.state import allocated
-from model.ample import Ample
-from model.encoding import Encoding
-from model.symmetry import Symmetry
-from model.system import Model
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import allocated
+from cowcheck.model.ample import Ample
+from cowcheck.model.compact import Compact
+from cowcheck.model.symmetry import Symmetry
+from cowcheck.model.system import ProtocolModel
 
 from . import trace
 from .explorer import Exploration, Explorer
@@ -128,7 +128,7 @@ def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS,
     supplies the true shortest lengths and traces (it is not limited by
     --max-states: its depth bound already limits it)."""
     validate_expect(scenario)
-    model = Model(scenario)
+    model = ProtocolModel(scenario)
     orbits = Symmetry(scenario) if symmetry else None
     ample = Ample(model) if por and max_depth is None else None
 
@@ -137,7 +137,7 @@ def check(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS,
         explorer = Explorer(model, invariants, max_states=max_states, gauge=allocated, steady=model.is_steady,
                             cost=model.is_copy_launch, representative=orbits.representative if orbits else None,
                             ample=ample if ample and ample.enabled else None, reductions=tuple(reductions),
-                            encode=Encoding(scenario).encode if compact else None, fingerprints=fingerprints,
+                            encode=Compact(scenario).encode if compact else None, fingerprints=fingerprints,
                             progress=progress, **limits)
         explorer.run()
         return explorer

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from model.errors import SpecError
-from model.protocol import builtin_names, load_builtin, load_protocol, read_toml
-from model.scenario import DEVICES, REUSES, Scenario, load_scenario
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import builtin_names, load_builtin, load_protocol, read_toml
+from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
 
 from . import invariants as invs
 from . import trace
@@ -308,7 +308,7 @@ def bench(as_json, folder, full) -> None:
         fail(error)
 
 
-register(main)  # html, graph, lab (checker.pages_cli)
+register(main)  # html, graph, lab (cowcheck.pages_cli)
 
 
 def run() -> None:

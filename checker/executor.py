@@ -27,9 +27,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from model.errors import SpecError
-from model.scenario import Scenario
-from model.system import DEVICE, Action
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.action import DEVICE, Action
 
 HEAD_DIM = 16
 SEED = 20261129

@@ -7,8 +7,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from model.state import CANCELLED, FINISHED, Block, Branch, Copy, State
-from model.system import Model
+from cowcheck.model.state import Block, Branch, Copy, State, Status
+from cowcheck.model.system import ProtocolModel
 
 from .invariants import BY_ID
 from .replay import Replayed
@@ -28,8 +28,8 @@ def _block_line(i: int, before: Block | None, after: Block, free: bool) -> str:
     return f"block {i}: {delta('refcount')}, {delta('holds')}, slots {slots}" + (" (free)" if free else "")
 
 
-def _where(model: Model, br: Branch, appends: int) -> str:
-    if br.status in (FINISHED, CANCELLED):
+def _where(model: ProtocolModel, br: Branch, appends: int) -> str:
+    if br.status is not Status.RUNNING:
         return br.status
     if br.op is None:
         return f"between operations ({br.done} of {appends} appends done)"
@@ -39,7 +39,7 @@ def _where(model: Model, br: Branch, appends: int) -> str:
     return f"{label}, next: {program[br.step].text}" + (f" ({locals_})" if locals_ else "")
 
 
-def _queue(model: Model, state: State) -> str:
+def _queue(model: ProtocolModel, state: State) -> str:
     if not state.queue:
         return "nothing"
     items = []
@@ -52,7 +52,7 @@ def _queue(model: Model, state: State) -> str:
     return "; ".join(items)
 
 
-def _state_lines(model: Model, before: State | None, state: State, touched: set[int]) -> list[str]:
+def _state_lines(model: ProtocolModel, before: State | None, state: State, touched: set[int]) -> list[str]:
     lines = []
     for i in sorted(touched):
         lines.append(_block_line(i, before.blocks[i] if before else None, state.blocks[i], i in state.free))
@@ -65,7 +65,7 @@ def _state_lines(model: Model, before: State | None, state: State, touched: set[
 
 def explain(cx: Counterexample, replayed: Replayed, console: Console) -> None:
     s = cx.scenario
-    model = Model(s)
+    model = ProtocolModel(s)
     what = f"breaks [bold]{cx.invariant}[/] ({BY_ID[cx.invariant].kind})" if cx.invariant else f"reaches its peak of {cx.peak} blocks"
     console.print(f"[bold]{escape(s.name)}[/]: protocol [bold]{escape(s.protocol.name)}[/], device {s.device}, reuse {s.reuse}, "
                   f"B={s.block_size}, L={s.prompt}, pool {s.pool}, "

@@ -19,7 +19,7 @@ Four options shrink what is stored, none changing any verdict or measure
   (model.encoding: fixed-width bytes) instead of a tree of tuples.
 - `ample`: a map from a state and its transitions to the ones to explore
   (model.ample's partial-order reduction). Verdicts and measures are kept;
-  shortest lengths may grow, which the caller re-searches (checker.check).
+  shortest lengths may grow, which the caller re-searches (cowcheck.check).
 - `fingerprints`: the visited set holds a 64-bit hash of each state instead
   of the state (TLC's fingerprints); two states with the same fingerprint
   would be merged, with probability about n(g-n)/2^64 for n states and g

@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 
 import networkx as nx
 
-from model.errors import SpecError
+from cowcheck.model.errors import SpecError
 
 from .html import stepper_data
 

@@ -16,7 +16,7 @@ from html import escape
 from importlib import resources
 from typing import Optional
 
-from model.system import DEVICE
+from cowcheck.model.action import DEVICE
 
 from .check import UNSAFE
 from .explain import describe
@@ -30,7 +30,7 @@ CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'
 # -- page assembly ------------------------------------------------------------
 def asset(name: str) -> str:
     """The text of checker/pages/NAME (shipped as package data)."""
-    return resources.files("checker").joinpath("pages", name).read_text(encoding="utf-8")
+    return resources.files("cowcheck").joinpath("pages", name).read_text(encoding="utf-8")
 
 
 def _script_json(data: dict) -> str:

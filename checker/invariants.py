@@ -13,20 +13,21 @@ invariant work at all. State predicates see every distinct state once."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
-from model.block import CHECK_OUTPUT, COPY_COMPLETE, FREED, KERNEL_COMPLETE, TABLE_MISS, UNDERFLOW
-from model.errors import SpecError
-from model.scenario import Scenario
-from model.state import RUNNING, Copy, Kernel, State
-from model.system import Model, Transition
+from cowcheck.model.block import CopyDone, Fact, Freed, KernelDone, OutputChecked, TableMiss, Underflow
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import Copy, Kernel, State, Status
+from cowcheck.model.action import Transition
+from cowcheck.model.system import TransitionSystem
 
 HARM, DISCIPLINE = "harm", "discipline"
 
 # (model, before, transition, fact) -> witness | None
-ActionCheck = Callable[[Model, State, Transition, tuple], Optional[dict]]
+ActionCheck = Callable[[TransitionSystem, State, Transition, Any], Optional[dict]]
 # (model, state, final, stuck) -> witness | None
-StateCheck = Callable[[Model, State, bool, bool], Optional[dict]]
+StateCheck = Callable[[TransitionSystem, State, bool, bool], Optional[dict]]
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,12 @@ class Invariant:
     kind: str
     checked: str
     holds_when: str
-    on_facts: dict[str, ActionCheck] = field(default_factory=dict)
+    on_facts: dict[type, ActionCheck] = field(default_factory=dict)
     on_state: Optional[StateCheck] = None
 
 
 # -- faithful-output --------------------------------------------------------
-def _compare(model: Model, branch: int, reads: tuple, via: str, **extra) -> Optional[dict]:
+def _compare(model: TransitionSystem, branch: int, reads: tuple, via: str, **extra) -> Optional[dict]:
     expected = model.tokens[branch][:len(reads)]
     if reads == expected:
         return None
@@ -50,30 +51,30 @@ def _compare(model: Model, branch: int, reads: tuple, via: str, **extra) -> Opti
 
 
 def faithful_kernel(model, before, tr, fact):
-    _, kernel, reads = fact
+    kernel, reads = fact
     return _compare(model, kernel.branch, reads, "kernel", pos=kernel.pos, snapshot=list(kernel.snapshot))
 
 
 def faithful_check(model, before, tr, fact):
-    _, branch, reads = fact
+    branch, reads = fact
     return _compare(model, branch, reads, "check-output", table=list(before.branches[branch].working))
 
 
 # -- no-underflow / kernel-table-miss -----------------------------------------
 def underflow(model, before, tr, fact):
-    _, block, counter = fact
+    block, counter = fact
     return {"block": block, "counter": counter, "message": f"{counter} of block {block} was already 0"}
 
 
 def table_miss(model, before, tr, fact):
-    _, branch, pos = fact
+    branch, pos = fact
     table = before.branches[branch].published
     return {"branch": model.names[branch], "pos": pos, "published": list(table),
             "message": f"position {pos} needs table index {pos // model.B}, the published table has {len(table)} blocks"}
 
 
 # -- kernel-complete discipline --------------------------------------------
-def _target(model: Model, kernel: Kernel) -> int:
+def _target(model: TransitionSystem, kernel: Kernel) -> int:
     return kernel.snapshot[kernel.pos // model.B]
 
 
@@ -85,10 +86,10 @@ def _others(queue: tuple, kernel: Kernel) -> list:
 
 
 def exclusive_write(model, before, tr, fact):
-    kernel = fact[1]
+    kernel = fact.kernel
     target = _target(model, kernel)
     for j, br in enumerate(before.branches):
-        if j != kernel.branch and br.status == RUNNING:
+        if j != kernel.branch and br.status is Status.RUNNING:
             for name, table in (("working", br.working), ("published", br.published)):
                 if target in table:
                     return {"block": target, "message": f"block {target} is in branch {model.names[j]}'s {name} table {list(table)}"}
@@ -101,7 +102,7 @@ def exclusive_write(model, before, tr, fact):
 
 
 def refcount_write(model, before, tr, fact):
-    target = _target(model, fact[1])
+    target = _target(model, fact.kernel)
     blk = before.blocks[target]
     if blk.refcount == 1 and blk.holds == 0:
         return None
@@ -110,7 +111,7 @@ def refcount_write(model, before, tr, fact):
 
 
 def copy_before_use(model, before, tr, fact):
-    kernel = fact[1]
+    kernel = fact.kernel
     for op in before.queue:
         if type(op) is Copy and op.dst in kernel.snapshot:
             return {"block": op.dst, "message": f"the copy {op.src}->{op.dst} into block {op.dst} of the kernel's snapshot {list(kernel.snapshot)} is still in flight"}
@@ -126,18 +127,18 @@ def _free_touch(blocks, free: tuple, what: str) -> Optional[dict]:
 
 
 def uaf_copy(model, before, tr, fact):
-    op = fact[1]
+    op = fact.copy
     return _free_touch((op.src, op.dst), before.free, f"the copy {op.src}->{op.dst}")
 
 
 def uaf_kernel(model, before, tr, fact):
-    kernel = fact[1]
+    kernel = fact.kernel
     blocks = (_target(model, kernel),) + kernel.snapshot[:kernel.pos // model.B + 1]
     return _free_touch(blocks, before.free, f"branch {model.names[kernel.branch]}'s kernel for position {kernel.pos}")
 
 
 def uaf_freed(model, before, tr, fact):
-    block, after = fact[1], tr.state
+    block, after = fact.block, tr.state
     for j, br in enumerate(after.branches):
         for name, table in (("working", br.working), ("published", br.published)):
             if block in table:
@@ -168,7 +169,7 @@ def refcount_exact(model, state, final, stuck):
         return None
     counts = [0] * len(state.blocks)
     for br in state.branches:
-        if br.status == RUNNING:
+        if br.status is Status.RUNNING:
             for b in set(br.working):
                 counts[b] += 1
     for b, (blk, want) in enumerate(zip(state.blocks, counts)):
@@ -193,9 +194,8 @@ def no_deadlock(model, state, final, stuck):
         return None
     waiting = []
     for j, br in enumerate(state.branches):
-        if br.status == RUNNING:
-            where = f"at '{model.program(br)[br.step].text}' ({br.path or br.op})" if br.op else "between operations"
-            waiting.append(f"{model.names[j]} {where}")
+        if br.status is Status.RUNNING:
+            waiting.append(f"{model.names[j]} {model.where(br)}")
     return {"message": f"no action is enabled: {len(state.free)} free block(s), {len(state.queue)} op(s) in flight; "
                        f"waiting: {', '.join(waiting) or 'nobody'}"}
 
@@ -203,23 +203,23 @@ def no_deadlock(model, state, final, stuck):
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("faithful-output", HARM, "each kernel-complete (cancelled branches' kernels too) and check-output",
               "every position read equals the branch's reference sequence",
-              on_facts={KERNEL_COMPLETE: faithful_kernel, CHECK_OUTPUT: faithful_check}),
+              on_facts={KernelDone: faithful_kernel, OutputChecked: faithful_check}),
     Invariant("no-underflow", HARM, "each decref / release", "the counter was > 0 (a double free crashes a real engine)",
-              on_facts={UNDERFLOW: underflow}),
+              on_facts={Underflow: underflow}),
     Invariant("no-leak", HARM, "final states", "every block is free, every refcount and hold 0", on_state=no_leak),
     Invariant("no-deadlock", HARM, "every non-final state",
               "some action is enabled (a full pool with everyone waiting is an out-of-memory deadlock)", on_state=no_deadlock),
-    Invariant("kernel-table-miss", HARM, "each write", "the published table covers the position", on_facts={TABLE_MISS: table_miss}),
+    Invariant("kernel-table-miss", HARM, "each write", "the published table covers the position", on_facts={TableMiss: table_miss}),
     Invariant("exclusive-write", DISCIPLINE, "each kernel-complete, judged before the write",
               "the target block is not in another running branch's tables, another in-flight kernel's snapshot, or the source of an in-flight copy",
-              on_facts={KERNEL_COMPLETE: exclusive_write}),
+              on_facts={KernelDone: exclusive_write}),
     Invariant("refcount-write", DISCIPLINE, "each kernel-complete", "the target's refcount is 1 and its holds 0",
-              on_facts={KERNEL_COMPLETE: refcount_write}),
+              on_facts={KernelDone: refcount_write}),
     Invariant("no-use-after-free", DISCIPLINE, "every action and state",
               "nothing touches, maps or frees-while-in-use a free block",
-              on_facts={COPY_COMPLETE: uaf_copy, KERNEL_COMPLETE: uaf_kernel, FREED: uaf_freed}, on_state=uaf_state),
+              on_facts={CopyDone: uaf_copy, KernelDone: uaf_kernel, Freed: uaf_freed}, on_state=uaf_state),
     Invariant("copy-before-use", DISCIPLINE, "each kernel-complete", "no copy into any block of its snapshot is in flight",
-              on_facts={KERNEL_COMPLETE: copy_before_use}),
+              on_facts={KernelDone: copy_before_use}),
     Invariant("refcount-exact", DISCIPLINE, "quiescent states (empty queue, no branch inside an operation)",
               "each block's refcount equals the number of running branches' working tables that map it", on_state=refcount_exact),
 )
@@ -250,13 +250,13 @@ class Judge:
 
     def __init__(self, invariants: tuple[Invariant, ...]):
         self.invariants = invariants
-        self.by_fact: dict[str, list[tuple[str, ActionCheck]]] = {}
+        self.by_fact: dict[type, list[tuple[str, ActionCheck]]] = {}
         for inv in invariants:
             for kind, check in inv.on_facts.items():
                 self.by_fact.setdefault(kind, []).append((inv.id, check))
         self.state_checks = [(inv.id, inv.on_state) for inv in invariants if inv.on_state]
 
-    def state(self, model: Model, state: State, final: bool, stuck: bool, skip=()):
+    def state(self, model: TransitionSystem, state: State, final: bool, stuck: bool, skip=()):
         """(id, witness) for each invariant, not in `skip`, that `state` breaks."""
         for inv_id, check in self.state_checks:
             if inv_id not in skip:
@@ -264,10 +264,10 @@ class Judge:
                 if witness is not None:
                     yield inv_id, witness
 
-    def action(self, model: Model, before: State, tr: Transition, skip=()):
+    def action(self, model: TransitionSystem, before: State, tr: Transition, skip=()):
         """(id, witness) for each invariant, not in `skip`, that the action breaks."""
         for fact in tr.facts:
-            for inv_id, check in self.by_fact.get(fact[0], ()):
+            for inv_id, check in self.by_fact.get(type(fact), ()):
                 if inv_id not in skip:
                     witness = check(model, before, tr, fact)
                     if witness is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from model.errors import SpecError
+from cowcheck.model.errors import SpecError
 
 from . import trace
 from .executor import replay_on_pool
@@ -23,7 +23,7 @@ from .lab import MAX_REQUESTS, lab_html, report, run
 
 
 def _fail(error: SpecError) -> None:
-    # Imported here: checker.cli imports this module to register the commands.
+    # Imported here: cowcheck.cli imports this module to register the commands.
     from .cli import fail
     fail(error)
 
@@ -63,7 +63,7 @@ def _pages_for(result) -> list[str]:
 
 
 def write_check_pages(results: list, out_dir: Path) -> list[Path]:
-    """For one `cowcheck check` run (a list of checker.check.CheckResult):
+    """For one `cowcheck check` run (a list of cowcheck.check.CheckResult):
     one stepper page per counterexample file, named after it, and index.html
     with each scenario's verdict table linking to them. Returns the pages,
     the index last."""

@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from model.errors import SpecError
-from model.state import State, allocated, state_to_json
-from model.system import Model, Transition
+from cowcheck.model.errors import SpecError
+from cowcheck.model.state import State, allocated, state_to_json
+from cowcheck.model.action import Transition
+from cowcheck.model.system import ProtocolModel
 
 from .invariants import BY_ID, Judge
 from . import trace
@@ -26,7 +27,7 @@ class Replayed:
     transitions: list[Transition] = field(default_factory=list)
 
 
-def first_violation(model: Model, judge: Judge, before: State, depth: int, successors: list[Transition],
+def first_violation(model: ProtocolModel, judge: Judge, before: State, depth: int, successors: list[Transition],
                     taken: Optional[Transition]) -> Optional[tuple[int, dict]]:
     """Does the judged invariant break in state `before` (at its depth) or at
     the action taken from it (one longer)?"""
@@ -39,7 +40,7 @@ def first_violation(model: Model, judge: Judge, before: State, depth: int, succe
 
 
 def replay(cx: Counterexample) -> Replayed:
-    model = Model(cx.scenario)
+    model = ProtocolModel(cx.scenario)
     state = model.init_state()
     out = Replayed(ok=False, message="", states=[state])
     if state_to_json(state, cx.scenario) != cx.initial:

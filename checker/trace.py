@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from model.errors import SpecError
-from model.scenario import Scenario, scenario_from_dict
-from model.state import State, state_to_json
-from model.system import Action
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import Scenario, scenario_from_dict
+from cowcheck.model.state import State, state_to_json
+from cowcheck.model.action import Action
 
 from .invariants import BY_ID
 

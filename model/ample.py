@@ -41,13 +41,15 @@ tests/test_reductions.py on every shipped scenario and on random ones:
   parked at an enabled step of this kind, so it is reached exactly;
 - shortest lengths may grow (a moved step can be an extra action before the
   violation), so the checker re-searches violations without this reduction
-  (checker.check) to report true shortest lengths."""
+  (cowcheck.check) to report true shortest lengths."""
 
 from __future__ import annotations
 
 from .protocol import Step
-from .state import RUNNING, Branch, Copy, State
-from .system import Model, Transition
+from .state import Branch, Copy, State, Status
+from .structure import Op
+from .action import Transition
+from .system import ProtocolModel
 
 #: the step kinds that can form an ample set, given private blocks
 LOCAL_STEPS = frozenset({"wait-kernel", "wait-copy", "append", "replace", "publish"})
@@ -57,7 +59,7 @@ class Ample:
     """Chooses the actions to explore from a state: one branch's enabled
     actions when the conditions above allow it, else everything."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: ProtocolModel):
         self.model = model
         self.enabled = not any(path.atomic for path in model.protocol.paths.values())
         self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
@@ -69,10 +71,10 @@ class Ample:
         if not self.enabled or len(transitions) < 2:
             return transitions
         for i, br in enumerate(state.branches):
-            if br.status != RUNNING or br.op is None:
+            if br.status is not Status.RUNNING or br.op is None:
                 continue
             step = self.model.program(br)[br.step]
-            if step.op not in LOCAL_STEPS or (step.op == "wait-kernel" and br.op == "append" and self.may_cancel[i]):
+            if step.op not in LOCAL_STEPS or (step.op == "wait-kernel" and br.op is Op.APPEND and self.may_cancel[i]):
                 continue
             if all(_private(state, i, b) for b in _touched(br, step)):
                 name = self.model.names[i]

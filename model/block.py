@@ -9,17 +9,47 @@ from __future__ import annotations
 
 import bisect
 
-from .state import Block, Branch, State
+from typing import NamedTuple, Optional, Union
 
-# Facts an action can produce. Each is a plain tuple whose first item is its kind:
-#   ("freed", block)                    the block went back on the free list
-#   ("underflow", block, counter)       a decref at refcount 0 or a release at holds 0
-#   ("table-miss", branch, pos)         a write whose published table is too short
-#   ("copy-complete", Copy)
-#   ("kernel-complete", Kernel, reads)  reads: positions 0 .. pos through its snapshot
-#   ("check-output", branch, reads)     reads: positions 0 .. pos-1 through the working table
-FREED, UNDERFLOW, TABLE_MISS = "freed", "underflow", "table-miss"
-COPY_COMPLETE, KERNEL_COMPLETE, CHECK_OUTPUT = "copy-complete", "kernel-complete", "check-output"
+from .state import Block, Branch, Copy, Kernel, State
+
+
+# The facts an action can produce: what the invariants are judged on. An
+# action that produces none costs no invariant work. The z3 engines carry
+# the same types, with symbolic fields and the condition under which the
+# fact happens.
+class Freed(NamedTuple):
+    """The block went back on the free list."""
+    block: int
+
+
+class Underflow(NamedTuple):
+    """A decref at refcount 0 or a release at holds 0."""
+    block: int
+    counter: str            # "refcount" | "holds"
+
+
+class TableMiss(NamedTuple):
+    """A write whose published table does not cover its position."""
+    branch: int
+    pos: int
+
+
+class CopyDone(NamedTuple):
+    copy: Copy
+
+
+class KernelDone(NamedTuple):
+    kernel: Kernel
+    reads: tuple[Optional[str], ...]     # positions 0 .. pos through its snapshot
+
+
+class OutputChecked(NamedTuple):
+    branch: int
+    reads: tuple[Optional[str], ...]     # positions 0 .. pos-1 through the working table
+
+
+Fact = Union[Freed, Underflow, TableMiss, CopyDone, KernelDone, OutputChecked]
 
 
 class Draft:
@@ -33,7 +63,7 @@ class Draft:
         self.free = list(state.free)
         self.branches = list(state.branches)
         self.queue = list(state.queue)
-        self.facts: list[tuple] = []
+        self.facts: list[Fact] = []
         self.reuse = reuse
 
     def freeze(self) -> State:
@@ -66,7 +96,7 @@ def _push_free(d: Draft, block: int) -> None:
         d.free.append(block)
     else:  # any: order is irrelevant, keep it canonical
         bisect.insort(d.free, block)
-    d.facts.append((FREED, block))
+    d.facts.append(Freed(block))
 
 
 def incref(d: Draft, block: int) -> None:
@@ -77,7 +107,7 @@ def incref(d: Draft, block: int) -> None:
 def decref(d: Draft, block: int) -> None:
     old = d.blocks[block]
     if old.refcount == 0:
-        d.facts.append((UNDERFLOW, block, "refcount"))
+        d.facts.append(Underflow(block, "refcount"))
         return
     d.blocks[block] = Block(old.refcount - 1, old.holds, old.slots)
     if old.refcount == 1 and old.holds == 0:
@@ -92,7 +122,7 @@ def hold(d: Draft, block: int) -> None:
 def release(d: Draft, block: int) -> None:
     old = d.blocks[block]
     if old.holds == 0:
-        d.facts.append((UNDERFLOW, block, "holds"))
+        d.facts.append(Underflow(block, "holds"))
         return
     d.blocks[block] = Block(old.refcount, old.holds - 1, old.slots)
     if old.holds == 1 and old.refcount == 0:

@@ -6,8 +6,9 @@ is a FIFO copy stream beside an independent FIFO compute stream."""
 
 from __future__ import annotations
 
-from .block import COPY_COMPLETE, KERNEL_COMPLETE, Draft, write_slots
-from .state import Copy, State, read
+from .block import CopyDone, Draft, KernelDone, write_slots
+from .state import Copy, InFlight, State, read
+from .structure import DeviceOp
 
 
 def ready(state: State, device: str) -> list[int]:
@@ -29,9 +30,9 @@ def complete(d: Draft, index: int, block_size: int) -> None:
     if type(op) is Copy:
         # the copy reads its source now, not when it was launched
         write_slots(d, op.dst, 0, d.blocks[op.src].slots[:op.n])
-        d.facts.append((COPY_COMPLETE, op))
+        d.facts.append(CopyDone(op))
     else:
         target = op.snapshot[op.pos // block_size]
         write_slots(d, target, op.pos % block_size, (op.token,))
         reads = read(tuple(d.blocks), op.snapshot, op.pos + 1, block_size)
-        d.facts.append((KERNEL_COMPLETE, op, reads))
+        d.facts.append(KernelDone(op, reads))

@@ -211,9 +211,9 @@ def load_protocol(path: Path) -> Protocol:
 def builtin_folder() -> Path:
     """specs/protocols, whether cowcheck runs from a checkout, an editable
     install or a wheel (specs/ ships as a namespace package of data)."""
-    import specs.protocols
+    import cowcheck.specs.protocols
 
-    return next(Path(p) for p in specs.protocols.__path__ if Path(p).is_dir())
+    return next(Path(p) for p in cowcheck.specs.protocols.__path__ if Path(p).is_dir())
 
 
 def builtin_names() -> list[str]:

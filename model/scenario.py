@@ -113,7 +113,7 @@ def _choice(data: dict, key: str, allowed: tuple[str, ...], default: str, source
 
 def parse_expect(value: Any, source: str) -> tuple[str, ...]:
     """The form of `expect`; which invariant ids exist is the checker's to say
-    (checker.invariants.validate_expect)."""
+    (cowcheck.invariants.validate_expect)."""
     items = [value] if isinstance(value, str) else value
     allowed = "\"holds\", \"safe\", \"violates <invariant>\", or a list of these"
     if not isinstance(items, list) or not items:

@@ -5,11 +5,19 @@ millions of them, and tuples do that in C."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from enum import StrEnum
+from typing import NamedTuple, Optional, Union
 
 from .scenario import Scenario
+from .structure import Op
 
-RUNNING, FINISHED, CANCELLED = "running", "finished", "cancelled"
+
+class Status(StrEnum):
+    """A branch's status. The model only ever stores these members, so hot
+    code compares them by identity (`is`)."""
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
 
 
 class Block(NamedTuple):
@@ -19,10 +27,10 @@ class Block(NamedTuple):
 
 
 class Branch(NamedTuple):
-    status: str                    # running | finished | cancelled
+    status: Status
     pos: int                       # tokens in its sequence, counting launched writes
     done: int                      # append operations completed
-    op: Optional[str]              # None between operations, else append | finish | cancel
+    op: Optional[Op]               # None between operations
     path: Optional[str]            # the append path chosen by decide
     step: int                      # index of the next step of the operation
     tail: Optional[int]            # locals, cleared at the end of each operation
@@ -44,11 +52,14 @@ class Kernel(NamedTuple):
     snapshot: tuple[int, ...]      # the published table at launch
 
 
+InFlight = Union[Copy, Kernel]
+
+
 class State(NamedTuple):
     blocks: tuple[Block, ...]
     free: tuple[int, ...]          # the free list, front first
     branches: tuple[Branch, ...]
-    queue: tuple                   # in-flight Copy and Kernel ops, in launch order
+    queue: tuple[InFlight, ...]  # in-flight ops, in launch order
 
 
 def initial_state(scenario: Scenario) -> State:
@@ -65,12 +76,12 @@ def initial_state(scenario: Scenario) -> State:
         else:
             blocks.append(Block(0, 0, (None,) * B))
     table = tuple(range(prompt_blocks))
-    branch = Branch(RUNNING, L, 0, None, None, 0, None, None, table, table)
+    branch = Branch(Status.RUNNING, L, 0, None, None, 0, None, None, table, table)
     return State(tuple(blocks), tuple(range(prompt_blocks, scenario.pool)), (branch,) * n, ())
 
 
 def is_final(state: State) -> bool:
-    return not state.queue and all(b.status != RUNNING for b in state.branches)
+    return not state.queue and all(b.status is not Status.RUNNING for b in state.branches)
 
 
 def allocated(state: State) -> int:

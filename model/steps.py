@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from . import block as blockops
-from .block import CHECK_OUTPUT, TABLE_MISS, Draft
+from .block import Draft, OutputChecked, TableMiss
 from .errors import SpecError
 from .protocol import Step
 from .state import Branch, Copy, Kernel, State, read
@@ -67,7 +67,7 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
         br = br._replace(published=br.working)
     elif op == "write":
         if len(br.published) <= br.pos // block_size:
-            d.facts.append((TABLE_MISS, index, br.pos))
+            d.facts.append(TableMiss(index, br.pos))
             return None, binds
         d.queue.append(Kernel(index, br.pos, tokens[br.pos], br.published))
         br = br._replace(pos=br.pos + 1)
@@ -76,7 +76,7 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
             blockops.decref(d, b)
         br = br._replace(working=(), published=())
     elif op == "check-output":
-        d.facts.append((CHECK_OUTPUT, index, read(tuple(d.blocks), br.working, br.pos, block_size)))
+        d.facts.append(OutputChecked(index, read(tuple(d.blocks), br.working, br.pos, block_size)))
         binds = (("pos", br.pos), ("table", br.working))  # what was read, for a replay on a real pool
     # wait-copy and wait-kernel change nothing: `choices` already gated them
     return br, binds

@@ -1,56 +1,67 @@
 """The whole system as a transition system, in the manner of Stateright's
-`Model`: an initial state, the actions enabled in a state, and the state each
-one leads to. It applies the scheduling rules of DESIGN.md (atomic paths,
-cancellation points, finish) and knows nothing of search or invariants; it
-reports what happened as facts (model.block) for the checker to judge."""
+`Model`: an initial state, the transitions enabled in a state, and whether a
+state is final. `TransitionSystem` is what every engine consumes (the
+explorer, the depth-first cross-check, replay, the z3 decoder's check);
+`ProtocolModel`, a protocol file run under a scenario, is its first
+implementation. It applies the scheduling rules (specs/SEMANTICS.md#scheduling)
+through the protocol's Structure, knows nothing of search or invariants, and
+reports what happened as facts (cowcheck.model.block) for the checker to judge."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Optional, Protocol
 
 from . import device, steps
+from .action import Action, Transition, completion
 from .block import Draft
-from .errors import SpecError
-from .protocol import COPIES, WAITS, Rule, Step
 from .condition import environment
+from .errors import SpecError
+from .protocol import COPIES, Rule, Step
 from .scenario import Scenario
-from .state import CANCELLED, FINISHED, RUNNING, Branch, Copy, State, initial_state, is_final
+from .state import Branch, State, Status, initial_state, is_final
+from .structure import Op, Place, Structure
 
-DEVICE = "device"
-
-
-class Action(NamedTuple):
-    """One atomic action: a branch's decide or step, or a device completion.
-    `binds` records the block ids involved, so a trace replays exactly."""
-    actor: str                           # branch name, or "device"
-    op: str                              # append | finish | cancel | copy-complete | kernel-complete
-    step: str                            # "decide", a step's text, or the device op
-    binds: tuple[tuple[str, object], ...]
-
-    def to_json(self) -> dict:
-        return {"actor": self.actor, "op": self.op, "step": self.step, "binds": dict(self.binds)}
-
-    @staticmethod
-    def from_json(data: dict) -> "Action":
-        binds = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in data["binds"].items())
-        return Action(data["actor"], data["op"], data["step"], binds)
-
-    def __str__(self) -> str:
-        binds = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.binds)
-        who = self.actor if self.actor == DEVICE else f"{self.actor} ({self.op})"
-        return f"{who}: {self.step}" + (f" [{binds}]" if binds else "")
+#: the status a branch has once the last step of each operation is done
+STATUS_AFTER = {Op.APPEND: Status.RUNNING, Op.FINISH: Status.FINISHED, Op.CANCEL: Status.CANCELLED}
 
 
-class Transition(NamedTuple):
-    action: Action
-    state: Optional[State]   # None: the action was attempted but leads nowhere (kernel-table-miss)
-    facts: tuple[tuple, ...]
+class TransitionSystem(Protocol):
+    """What the engines need of a system under check. States are plain,
+    hashable, immutable data with the shape of cowcheck.model.state.State
+    (the invariants read blocks, free list, branches and queue)."""
+
+    scenario: Scenario
+    B: int
+    names: tuple[str, ...]                 # branch names, by index
+    tokens: tuple[tuple[str, ...], ...]    # each branch's reference sequence
+
+    def init_state(self) -> State: ...
+
+    def successors(self, state: State) -> list[Transition]:
+        """Every enabled transition (including attempted actions that lead
+        nowhere, with state None, so their facts are judged)."""
+        ...
+
+    def is_final(self, state: State) -> bool: ...
+
+    def is_steady(self, state: State) -> bool:
+        """Every branch done with its program and not finished, nothing in flight."""
+        ...
+
+    def is_copy_launch(self, action: Action) -> bool: ...
+
+    def where(self, branch: Branch) -> str:
+        """Where a branch stands, in words (deadlock witnesses, explain)."""
+        ...
 
 
-class Model:
+class ProtocolModel:
+    """A scenario run under its protocol file."""
+
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
         self.protocol = scenario.protocol
+        self.structure = Structure(scenario.protocol)
         self.B = scenario.block_size
         self.reuse = scenario.reuse
         self.device = scenario.device
@@ -58,7 +69,7 @@ class Model:
         self.tokens = tuple(scenario.tokens(i) for i in range(len(scenario.branches)))
         self.source = scenario.protocol.source
 
-    # -- the Model interface ------------------------------------------------
+    # -- the TransitionSystem interface ---------------------------------------
     def init_state(self) -> State:
         return initial_state(self.scenario)
 
@@ -69,47 +80,65 @@ class Model:
         out: list[Transition] = []
         lock = self.exclusive(state)
         for i, br in enumerate(state.branches):
-            if br.status == RUNNING and (lock is None or lock == i):
+            if br.status is Status.RUNNING and (lock is None or lock == i):
                 self._branch_actions(state, i, br, out)
         for index in device.ready(state, self.device):
             d = Draft(state, self.reuse)
             op = state.queue[index]
             device.complete(d, index, self.B)
-            out.append(Transition(self._device_action(op), d.freeze(), tuple(d.facts)))
+            out.append(Transition(completion(op, self.B, self.names), d.freeze(), tuple(d.facts)))
         return out
 
-    # -- scheduling ---------------------------------------------------------
+    def is_steady(self, state: State) -> bool:
+        return not state.queue and all(
+            br.status is Status.RUNNING and br.op is None and br.done == spec.appends
+            for br, spec in zip(state.branches, self.scenario.branches)
+        )
+
+    @staticmethod
+    def is_copy_launch(action: Action) -> bool:
+        return action.step.split(" ", 1)[0] in COPIES
+
+    def where(self, br: Branch) -> str:
+        place = self.place(br)
+        if place is None:
+            return "between operations"
+        return f"at '{self.structure.step(place).text}' ({br.path or br.op})"
+
+    # -- scheduling -------------------------------------------------------------
+    @staticmethod
+    def place(br: Branch) -> Optional[Place]:
+        return None if br.op is None else Place(br.op, br.path, br.step)
+
     def program(self, br: Branch) -> tuple[Step, ...]:
-        if br.op == "append":
-            return self.protocol.paths[br.path].steps
-        return self.protocol.cancel if br.op == "cancel" else self.protocol.finish
+        assert br.op is not None
+        return self.structure.program(br.op, br.path)
 
     def exclusive(self, state: State) -> Optional[int]:
-        """The branch inside the non-wait part of an atomic path, if any: while
-        it is there no other branch takes a step (a single-threaded scheduler)."""
+        """The branch holding the scheduler lock (inside the non-wait part of
+        an atomic path), if any: while it does, no other branch takes a step."""
+        locks = self.structure.locks
         for i, br in enumerate(state.branches):
-            if br.op == "append":
-                path = self.protocol.paths[br.path]
-                if path.atomic and path.steps[br.step].op not in WAITS:
-                    return i
+            if br.op is Op.APPEND and locks(Place(br.op, br.path, br.step)):
+                return i
         return None
 
-    def _branch_actions(self, state: State, i: int, br: Branch, out: list) -> None:
+    def _branch_actions(self, state: State, i: int, br: Branch, out: list[Transition]) -> None:
         spec = self.scenario.branches[i]
         if br.op is None:
             if br.done < spec.appends:
                 self._decide(state, i, br, out)
             else:
-                self._step(state, i, br, "finish", self.protocol.finish, 0, out)
+                self._step(state, i, br, Op.FINISH, self.protocol.finish, 0, out)
             if spec.may_cancel:
-                self._step(state, i, br, "cancel", self.protocol.cancel, 0, out)
+                self._step(state, i, br, Op.CANCEL, self.protocol.cancel, 0, out)
             return
-        program = self.program(br)
-        self._step(state, i, br, br.op, program, br.step, out)
-        if br.op == "append" and spec.may_cancel and program[br.step].op == "wait-kernel":
-            self._step(state, i, br, "cancel", self.protocol.cancel, 0, out)
+        place = Place(br.op, br.path, br.step)
+        self._step(state, i, br, br.op, self.structure.program(br.op, br.path), br.step, out)
+        if spec.may_cancel and self.structure.cancellable(place):
+            self._step(state, i, br, Op.CANCEL, self.protocol.cancel, 0, out)
 
-    def _decide(self, state: State, i: int, br: Branch, out: list) -> None:
+    def _decide(self, state: State, i: int, br: Branch, out: list[Transition]) -> None:
         fill = br.pos % self.B
         boundary = fill == 0
         index = br.pos // self.B
@@ -117,9 +146,9 @@ class Model:
         rule = self.choose(state, tail, boundary, fill)
         if rule is None:
             return  # no rule matches: the branch cannot proceed
-        after = br._replace(op="append", path=rule.path, step=0, tail=tail, new=None)
+        after = br._replace(op=Op.APPEND, path=rule.path, step=0, tail=tail, new=None)
         branches = state.branches[:i] + (after,) + state.branches[i + 1:]
-        action = Action(self.names[i], "append", "decide", (("path", rule.path), ("tail", tail)))
+        action = Action(self.names[i], Op.APPEND, "decide", (("path", rule.path), ("tail", tail)))
         out.append(Transition(action, State(state.blocks, state.free, branches, state.queue), ()))
 
     def choose(self, state: State, tail: Optional[int], boundary: bool, fill: int) -> Optional[Rule]:
@@ -127,7 +156,7 @@ class Model:
             def read(block: Optional[int]) -> int:
                 if block is None:
                     raise SpecError(self.source, "append.rules", f"a condition reads {field}(tail) where no tail is bound (at a block boundary); test `boundary` first")
-                return getattr(state.blocks[block], field)
+                return int(getattr(state.blocks[block], field))
             return read
 
         env = environment(boundary, fill, self.B, {"tail": tail}, counter("refcount"), counter("holds"))
@@ -136,44 +165,24 @@ class Model:
                 return rule
         return None
 
-    def _step(self, state: State, i: int, br: Branch, opname: str, program: tuple[Step, ...], k: int, out: list) -> None:
+    def _step(self, state: State, i: int, br: Branch, op: Op, program: tuple[Step, ...], k: int,
+              out: list[Transition]) -> None:
         step = program[k]
         for choice in steps.choices(state, i, step, self.reuse, self.source):
             d = Draft(state, self.reuse)
-            if opname != br.op:  # starting finish or cancel (a cancel abandons the append, keeping its locals)
-                br = br._replace(op=opname, path=None, step=0)
+            if op is not br.op:  # starting finish or cancel (a cancel abandons the append, keeping its locals)
+                br = br._replace(op=op, path=None, step=0)
             after, binds = steps.apply(d, i, br, step, choice, self.B, self.tokens[i], self.source)
-            action = Action(self.names[i], opname, step.text, binds)
+            action = Action(self.names[i], op, step.text, binds)
             if after is None:
                 out.append(Transition(action, None, tuple(d.facts)))
                 continue
-            d.set_branch(i, self._advance(after, opname, program, k))
+            d.set_branch(i, self._advance(after, op, program, k))
             out.append(Transition(action, d.freeze(), tuple(d.facts)))
 
     @staticmethod
-    def _advance(br: Branch, opname: str, program: tuple[Step, ...], k: int) -> Branch:
+    def _advance(br: Branch, op: Op, program: tuple[Step, ...], k: int) -> Branch:
         if k + 1 < len(program):
             return br._replace(step=k + 1)
-        status = {"append": RUNNING, "finish": FINISHED, "cancel": CANCELLED}[opname]
-        done = br.done + (opname == "append")
-        return Branch(status, br.pos, done, None, None, 0, None, None, br.working, br.published)
-
-    def _device_action(self, op) -> Action:
-        if type(op) is Copy:
-            return Action(DEVICE, "copy-complete", "copy-complete", (("src", op.src), ("dst", op.dst), ("n", op.n)))
-        target = op.snapshot[op.pos // self.B]
-        return Action(DEVICE, "kernel-complete", "kernel-complete",
-                      (("branch", self.names[op.branch]), ("pos", op.pos), ("token", op.token),
-                       ("block", target), ("slot", op.pos % self.B), ("snapshot", op.snapshot)))
-
-    # -- views used by measures ----------------------------------------------
-    @staticmethod
-    def is_copy_launch(action: Action) -> bool:
-        return action.step.split(" ", 1)[0] in COPIES
-
-    def is_steady(self, state: State) -> bool:
-        """All branches done appending, none finished, the queue empty."""
-        return not state.queue and all(
-            br.status == RUNNING and br.op is None and br.done == spec.appends
-            for br, spec in zip(state.branches, self.scenario.branches)
-        )
+        done = br.done + (op is Op.APPEND)
+        return Branch(STATUS_AFTER[op], br.pos, done, None, None, 0, None, None, br.working, br.published)

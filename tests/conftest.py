@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from model.scenario import make_scenario
-from checker.check import check
-from checker.graph import CHROMIUM_ARGS
+from cowcheck.model.scenario import make_scenario
+from cowcheck.check import check
+from cowcheck.graph import CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"

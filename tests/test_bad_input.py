@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from checker.cli import main
+from cowcheck.cli import main
 
 BRANCHES = """
 [[branch]]
@@ -321,7 +321,7 @@ def test_replay_of_an_edited_trace_says_where_and_skips_the_pool(tmp_path, spare
 
 def _cowcheck() -> list[str]:
     exe = shutil.which("cowcheck")
-    return [exe] if exe else [sys.executable, "-m", "checker.cli"]
+    return [exe] if exe else [sys.executable, "-m", "cowcheck.cli"]
 
 
 @pytest.mark.parametrize("case", ["block-size-zero", "run-time"])

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SPECS
-from checker import trace
-from checker.check import check
-from checker.invariants import BY_ID, select
-from checker.replay import replay
-from model.protocol import builtin_names
-from model.scenario import load_scenario
+from cowcheck import trace
+from cowcheck.check import check
+from cowcheck.invariants import BY_ID, select
+from cowcheck.replay import replay
+from cowcheck.model.protocol import builtin_names
+from cowcheck.model.scenario import load_scenario
 
 SCENARIOS = sorted((SPECS / "scenarios").glob("*.toml"))
 BUGGY = [p for p in SCENARIOS if any(e.startswith("violates") for e in load_scenario(p).expect)]

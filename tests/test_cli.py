@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from checker.cli import main
-from checker.invariants import BY_ID, IDS
+from cowcheck.cli import main
+from cowcheck.invariants import BY_ID, IDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -338,7 +338,7 @@ def test_list_names_every_protocol_and_invariant():
 def test_a_stale_counterexample_is_removed_when_the_invariant_now_holds(tmp_path):
     """A file left by an earlier run for an invariant that holds now would
     be mistaken for a current counterexample."""
-    from checker.cli import main as cli_main
+    from cowcheck.cli import main as cli_main
     from click.testing import CliRunner as Runner
     scenario = tmp_path / "s.toml"
     scenario.write_text('protocol = "cow"\nblock_size = 2\nprompt = 3\n[[branch]]\nappends = 1\n[[branch]]\nappends = 1\n')

@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 
 import fake_cupy
 from conftest import ROOT
-from checker import trace
-from checker.check import check
-from checker.cli import main
-from checker.executor import TOLERANCE, Pool, TokenSpace, reference_output, replay_on_pool
-from checker.invariants import BY_ID, Judge
-from model.protocol import builtin_names
-from model.scenario import DEVICES, make_scenario
-from model.system import Model
+from cowcheck import trace
+from cowcheck.check import check
+from cowcheck.cli import main
+from cowcheck.executor import TOLERANCE, Pool, TokenSpace, reference_output, replay_on_pool
+from cowcheck.invariants import BY_ID, Judge
+from cowcheck.model.protocol import builtin_names
+from cowcheck.model.scenario import DEVICES, make_scenario
+from cowcheck.model.system import ProtocolModel
 
 COUNTEREXAMPLES = sorted((ROOT / "counterexamples").glob("*.json"))
 FAITHFUL = Judge((BY_ID["faithful-output"],))
@@ -105,7 +105,7 @@ def walks(draw):
     lazily (with a per-walk probability) so that copies and kernels stay in
     flight long enough to race."""
     scenario = draw(small_scenarios())
-    model = Model(scenario)
+    model = ProtocolModel(scenario)
     rnd = draw(st.randoms(use_true_random=False))
     eager = rnd.uniform(0.05, 0.6)
     state, actions, model_step = model.init_state(), [], None
@@ -272,7 +272,7 @@ def test_stand_in_orders_blocking_streams_with_the_null_stream():
 
 def test_the_replay_benchmark_replays_every_committed_counterexample():
     """`cowcheck bench`'s replay line (its figures are measured there, not here)."""
-    from checker.bench import replay_figures, replayable
+    from cowcheck.bench import replay_figures, replayable
     figures = replay_figures(replayable(ROOT / "counterexamples"))
     assert figures["replays"] == len(COUNTEREXAMPLES) and figures["actions"] > 0
     assert figures["long_trace_actions"] >= 100

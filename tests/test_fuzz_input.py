@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from checker.cli import main
+from cowcheck.cli import main
 from conftest import ROOT
 
 COW_RULES = [("boundary", "fresh"), ("refcount(tail) == 1 and holds(tail) == 0", "in-place"), ("true", "copy")]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from checker import cli
-from checker.graph import block_graph, edges_of, find_chromium, picture, render, svg_size, to_dot, to_svg
-from checker.pages_cli import register
+from cowcheck import cli
+from cowcheck.graph import block_graph, edges_of, find_chromium, picture, render, svg_size, to_dot, to_svg
+from cowcheck.pages_cli import register
 
 register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from checker import cli, trace
-from checker.check import check
-from checker.html import stepper_data, stepper_html
-from checker.pages_cli import decoded_on_pool, register, write_check_pages
-from model.scenario import load_scenario
+from cowcheck import cli, trace
+from cowcheck.check import check
+from cowcheck.html import stepper_data, stepper_html
+from cowcheck.pages_cli import decoded_on_pool, register, write_check_pages
+from cowcheck.model.scenario import load_scenario
 from conftest import fits, opened, screenshot  # browser is a fixture in conftest
 
 register(cli.main)  # a no-op once checker/cli.py registers the page commands itself

@@ -1,4 +1,4 @@
-"""k-induction with strengthening lemmas (checker.symbolic.lemmas, .kind).
+"""k-induction with strengthening lemmas (cowcheck.symbolic.lemmas, .kind).
 
 - Every lemma part holds in every reachable state of small correct
   scenarios (the explicit model's states, each encoded with
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import z3
 
-from checker.check import check
-from checker.invariants import INVARIANTS
-from checker.symbolic.bmc import solve
-from checker.symbolic.encoding import Encoding
-from checker.symbolic.kind import run_kinduction
-from checker.symbolic.lemmas import Lemmas
-from model.scenario import load_scenario, make_scenario
+from cowcheck.check import check
+from cowcheck.invariants import INVARIANTS
+from cowcheck.symbolic.bmc import solve
+from cowcheck.symbolic.encoding import Encoding
+from cowcheck.symbolic.kind import run_kinduction
+from cowcheck.symbolic.lemmas import Lemmas
+from cowcheck.model.scenario import load_scenario, make_scenario
 
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 

@@ -9,9 +9,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from checker import cli
-from checker.lab import LIMITS, identity, lab_html, run, served
-from checker.pages_cli import register
+from cowcheck import cli
+from cowcheck.lab import LIMITS, identity, lab_html, run, served
+from cowcheck.pages_cli import register
 from conftest import fits, opened, screenshot  # browser is a fixture in conftest
 
 register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
@@ -116,7 +116,7 @@ def test_play_advances_the_clock(lab_page):
 
 def test_page_agrees_with_python(lab_page):
     """Forty requests (t = 12), then several C and s: the page replays them
-    from an empty cache and must count what checker.lab counts."""
+    from an empty cache and must count what cowcheck.lab counts."""
     page = lab_page
     for _ in range(40):
         page.keyboard.press("ArrowRight")

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import pytest
 
-from model.block import FREED, KERNEL_COMPLETE, TABLE_MISS, UNDERFLOW, Draft, decref, release
-from model.protocol import protocol_from_dict
-from model.scenario import make_scenario
-from model.state import Block, Copy, Kernel, State
-from model.system import Model
+from cowcheck.model.block import Draft, Freed, KernelDone, OutputChecked, TableMiss, Underflow, decref, release
+from cowcheck.model.protocol import protocol_from_dict
+from cowcheck.model.scenario import make_scenario
+from cowcheck.model.state import Block, Copy, Kernel, State
+from cowcheck.model.system import ProtocolModel
 
 
-def model_of(B=2, L=3, branches=(1, 1), protocol="cow", **kw) -> Model:
-    return Model(make_scenario(B, L, list(branches), protocol, **kw))
+def model_of(B=2, L=3, branches=(1, 1), protocol="cow", **kw) -> ProtocolModel:
+    return ProtocolModel(make_scenario(B, L, list(branches), protocol, **kw))
 
 
-def walk(model: Model, choose) -> list:
+def walk(model: ProtocolModel, choose) -> list:
     """Follow the first successor matching `choose(action)` repeatedly."""
     state = model.init_state()
     taken = []
@@ -55,7 +55,7 @@ def test_free_list_order(reuse, expected):
     d = Draft(state, reuse)
     decref(d, 1)
     assert tuple(d.free) == expected
-    assert (FREED, 1) in d.facts
+    assert Freed(1) in d.facts
 
 
 def test_decref_at_zero_underflows_and_frees_nothing():
@@ -67,7 +67,7 @@ def test_decref_at_zero_underflows_and_frees_nothing():
     decref(d, 1)
     assert d.blocks[1].refcount == 0
     assert d.free == free_before
-    assert d.facts == [(UNDERFLOW, 1, "refcount")]
+    assert d.facts == [Underflow(1, "refcount")]
 
 
 def test_a_hold_defers_the_free_until_release():
@@ -95,7 +95,7 @@ def test_reallocated_block_keeps_stale_contents():
     assert alloc.state.blocks[first_free] == Block(1, 0, ("x9", "x9"))
 
 
-def run_to_wait_kernel(model: Model, state: State, actor: str, index: int) -> State:
+def run_to_wait_kernel(model: ProtocolModel, state: State, actor: str, index: int) -> State:
     """Let `actor` take its append steps (the device completing what it
     waits for) until its next step is wait-kernel."""
     while model.program(state.branches[index])[state.branches[index].step].op != "wait-kernel":
@@ -105,7 +105,7 @@ def run_to_wait_kernel(model: Model, state: State, actor: str, index: int) -> St
     return state
 
 
-def _queue_state(model: Model) -> State:
+def _queue_state(model: ProtocolModel) -> State:
     state = model.init_state()
     queue = (Copy(1, 2, 1), Kernel(0, 3, "a1", (0, 3)), Copy(1, 3, 1), Kernel(1, 3, "b1", (0, 1)))
     return state._replace(queue=queue)
@@ -142,9 +142,9 @@ def test_kernel_writes_then_reads_through_its_snapshot():
     model = model_of(device="async")
     state = model.init_state()._replace(queue=(Kernel(0, 3, "a1", (0, 1)),))
     done = next(t for t in model.successors(state) if t.action.op == "kernel-complete")
-    kind, kernel, reads = done.facts[0]
-    assert kind == KERNEL_COMPLETE
-    assert reads == ("p0", "p1", "p2", "a1")
+    fact = done.facts[0]
+    assert type(fact) is KernelDone
+    assert fact.reads == ("p0", "p1", "p2", "a1")
     assert done.state.blocks[1].slots == ("p2", "a1")
 
 
@@ -205,10 +205,10 @@ def test_kernel_table_miss_is_reported_and_not_explored():
                    "paths": {"fresh": ["alloc new", "append new", "write", "publish", "wait-kernel"],
                              "in-place": ["write", "wait-kernel"]}},
     }, "<test>")
-    model = Model(make_scenario(2, 2, [1], proto))
+    model = ProtocolModel(make_scenario(2, 2, [1], proto))
     taken = walk(model, lambda a: a.actor == "a")
     assert taken[-1].state is None
-    assert taken[-1].facts[0][0] == TABLE_MISS
+    assert type(taken[-1].facts[0]) is TableMiss
 
 
 def test_finish_runs_check_output_and_frees_everything():
@@ -217,17 +217,17 @@ def test_finish_runs_check_output_and_frees_everything():
     final = taken[-1].state
     assert model.is_final(final)
     assert set(final.free) == set(range(len(final.blocks)))
-    checks = [f for t in taken for f in t.facts if f[0] == "check-output"]
-    assert checks and checks[0][2] == ("p0", "p1", "p2", "a1")
+    checks = [f for t in taken for f in t.facts if type(f) is OutputChecked]
+    assert checks and checks[0].reads == ("p0", "p1", "p2", "a1")
 
 
 def test_unbound_tail_is_a_clear_runtime_error():
-    from model.errors import SpecError
+    from cowcheck.model.errors import SpecError
     proto = protocol_from_dict({
         "name": "bad",
         "append": {"rules": [{"when": "true", "path": "p"}], "paths": {"p": ["copy tail new", "write", "wait-kernel"]}},
     }, "bad.toml")
-    model = Model(make_scenario(2, 2, [1], proto))
+    model = ProtocolModel(make_scenario(2, 2, [1], proto))
     state = model.successors(model.init_state())[0].state
     with pytest.raises(SpecError, match="tail"):
         model.successors(state)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from checker.check import check
-from checker.dfs import depth_first
-from model.protocol import builtin_names
-from model.scenario import DEVICES, make_scenario
-from model.system import Model
+from cowcheck.check import check
+from cowcheck.dfs import depth_first
+from cowcheck.model.protocol import builtin_names
+from cowcheck.model.scenario import DEVICES, make_scenario
+from cowcheck.model.system import ProtocolModel
 
 CAP = 10_000
 
@@ -48,6 +48,6 @@ def test_cow_never_breaks_an_invariant(scenario):
 def test_depth_first_agrees_with_breadth_first(scenario):
     bfs = check(scenario, max_states=4_000, symmetry=False)
     assume(bfs.exploration.complete)
-    dfs = depth_first(Model(scenario))
+    dfs = depth_first(ProtocolModel(scenario))
     assert dfs.states == bfs.exploration.states
     assert dfs.violated == {k for k, v in bfs.verdicts.items() if v.holds is False}

@@ -12,16 +12,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from checker import trace
-from checker.check import check
-from checker.replay import replay
-from model.ample import Ample
-from model.encoding import Encoding
-from model.protocol import builtin_names
-from model.scenario import DEVICES, load_scenario, make_scenario
-from model.symmetry import Symmetry
-from model.state import Block, Copy, Kernel, State
-from model.system import Model
+from cowcheck import trace
+from cowcheck.check import check
+from cowcheck.replay import replay
+from cowcheck.model.ample import Ample
+from cowcheck.model.compact import Compact
+from cowcheck.model.protocol import builtin_names
+from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario
+from cowcheck.model.symmetry import Symmetry
+from cowcheck.model.state import Block, Copy, Kernel, State
+from cowcheck.model.system import ProtocolModel
 
 
 def measures(result) -> tuple:
@@ -113,7 +113,7 @@ def scramble(state, scenario, rnd):
 def test_representative_is_canonical(scenario, rnd):
     """Walk randomly; every state and any renaming of it get the same
     representative, which is itself a fixed point and keeps the state's shape."""
-    model, sym = Model(scenario), Symmetry(scenario)
+    model, sym = ProtocolModel(scenario), Symmetry(scenario)
     state = model.init_state()
     for _ in range(40):
         rep = sym.representative(state)
@@ -149,7 +149,7 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     that step and every other enabled action lead, in either order, to the
     same state with the same facts, and neither disables the other (C1 for
     one step, which is where a wrong independence claim would show)."""
-    model = Model(scenario)
+    model = ProtocolModel(scenario)
     ample = Ample(model)
     state = model.init_state()
     for _ in range(60):
@@ -183,14 +183,14 @@ def test_partial_order_reduction_explores_fewer_states_and_reports_true_lengths(
 
 def test_protocols_with_atomic_paths_are_not_reduced():
     scenario = make_scenario(2, 3, [(2, False)] * 2, "vllm-bmv2")
-    assert not Ample(Model(scenario)).enabled
+    assert not Ample(ProtocolModel(scenario)).enabled
     assert check(scenario, por=True).exploration.states == check(scenario).exploration.states
 
 
 @settings(max_examples=60, deadline=None)
 @given(scenarios(), st.randoms(use_true_random=False))
 def test_compact_encoding_is_fixed_width_and_lossless(scenario, rnd):
-    model, encoding = Model(scenario), Encoding(scenario)
+    model, encoding = ProtocolModel(scenario), Compact(scenario)
     state = model.init_state()
     for _ in range(60):
         data = encoding.encode(state)

@@ -59,10 +59,10 @@ def test_steady_state_counts_the_final_block_graph_not_the_transient():
 
 
 def test_peak_trace_reaches_the_peak(tmp_path):
-    from checker import trace
-    from checker.replay import replay
-    from model.scenario import make_scenario
-    from checker.check import check
+    from cowcheck import trace
+    from cowcheck.replay import replay
+    from cowcheck.model.scenario import make_scenario
+    from cowcheck.check import check
 
     result = check(make_scenario(4, 6, [2, 2, 2], "cow"), out_dir=tmp_path)
     cx = trace.load(result.peak_path)

@@ -1,11 +1,11 @@
-"""The symbolic engine (checker.symbolic) against the explicit one.
+"""The symbolic engine (cowcheck.symbolic) against the explicit one.
 
 - Every invariant id has a z3 encoding (or is listed as not encoded, with why).
 - On random reachable states of random scenarios, the symbolic transition
   relation agrees with model.system action by action (which actions are
   enabled, and the state each leads to), each invariant's z3 formula agrees
   with its explicit predicate, and the type invariants k-induction assumes hold.
-- The array sizes and earliest depths of checker.symbolic.bounds hold in
+- The array sizes and earliest depths of cowcheck.symbolic.bounds hold in
   every reachable state of small scenarios of every built-in protocol.
 - BMC's verdicts and shortest lengths equal the breadth-first explorer's on
   small scenarios (every reuse order), and its counterexample files replay.
@@ -21,17 +21,17 @@ import z3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checker.check import check
-from checker.invariants import IDS, INVARIANTS, Judge, select
-from checker.replay import replay
-from checker.symbolic.bmc import run_bmc
-from checker.symbolic.encoding import Encoding
-from checker.symbolic.invariants import ENCODINGS, NOT_ENCODED, SymbolicJudge
-from checker.symbolic.kind import run_kinduction
-from checker.trace import load
-from model.protocol import builtin_names
-from model.scenario import DEVICES, REUSES, load_scenario, make_scenario
-from model.system import Model
+from cowcheck.check import check
+from cowcheck.invariants import IDS, INVARIANTS, Judge, select
+from cowcheck.replay import replay
+from cowcheck.symbolic.bmc import run_bmc
+from cowcheck.symbolic.encoding import Encoding
+from cowcheck.symbolic.invariants import ENCODINGS, NOT_ENCODED, SymbolicJudge
+from cowcheck.symbolic.kind import run_kinduction
+from cowcheck.trace import load
+from cowcheck.model.protocol import builtin_names
+from cowcheck.model.scenario import DEVICES, REUSES, load_scenario, make_scenario
+from cowcheck.model.system import ProtocolModel
 
 
 def test_every_invariant_has_an_encoding_or_a_reason():
@@ -130,7 +130,7 @@ def test_encoding_agrees_along_the_premature_decrement_race():
 
 
 # -- the static bounds against every reachable state --------------------------------
-def _by_depth(model: Model):
+def _by_depth(model: ProtocolModel):
     """Every reachable state with its breadth-first depth (the fewest actions
     that reach it), and its transitions."""
     start = model.init_state()
@@ -216,7 +216,7 @@ def test_kinduction_never_proves_a_broken_invariant():
 
 
 def test_the_reductions_do_not_change_bmc_answers():
-    """Symmetry breaking and commuting actions (checker.symbolic.reduction)
+    """Symmetry breaking and commuting actions (cowcheck.symbolic.reduction)
     keep every verdict and shortest length: three interchangeable branches."""
     scenario = make_scenario(2, 3, [1, 1, 1], "spare-capacity")
     assert _lengths(run_bmc(scenario, INVARIANTS, 6)) == _lengths(run_bmc(scenario, INVARIANTS, 6, reduce=False))

@@ -15,9 +15,9 @@ exists at all, every run has been covered and an unbroken invariant holds.
 
 The cost is the unsatisfiable queries below each shortest violation. Three
 things keep them small without changing any answer: the arrays of the state
-are sized by checker.symbolic.bounds; the step from depth k leaves out the
+are sized by cowcheck.symbolic.bounds; the step from depth k leaves out the
 instances that cannot fire within k actions (Unrolling.relation_at); and
-checker.symbolic.reduction's constraints (symmetry breaking, commuting
+cowcheck.symbolic.reduction's constraints (symmetry breaking, commuting
 actions) leave z3 fewer equivalent runs to refute."""
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def run_bmc(scenario, invariants: tuple[Invariant, ...] = INVARIANTS, depth: int
 
     At each depth one query asks whether any open invariant breaks; only when
     one does are more asked, to sort out which (z3's model says). `reduce`
-    adds checker.symbolic.reduction's constraints to the run (the answers
+    adds cowcheck.symbolic.reduction's constraints to the run (the answers
     are the same without them, only slower to get)."""
     validate_expect(scenario)
     u = Unrolling(scenario, invariants)

@@ -42,8 +42,8 @@ from typing import Callable, Iterable, NamedTuple, Optional
 
 import z3
 
-from model.protocol import COPIES, AppendPath, Protocol, Step
-from model.scenario import Scenario
+from cowcheck.model.protocol import COPIES, AppendPath, Protocol, Step
+from cowcheck.model.scenario import Scenario
 
 
 class Pending(NamedTuple):

@@ -16,7 +16,7 @@ The transition relation is built by *symbolically executing* each action
 instance: `Encoding.execute` mirrors model.steps / model.block / model.device
 line by line on a `Sym` whose fields are z3 expressions, and returns the
 action's guard, its successor and its facts (the same kinds as model.block's),
-so the invariants can be judged on facts exactly as checker.invariants does.
+so the invariants can be judged on facts exactly as cowcheck.invariants does.
 `values` maps an explicit State onto the same fields, which is how the tests
 compare the two engines state by state, and how a z3 model is checked
 against the explicit model when a trace is decoded.
@@ -27,7 +27,7 @@ three device models and the three reuse orders (`any`: one alloc instance
 per block id, the free list kept sorted as model.block keeps it).
 
 The sizes T (table entries) and Q (queue slots) come from
-checker.symbolic.bounds: tight bounds derived from the scenario, since
+cowcheck.symbolic.bounds: tight bounds derived from the scenario, since
 every unused slot costs fields in every state of an unrolling."""
 
 from __future__ import annotations
@@ -38,16 +38,19 @@ from typing import Callable, NamedTuple, Optional
 
 import z3
 
-from model.block import CHECK_OUTPUT, COPY_COMPLETE, FREED, KERNEL_COMPLETE, TABLE_MISS, UNDERFLOW
-from model.errors import SpecError
-from model.protocol import COPIES, WAITS, Step
-from model.scenario import Scenario
-from model.state import CANCELLED, FINISHED, RUNNING, Copy, State
-from model.system import DEVICE, Model, Transition
+from cowcheck.model.block import CopyDone as COPY_COMPLETE, Freed as FREED, KernelDone as KERNEL_COMPLETE
+from cowcheck.model.block import OutputChecked as CHECK_OUTPUT, TableMiss as TABLE_MISS, Underflow as UNDERFLOW
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import COPIES, WAITS, Step
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import Copy, State, Status
+from cowcheck.model.action import DEVICE, Transition, completion
+from cowcheck.model.structure import Op
+from cowcheck.model.system import STATUS_AFTER, ProtocolModel
 
 from . import bounds
 
-STATUS = {RUNNING: 0, FINISHED: 1, CANCELLED: 2}
+STATUS = {Status.RUNNING: 0, Status.FINISHED: 1, Status.CANCELLED: 2}
 COPY_KIND, KERNEL_KIND, EMPTY = 0, 1, -1
 NONE_READ = -2      # what a read past the end of a table yields: never a token
 
@@ -171,13 +174,13 @@ class Executed:
 class Encoding:
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
-        self.model = Model(scenario)
+        self.model = ProtocolModel(scenario)
         self.protocol = p = scenario.protocol
         self.B, self.L, self.P = scenario.block_size, scenario.prompt, scenario.pool
         self.N = len(scenario.branches)
         self.appends = [b.appends for b in scenario.branches]
         paths = list(p.paths.values())
-        # bounds that no run can exceed (checker.symbolic.bounds says why)
+        # bounds that no run can exceed (cowcheck.symbolic.bounds says why)
         self.rules_at = [bounds.possible_rules(scenario, self.L + n, self.condition) for n in range(max(self.appends, default=0))]
         rules_at = self.rules_at.__getitem__
         self.T = max(1, max(bounds.table_bound(scenario, j, rules_at) for j in range(self.N)))
@@ -324,7 +327,7 @@ class Encoding:
     def earliest(self, inst: Instance) -> Optional[int]:
         """The fewest actions any run from the initial state takes before
         this instance can fire (None: it never can), from the branches' own
-        programs (checker.symbolic.bounds.earliest). A completion of queue
+        programs (cowcheck.symbolic.bounds.earliest). A completion of queue
         slot i needs i + 1 launches before it."""
         if inst.branch is None:
             first = [e.launch for e in self.earliest_own if e.launch is not None]
@@ -448,7 +451,7 @@ class Encoding:
     # -- conditions ---------------------------------------------------------------
     def condition(self, text: str, boundary, fill, rc, hd) -> z3.BoolRef:
         """A rule condition (model.condition's grammar) as a z3 formula."""
-        width = fill.size()   # the encoding's, or another (checker.symbolic.bounds asks before it exists)
+        width = fill.size()   # the encoding's, or another (cowcheck.symbolic.bounds asks before it exists)
 
         def const(value: int):
             return z3.BitVecVal(value, width)
@@ -579,7 +582,7 @@ class Encoding:
         if k + 1 < len(program):
             b.pc = self.pc_of[(opname, path, k + 1)]
         else:
-            b.status = STATUS[{"append": RUNNING, "finish": FINISHED, "cancel": CANCELLED}[opname]]
+            b.status = STATUS[STATUS_AFTER[Op(opname)]]
             b.done = b.done + 1 if opname == "append" else b.done
             b.pc, b.tail, b.new = 0, -1, -1
         return Executed(guard, leads, post, facts)
@@ -620,7 +623,7 @@ class Encoding:
         a = tr.action
         if inst.branch is None:
             return (a.actor == DEVICE and inst.k < len(state.queue)
-                    and self.model._device_action(state.queue[inst.k]) == a)
+                    and completion(state.queue[inst.k], self.B, self.model.names) == a)
         if a.actor != self.model.names[inst.branch] or a.op != inst.op:
             return False
         br = state.branches[inst.branch]

@@ -1,9 +1,9 @@
 """One z3 encoding per invariant of DESIGN.md, each next to its explicit
-predicate in checker.invariants, so a reader sees both together.
+predicate in cowcheck.invariants, so a reader sees both together.
 
-The encodings are judged the way checker.invariants.Judge judges: an action
+The encodings are judged the way cowcheck.invariants.Judge judges: an action
 check is triggered by a fact of the action (the symbolic facts of
-checker.symbolic.encoding carry a condition: the fact happens only when it
+cowcheck.symbolic.encoding carry a condition: the fact happens only when it
 holds), and returns a z3 formula that is true exactly when the explicit
 predicate would return a witness. A state check gets the state and the
 formulas `final` and `stuck`.
@@ -18,8 +18,9 @@ from typing import Callable, Optional
 
 import z3
 
-from checker import invariants as explicit
-from model.block import CHECK_OUTPUT, COPY_COMPLETE, FREED, KERNEL_COMPLETE, TABLE_MISS, UNDERFLOW
+from cowcheck import invariants as explicit
+from cowcheck.model.block import CopyDone as COPY_COMPLETE, Freed as FREED, KernelDone as KERNEL_COMPLETE
+from cowcheck.model.block import OutputChecked as CHECK_OUTPUT, TableMiss as TABLE_MISS, Underflow as UNDERFLOW
 
 from .encoding import COPY_KIND, KERNEL_KIND, Encoding, Sym, all_of, any_of, select
 
@@ -29,7 +30,7 @@ class SymbolicInvariant:
     id: str
     on_facts: dict[str, Callable] = field(default_factory=dict)
     on_state: Optional[Callable] = None
-    explicit: tuple = ()        # the explicit predicates this mirrors (checker.invariants)
+    explicit: tuple = ()        # the explicit predicates this mirrors (cowcheck.invariants)
 
 
 def member(table: list, length, b) -> z3.BoolRef:

@@ -4,7 +4,7 @@ For an invariant, let good(S) say that S does not break it and no action
 enabled in S breaks it. Alone, good is rarely inductive: the inductive step
 starts from an arbitrary state, and most arbitrary states are unreachable
 ones from which the invariant breaks at once. So the invariants are proven
-with the help of the strengthening lemmas of checker.symbolic.lemmas (named
+with the help of the strengthening lemmas of cowcheck.symbolic.lemmas (named
 reachable-state invariants: refcounts agree with the tables, the free list
 holds exactly the unowned blocks, each branch is where its program can be,
 ...). None of them is trusted: each is a *candidate*, proven or dropped.

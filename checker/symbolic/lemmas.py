@@ -11,7 +11,7 @@ assumed in the step, they rule those states out.
 Each lemma is a named function with a docstring saying why it holds. It
 returns *parts* (one z3 predicate over a `Sym` per block, branch, queue slot
 or program position), so that a part which does not hold for some protocol
-can be dropped alone. Nothing here is trusted: checker.symbolic.kind proves
+can be dropped alone. Nothing here is trusted: cowcheck.symbolic.kind proves
 the parts it keeps, jointly with the invariants, by k-induction (a base case
 from the initial state, and an inductive step that assumes them) and drops
 every part that fails either half. A lemma that is false for a buggy protocol
@@ -34,7 +34,7 @@ from typing import Callable, NamedTuple, Optional
 
 import z3
 
-from model.protocol import COPIES, WAITS, Step
+from cowcheck.model.protocol import COPIES, WAITS, Step
 
 from .encoding import COPY_KIND, EMPTY, KERNEL_KIND, Encoding, Sym, all_of, any_of, select
 

@@ -114,7 +114,7 @@ class Commuting:
 
 class Reductions:
     """Both constraints along BMC's run from the initial state of an
-    Unrolling `u` (checker.symbolic.bmc)."""
+    Unrolling `u` (cowcheck.symbolic.bmc)."""
 
     def __init__(self, u):
         self.u = u

@@ -15,14 +15,15 @@ from __future__ import annotations
 from array import array
 
 from .scenario import Scenario
-from .state import CANCELLED, FINISHED, RUNNING, Block, Branch, Copy, Kernel, State
+from .state import Block, Branch, Copy, Kernel, State, Status
+from .structure import Op
 
-STATUSES = (RUNNING, FINISHED, CANCELLED)
-OPS = (None, "append", "finish", "cancel")
+STATUSES = tuple(Status)
+OPS = (None, *Op)
 NONE = 0  # an absent token, local or queue entry; present values are stored + 1
 
 
-class Encoding:
+class Compact:
     def __init__(self, scenario: Scenario):
         protocol = scenario.protocol
         self.B = scenario.block_size

@@ -1,0 +1,53 @@
+"""Actions and transitions: what one atomic step of the system is called in
+traces and files, and what it led to."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Union
+
+from .block import Fact
+from .state import Copy, InFlight, State
+from .structure import DeviceOp, Op
+
+DEVICE = "device"
+Bound = Union[int, str, None, tuple[int, ...]]
+
+
+class Action(NamedTuple):
+    """One atomic action: a branch's decide or step, or a device completion.
+    `binds` records the block ids involved, so a trace replays exactly."""
+    actor: str                           # branch name, or "device"
+    op: Union[Op, DeviceOp]
+    step: str                            # "decide", a step's text, or the device op
+    binds: tuple[tuple[str, Bound], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actor": self.actor, "op": str(self.op), "step": self.step, "binds": dict(self.binds)}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> "Action":
+        binds = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in data["binds"].items())
+        op = data["op"]
+        kind = DeviceOp(op) if op in DeviceOp.__members__.values() else Op(op)
+        return Action(data["actor"], kind, data["step"], binds)
+
+    def __str__(self) -> str:
+        binds = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.binds)
+        who = self.actor if self.actor == DEVICE else f"{self.actor} ({self.op})"
+        return f"{who}: {self.step}" + (f" [{binds}]" if binds else "")
+
+
+class Transition(NamedTuple):
+    action: Action
+    state: Optional[State]   # None: the action was attempted but leads nowhere (kernel-table-miss)
+    facts: tuple[Fact, ...]
+
+
+def completion(op: InFlight, block_size: int, names: tuple[str, ...]) -> Action:
+    """The device action that completes an in-flight op."""
+    if type(op) is Copy:
+        return Action(DEVICE, DeviceOp.COPY_COMPLETE, "copy-complete", (("src", op.src), ("dst", op.dst), ("n", op.n)))
+    target = op.snapshot[op.pos // block_size]
+    return Action(DEVICE, DeviceOp.KERNEL_COMPLETE, "kernel-complete",
+                  (("branch", names[op.branch]), ("pos", op.pos), ("token", op.token),
+                   ("block", target), ("slot", op.pos % block_size), ("snapshot", op.snapshot)))

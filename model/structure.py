@@ -1,0 +1,85 @@
+"""A protocol's structure, worked out once: the operations a branch runs, the
+places inside them, and what the scheduling rules say about each place.
+
+The explicit model (cowcheck.model.system), the z3 encoding, its lemmas and
+its static bounds all read a protocol through this one description, so a new
+step or operation is taught to it once, and each engine only adds its
+handler for the new step (specs/SEMANTICS.md#scheduling)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import cached_property
+from typing import NamedTuple, Optional
+
+from .protocol import WAITS, Protocol, Step
+
+
+class Op(StrEnum):
+    """A branch's operations. `finish` and `cancel` have no start action of
+    their own: their first step starts them."""
+    APPEND = "append"
+    FINISH = "finish"
+    CANCEL = "cancel"
+
+
+class DeviceOp(StrEnum):
+    """The device's actions: an in-flight op completes."""
+    COPY_COMPLETE = "copy-complete"
+    KERNEL_COMPLETE = "kernel-complete"
+
+
+class Place(NamedTuple):
+    """Where a branch is inside an operation: its next step is
+    `program(op, path)[step]`. `path` is the append path chosen by decide
+    (None for finish and cancel)."""
+    op: Op
+    path: Optional[str]
+    step: int
+
+
+class Structure:
+    """The places of a protocol and the scheduling facts about each:
+
+    - `locks(place)`: inside the non-wait part of an atomic path; while a
+      branch is there no other branch acts (a single-threaded scheduler);
+    - `cancellable(place)`: a `may_cancel` branch may be cancelled here
+      (inside an append, at its `wait-kernel`), besides between operations;
+    - `is_last(place)`: the step ends its operation."""
+
+    def __init__(self, protocol: Protocol):
+        self.protocol = protocol
+        places = [Place(Op.APPEND, p.name, k) for p in protocol.paths.values() for k in range(len(p.steps))]
+        places += [Place(op, None, k) for op in (Op.FINISH, Op.CANCEL) for k in range(len(self.program(op)))]
+        self.places: tuple[Place, ...] = tuple(places)
+
+    def program(self, op: Op, path: Optional[str] = None) -> tuple[Step, ...]:
+        if op is Op.APPEND:
+            assert path is not None, "an append's program is its path's"
+            return self.protocol.paths[path].steps
+        return self.protocol.finish if op is Op.FINISH else self.protocol.cancel
+
+    def step(self, place: Place) -> Step:
+        return self.program(place.op, place.path)[place.step]
+
+    def is_last(self, place: Place) -> bool:
+        return place.step + 1 == len(self.program(place.op, place.path))
+
+    def locks(self, place: Place) -> bool:
+        if place.op is not Op.APPEND:
+            return False
+        assert place.path is not None
+        return self.protocol.paths[place.path].atomic and self.step(place).op not in WAITS
+
+    def cancellable(self, place: Place) -> bool:
+        return place.op is Op.APPEND and self.step(place).op == "wait-kernel"
+
+    @cached_property
+    def locking_places(self) -> tuple[Place, ...]:
+        return tuple(p for p in self.places if self.locks(p))
+
+    @cached_property
+    def cancel_places(self) -> tuple[Place, ...]:
+        """The places inside an operation where a cancel may start (between
+        operations it always may)."""
+        return tuple(p for p in self.places if self.cancellable(p))

@@ -1,0 +1,1 @@
+"""The built-in protocols, one TOML file each, loaded by name."""

@@ -62,13 +62,13 @@ def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
 
 
 def _measure(args, conn) -> None:
-    from .check import check
+    from .check import explore
     label, (symmetry, por, compact, fingerprints) = args
     B, L, branches, protocol = SCENARIOS[label]
     scenario = make_scenario(B, L, branches, protocol, name=label)
     start = time.perf_counter()
-    result = check(scenario, symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints)
-    x = result.exploration
+    result = explore(scenario, symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints)
+    x = result.x
     conn.send({
         "benchmark": label,
         "reductions": _label((symmetry, por, compact, fingerprints)),
@@ -81,7 +81,7 @@ def _measure(args, conn) -> None:
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "bytes_per_state": round(x.bytes_per_state or 0),
         "collision_probability": x.collision_probability,
-        "summary": result.summary,
+        "summary": str(result.summary),
     })
     conn.close()
 
@@ -89,7 +89,7 @@ def _measure(args, conn) -> None:
 def _measure_symbolic(args, conn) -> None:
     """BMC and the explorer (stopping at its first violation) on the same
     question: the shortest violation of one invariant."""
-    from .check import check
+    from .check import explore
     from .invariants import select
     from .symbolic import run_bmc
     label, invariant = args
@@ -97,7 +97,7 @@ def _measure_symbolic(args, conn) -> None:
     scenario = make_scenario(B, L, branches, protocol, name=label)
     wanted = select([invariant])
     start = time.perf_counter()
-    explicit = check(scenario, invariants=wanted, first=True)
+    explicit = explore(scenario, invariants=wanted, first=True)
     explicit_seconds = time.perf_counter() - start
     start = time.perf_counter()
     bmc = run_bmc(scenario, wanted, SYMBOLIC_DEPTH)
@@ -108,7 +108,7 @@ def _measure_symbolic(args, conn) -> None:
         "bmc_z3_seconds": round(sum(bmc.depth_seconds), 2),
         "bmc_total_seconds": round(time.perf_counter() - start, 2),
         "explicit_length": explicit.verdicts[invariant].length,
-        "explicit_states": explicit.exploration.states,
+        "explicit_states": explicit.x.states,
         "explicit_seconds": round(explicit_seconds, 2),
     })
     conn.close()

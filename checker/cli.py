@@ -12,20 +12,21 @@ from typing import Optional
 import click
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from cowcheck.model.errors import SpecError
-from cowcheck.model.protocol import builtin_names, load_builtin, load_protocol, read_toml
+from cowcheck.model.protocol import builtin_names, load_builtin, read_toml
 from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
 
+from . import api
 from . import invariants as invs
-from . import trace
-from .check import CheckResult, check as check_scenario
-from .executor import replay_on_pool
-from .pages_cli import register, write_check_pages
 from .explain import explain as explain_trace
-from .replay import replay as replay_trace
+from .output import write_result
+from .pages_cli import register, write_check_pages
+from .replay import judging
 from .report import show, show_pool
+from .results import Engine, Result
 
 # Wide enough for the verdict table when the output is a file or a pipe.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -66,17 +67,6 @@ def scenario_files(paths: tuple[str, ...]) -> list[Path]:
     if not out:
         raise SpecError(", ".join(paths), "", "no scenario files found")
     return out
-
-
-def resolve_override(protocol: Optional[str]):
-    if protocol is None:
-        return None
-    if "/" in protocol or protocol.endswith(".toml"):
-        return load_protocol(Path(protocol))
-    try:
-        return load_builtin(protocol)
-    except SpecError as err:
-        raise SpecError("--protocol", "protocol", err.message) from None
 
 
 class Progress:
@@ -145,41 +135,32 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
     1 when one does not, 2 on bad input."""
     try:
         selected = invs.select(invariant_ids)
-        override = resolve_override(protocol)
+        override = api.resolve_protocol(protocol) if protocol else None
         scenarios: list[Scenario] = []
         for path in scenario_files(paths):
-            scenario = load_scenario(path)
-            if override or device or reuse:
-                scenario = scenario.with_overrides(override, device, reuse)
-                scenario = _renamed(scenario)
+            scenario = api.with_overrides(load_scenario(path), override, device, reuse)
             invs.validate_expect(scenario)
             scenarios.append(scenario)
         _writable(json_path, "--json")
     except SpecError as error:
         fail(error)
     out = console if json_path != "-" else err_console
-    results: list[CheckResult] = []
+    results: list[Result] = []
     interrupted = False
-    if engine in ("bmc", "kind"):   # z3 loads only for the engines that use it
-        from .symbolic import run_bmc, run_kinduction
     for scenario in scenarios:
         progress = Progress(scenario.name)
         try:
-            if engine == "bmc":
-                result = run_bmc(scenario, selected, depth, out_dir=Path(out_dir))
-            elif engine == "kind":
-                result = run_kinduction(scenario, selected, depth, out_dir=Path(out_dir))
-            else:
-                result = check_scenario(scenario, invariants=selected, out_dir=Path(out_dir), max_states=max_states,
-                                        max_depth=max_depth, first=first, symmetry=symmetry, por=por, compact=compact,
-                                        fingerprints=fingerprints, progress=progress)
+            result = api.check(scenario, engine=engine, invariants=selected, depth=depth, max_states=max_states,
+                               max_depth=max_depth, first=first, symmetry=symmetry, por=por, compact=compact,
+                               fingerprints=fingerprints, progress=progress)
+            write_result(result, Path(out_dir))
         except SpecError as error:
             progress.close()
             fail(error)
         progress.close()
         show(result, out)
         results.append(result)
-        if result.exploration.stopped and "interrupted" in result.exploration.stopped:
+        if result.interrupted:
             interrupted = True
             break
     unmet = [r for r in results if not r.expect_met]
@@ -196,26 +177,6 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
     sys.exit(130 if interrupted else 1 if unmet else 0)
 
 
-def _renamed(scenario: Scenario) -> Scenario:
-    """A scenario run under overrides writes counterexamples under its own
-    name, not over those of the file as written."""
-    return replace(scenario, name=f"{scenario.name}~{scenario.protocol.name}-{scenario.device}-{scenario.reuse}")
-
-
-def _load_trace(path: str, scenario_path: Optional[str]):
-    cx = trace.load(Path(path))
-    if scenario_path:
-        other = load_scenario(Path(scenario_path))
-        mine = cx.scenario.definition()
-        theirs = other.definition()
-        for key in ("name", "source"):
-            mine.pop(key), theirs.pop(key)
-        if mine != theirs:
-            differ = [k for k in mine if mine[k] != theirs.get(k)]
-            raise SpecError(path, "scenario", f"this counterexample is for another scenario ({', '.join(differ)} differ from {scenario_path})")
-    return cx
-
-
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False), help="Refuse the file unless it was made for this scenario.")
@@ -228,32 +189,22 @@ def replay(file, scenario_path, pool, as_json) -> None:
     each kernel's output next to the reference. Exit 0 when both agree with
     the file, 1 when not (saying where)."""
     try:
-        cx = _load_trace(file, scenario_path)
-        result = replay_trace(cx)
-        # the pool takes block ids from the actions: only actions the model enabled are safe to apply
-        applied = len(result.transitions) == len(cx.actions)
-        on_pool = replay_on_pool(cx.scenario, cx.actions, pool) if pool != "none" and applied else None
+        cx = api.load_counterexample(file, scenario_path)
+        replayed = api.replay(cx, pool=pool)
     except SpecError as error:
         fail(error)
-    ok, pool_message = result.ok, None
-    if pool != "none" and not applied:
-        pool_message = "not replayed: the trace does not apply in the model"
-    if on_pool is not None and cx.invariant == "faithful-output":
-        first = on_pool.first_divergence
-        if first is None or first.step != cx.length:
-            ok = False
-            pool_message = f"the pool's first divergence is at step {first.step if first else 'none'}, the model's at step {cx.length}"
+    result, on_pool, pool_message, ok = replayed.model, replayed.pool, replayed.pool_message, replayed.ok
     if as_json:
         click.echo(json.dumps({"file": file, "ok": ok, "step": result.step, "message": result.message,
                                "pool_message": pool_message, "invariant": cx.invariant, "length": cx.length,
                                "pool": on_pool.to_json() if on_pool else None}, indent=2))
     else:
         colour = "green" if result.ok else "bold red"
-        console.print(f"[{colour}]{'replays' if result.ok else 'DOES NOT REPLAY'}[/] in the model: {file}: {result.message}")
+        console.print(f"[{colour}]{'replays' if result.ok else 'DOES NOT REPLAY'}[/] in the model: {escape(file)}: {escape(result.message)}")
         if on_pool is not None:
             show_pool(on_pool, console)
         if pool_message:
-            console.print(f"[bold red]{'pool' if on_pool is None else 'pool and model disagree'}[/]: {pool_message}")
+            console.print(f"[bold red]{'pool' if on_pool is None else 'pool and model disagree'}[/]: {escape(pool_message)}")
     sys.exit(0 if ok else 1)
 
 
@@ -262,13 +213,14 @@ def replay(file, scenario_path, pool, as_json) -> None:
 def explain(file) -> None:
     """Narrate a counterexample step by step."""
     try:
-        cx = _load_trace(file, None)
-        result = replay_trace(cx)
+        cx = api.load_counterexample(file)
+        inv = judging(cx)
+        result = api.replay(cx, pool="none").model
     except SpecError as error:
         fail(error)
     if not result.ok and result.step is not None and result.step < len(result.transitions):
-        console.print(f"[bold red]warning[/]: {result.message}")
-    explain_trace(cx, result, console)
+        console.print(f"[bold red]warning[/]: {escape(result.message)}")
+    explain_trace(cx, result, console, holds_when=inv.holds_when if inv else None)
     sys.exit(0 if result.ok else 1)
 
 

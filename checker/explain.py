@@ -4,14 +4,18 @@ and at the end what the invariant expected and what happened."""
 
 from __future__ import annotations
 
+import io
+from typing import Optional
+
 from rich.console import Console
 from rich.markup import escape
 
+from cowcheck.model.block import Freed
 from cowcheck.model.state import Block, Branch, Copy, State, Status
 from cowcheck.model.system import ProtocolModel
 
-from .invariants import BY_ID
-from .replay import Replayed
+from .invariants import Invariant
+from .replay import Replayed, judging, replay
 from .trace import Counterexample
 
 
@@ -63,10 +67,11 @@ def _state_lines(model: ProtocolModel, before: State | None, state: State, touch
     return lines
 
 
-def explain(cx: Counterexample, replayed: Replayed, console: Console) -> None:
+def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when: Optional[str] = None) -> None:
+    """Narrate a replayed trace; `holds_when` is the invariant's rule in words."""
     s = cx.scenario
     model = ProtocolModel(s)
-    what = f"breaks [bold]{cx.invariant}[/] ({BY_ID[cx.invariant].kind})" if cx.invariant else f"reaches its peak of {cx.peak} blocks"
+    what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})" if cx.invariant else f"reaches its peak of {cx.peak} blocks"
     console.print(f"[bold]{escape(s.name)}[/]: protocol [bold]{escape(s.protocol.name)}[/], device {s.device}, reuse {s.reuse}, "
                   f"B={s.block_size}, L={s.prompt}, pool {s.pool}, "
                   f"{len(s.branches)} branches ({', '.join(f'{model.names[i]}: {b.appends} appends' + (', may cancel' if b.may_cancel else '') for i, b in enumerate(s.branches))})")
@@ -86,13 +91,14 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console) -> None:
             continue
         touched = {i for i, (a, b) in enumerate(zip(before.blocks, after.blocks)) if a != b}
         touched |= {v for k, v in tr.action.binds if k in ("tail", "new", "src", "dst", "block") and v is not None}
-        touched |= {f[1] for f in tr.facts if f[0] == "freed"}
+        touched |= {f.block for f in tr.facts if type(f) is Freed}
         for line in _state_lines(model, before, after, touched):
             console.print("   " + escape(line))
     console.print()
     if cx.invariant and replayed.witness is not None:     # the model's witness: the file's is not trusted
-        console.print(f"[bold red]{cx.invariant} breaks at step {replayed.step}.[/]")
-        console.print(f"   it holds when: {escape(BY_ID[cx.invariant].holds_when)}")
+        console.print(f"[bold red]{escape(cx.invariant)} breaks at step {replayed.step}.[/]")
+        if holds_when:
+            console.print(f"   it holds when: {escape(holds_when)}")
         console.print(f"   what happened: {escape(describe(replayed.witness))}")
     else:
         console.print(f"[bold]{escape(replayed.message)}[/]")
@@ -107,3 +113,16 @@ def describe(witness: dict) -> str:
         return (f"{where}: at position {witness['position']} it expected {witness['expected']} and read {witness['read']}"
                 f" (expected {' '.join(map(str, witness['expected_sequence']))}, read {' '.join(str(t) if t else '_' for t in witness['read_sequence'])})")
     return witness.get("message", str(witness))
+
+
+def explain_text(cx: Counterexample, invariants: tuple[Invariant, ...] = (), width: int = 120) -> str:
+    """The narration as plain text (what `cowcheck explain` prints, without
+    colour), for a test's failure message or a log."""
+    inv = judging(cx, invariants)
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, highlight=False, emoji=False)
+    replayed = replay(cx, invariants)
+    if not replayed.ok and replayed.step is not None and replayed.step < len(replayed.transitions):
+        console.print(f"warning: {escape(replayed.message)}")
+    explain(cx, replayed, console, holds_when=inv.holds_when if inv else None)
+    return buffer.getvalue()

@@ -18,7 +18,7 @@ from typing import Optional
 
 from cowcheck.model.action import DEVICE
 
-from .check import UNSAFE
+from .results import Summary
 from .explain import describe
 from .invariants import BY_ID
 
@@ -305,12 +305,20 @@ def _verdict_row(invariant: str, verdict: dict, links: dict[str, str]) -> str:
             f'<td class="num">{length or ""}</td><td>{watch}</td></tr>')
 
 
-def _scenario_section(summary: dict, links: dict[str, str]) -> str:
-    rows = "\n".join(_verdict_row(inv, v, links) for inv, v in summary["verdicts"].items())
+def _measures(summary: dict, links: dict[str, str]) -> str:
+    """The explorer's measures (the z3 engines have none: their bound instead)."""
+    if "states" not in summary:
+        return f'<p class="measures">engine {escape(summary["engine"])} · bound {summary.get("bound")}</p>'
     copies = "n/a" if not summary["copies"] else f"{summary['copies'][0]}-{summary['copies'][1]}"
     steady = "n/a" if summary["steady_blocks"] is None else summary["steady_blocks"]
     peak_link = _link(summary["peak_trace"], links, "watch the peak trace")
-    unsafe = '<span class="tag bad">UNSAFE</span> ' if summary["summary"].startswith(UNSAFE) else ""
+    return (f'<p class="measures">peak {summary["peak_blocks"]} blocks / steady {steady} · copies {copies} · '
+            f'{summary["states"]:,} states {peak_link}</p>')
+
+
+def _scenario_section(summary: dict, links: dict[str, str]) -> str:
+    rows = "\n".join(_verdict_row(inv, v, links) for inv, v in summary["verdicts"].items())
+    unsafe = '<span class="tag bad">UNSAFE</span> ' if summary["summary"] == Summary.UNSAFE else ""
     expect = ("" if not summary["expect"] else
               f"<p>expect {escape(', '.join(summary['expect']))}: "
               + ("<b>met</b>" if summary["expect_met"] else
@@ -324,14 +332,14 @@ def _scenario_section(summary: dict, links: dict[str, str]) -> str:
 <tbody>
 {rows}
 </tbody></table></div>
-<p class="measures">peak {summary['peak_blocks']} blocks / steady {steady} · copies {copies} · {summary['states']:,} states {peak_link}</p>
+{_measures(summary, links)}
 {expect}
 </section>"""
 
 
 def index_html(summaries: list[dict], links: dict[str, str]) -> str:
     """The index of one check run: each scenario's verdict table (the JSON
-    of CheckResult.to_json()), its counterexamples linked to their stepper
+    of Result.to_json()), its counterexamples linked to their stepper
     pages through LINKS (counterexample file path -> page file name)."""
     met = sum(1 for s in summaries if s["expect_met"])
     contents = " · ".join(f'<a href="#{escape(s["scenario"])}">{escape(s["scenario"])}</a>' for s in summaries)

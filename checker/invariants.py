@@ -22,7 +22,9 @@ from cowcheck.model.state import Copy, Kernel, State, Status
 from cowcheck.model.action import Transition
 from cowcheck.model.system import TransitionSystem
 
-HARM, DISCIPLINE = "harm", "discipline"
+from .results import Kind
+
+HARM, DISCIPLINE = Kind.HARM, Kind.DISCIPLINE
 
 # (model, before, transition, fact) -> witness | None
 ActionCheck = Callable[[TransitionSystem, State, Transition, Any], Optional[dict]]
@@ -33,7 +35,7 @@ StateCheck = Callable[[TransitionSystem, State, bool, bool], Optional[dict]]
 @dataclass(frozen=True)
 class Invariant:
     id: str
-    kind: str
+    kind: Kind
     checked: str
     holds_when: str
     on_facts: dict[type, ActionCheck] = field(default_factory=dict)

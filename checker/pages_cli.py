@@ -15,7 +15,6 @@ from cowcheck.model.errors import SpecError
 
 from . import trace
 from .executor import replay_on_pool
-from .invariants import BY_ID
 from .replay import load_replayed
 from .graph import FORMATS, render
 from .html import index_html, stepper_html
@@ -36,12 +35,12 @@ def load_counterexample(path: Path) -> tuple[trace.Counterexample, dict]:
     not replay is bad input (load_replayed), and one that does gives exactly
     its own JSON back."""
     cx, replayed = load_replayed(path)
-    inv = BY_ID.get(cx.invariant) if cx.invariant else None
-    data = trace.to_json(cx.scenario, replayed.states[0], [(t.action, t.state) for t in replayed.transitions],
-                         invariant=inv and inv.id, invariant_kind=inv and inv.kind, witness=replayed.witness,
-                         peak=cx.peak)
-    data = json.loads(json.dumps(data))     # tuples as lists, as in the file
-    data["scenario"]["source"] = cx.origin       # where it was checked from, not where the file was read
+    drawn = trace.Counterexample.from_run(cx.scenario, replayed.states[0],
+                                          [(t.action, t.state) for t in replayed.transitions],
+                                          invariant=cx.invariant, invariant_kind=cx.invariant_kind,
+                                          witness=replayed.witness, peak=cx.peak)
+    drawn.origin = cx.origin       # where it was checked from, not where the file was read
+    data = json.loads(json.dumps(drawn.to_json()))     # tuples as lists, as in the file
     return cx, data
 
 
@@ -59,11 +58,11 @@ def decoded_on_pool(cx: trace.Counterexample) -> dict:
 def _pages_for(result) -> list[str]:
     """The counterexample files one check result wrote (peak trace included)."""
     paths = [v.path for v in result.verdicts.values() if v.path]
-    return paths + ([result.peak_path] if result.peak_path else [])
+    return paths + ([result.peak_path] if getattr(result, "peak_path", None) else [])
 
 
 def write_check_pages(results: list, out_dir: Path) -> list[Path]:
-    """For one `cowcheck check` run (a list of cowcheck.check.CheckResult):
+    """For one `cowcheck check` run (a list of cowcheck.results.Result):
     one stepper page per counterexample file, named after it, and index.html
     with each scenario's verdict table linking to them. Returns the pages,
     the index last."""

@@ -10,9 +10,9 @@ from typing import Optional
 from cowcheck.model.errors import SpecError
 from cowcheck.model.state import State, allocated, state_to_json
 from cowcheck.model.action import Transition
-from cowcheck.model.system import ProtocolModel
+from cowcheck.model.system import ProtocolModel, TransitionSystem
 
-from .invariants import BY_ID, Judge
+from .invariants import BY_ID, Invariant, Judge
 from . import trace
 from .trace import Counterexample
 
@@ -27,7 +27,7 @@ class Replayed:
     transitions: list[Transition] = field(default_factory=list)
 
 
-def first_violation(model: ProtocolModel, judge: Judge, before: State, depth: int, successors: list[Transition],
+def first_violation(model: TransitionSystem, judge: Judge, before: State, depth: int, successors: list[Transition],
                     taken: Optional[Transition]) -> Optional[tuple[int, dict]]:
     """Does the judged invariant break in state `before` (at its depth) or at
     the action taken from it (one longer)?"""
@@ -39,16 +39,34 @@ def first_violation(model: ProtocolModel, judge: Judge, before: State, depth: in
     return None
 
 
-def replay(cx: Counterexample) -> Replayed:
-    model = ProtocolModel(cx.scenario)
+def judging(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> Optional[Invariant]:
+    """The invariant a counterexample is judged by: the one that found it
+    (in this process), one of `invariants`, or a built-in; None for a peak
+    trace. An id none of these knows is bad input."""
+    if cx.invariant is None:
+        return None
+    if cx.judged_by is not None and cx.judged_by.id == cx.invariant:
+        return cx.judged_by
+    for inv in (*invariants, *BY_ID.values()):
+        if inv.id == cx.invariant:
+            return inv
+    raise SpecError(cx.loaded_from or cx.scenario.name, "invariant",
+                    f"unknown invariant {cx.invariant!r}: a custom invariant's counterexample replays only with its "
+                    f"definition (cowcheck.replay(cx, invariants=...)); built-in: {', '.join(BY_ID)}")
+
+
+def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Optional[TransitionSystem] = None) -> Replayed:
+    """Re-apply the actions from the initial state of `model` (by default
+    the scenario's protocol model) and judge the recorded invariant."""
+    inv = judging(cx, invariants)
+    model = model or ProtocolModel(cx.scenario)
     state = model.init_state()
     out = Replayed(ok=False, message="", states=[state])
     if state_to_json(state, cx.scenario) != cx.initial:
         out.message = "the initial state differs from the recorded one"
         out.step = 0
         return out
-    inv = BY_ID.get(cx.invariant) if cx.invariant else None
-    judge = Judge((inv,)) if inv is not None else None
+    judge = Judge((inv,)) if inv is not None else Judge(())
     found: Optional[tuple[int, dict]] = None
     for n, (action, recorded) in enumerate(zip(cx.actions, cx.states), 1):
         successors = model.successors(state)

@@ -7,12 +7,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .check import UNSAFE, UNDISCIPLINED, CheckResult
 from .executor import PoolReplay
+from .results import ExplicitResult, Kind, Outcome, Result, Summary
+
+VERDICT_STYLE = {Outcome.HOLDS: ("holds", "green"), Outcome.NOT_SEEN: ("not seen (partial)", "dim"),
+                 Outcome.UNSUPPORTED: ("unsupported", "dim")}
+SUMMARY_STYLE = {Summary.UNSAFE: "bold red", Summary.UNDISCIPLINED: "yellow", Summary.DISCIPLINED: "bold green"}
 
 
-def show(result: CheckResult, console: Console) -> None:
-    s, x = result.scenario, result.exploration
+def show(result: Result, console: Console) -> None:
+    s = result.scenario
     title = (f"{escape(s.name)}  [dim]protocol[/] {escape(s.protocol.name)}  [dim]device[/] {s.device}  "
              f"[dim]reuse[/] {s.reuse}  [dim]B[/]={s.block_size} [dim]L[/]={s.prompt} [dim]pool[/]={s.pool} "
              f"[dim]branches[/]={len(s.branches)}")
@@ -23,20 +27,19 @@ def show(result: CheckResult, console: Console) -> None:
     table.add_column("shortest", justify="right")
     table.add_column("counterexample", overflow="fold")
     for v in result.verdicts.values():
-        if v.holds is False:
-            verdict, style = "VIOLATED", "bold red" if v.kind == "harm" else "yellow"
-        elif v.holds:
-            verdict, style = "holds", "green"
+        if v.outcome is Outcome.VIOLATED:
+            verdict, style = "VIOLATED", "bold red" if v.kind is Kind.HARM else "yellow"
         else:
-            verdict, style = "not seen (partial)", "dim"
-        table.add_row(v.invariant, v.kind, f"[{style}]{verdict}[/]", str(v.length or ""), escape(v.path or ""))
+            verdict, style = VERDICT_STYLE[v.outcome]
+        table.add_row(escape(v.invariant), str(v.kind), f"[{style}]{verdict}[/]", str(v.length or ""),
+                      escape(v.path or v.note or ""))
     console.print(table)
-    colour = {UNSAFE: "bold red", UNDISCIPLINED: "yellow"}.get(result.summary.split(" so far")[0], "bold green")
-    console.print(f"[{colour}]{escape(result.summary)}[/]")
-    if result.engine != "explicit":  # z3 engines: no states or measures, their own line
+    console.print(f"[{SUMMARY_STYLE[result.summary]}]{escape(result.summary_line)}[/]")
+    if not isinstance(result, ExplicitResult):  # z3 engines: no states or measures, their own line
         console.print(f"[dim]{escape(result.engine_line())}[/]")
         _show_expect(result, console)
         return
+    x = result.x
     copies = f"{x.cost_range[0]}-{x.cost_range[1]}" if x.cost_range else "n/a"
     steady = "n/a" if x.steady is None else str(x.steady)
     console.print(
@@ -57,7 +60,7 @@ def show(result: CheckResult, console: Console) -> None:
     _show_expect(result, console)
 
 
-def _show_expect(result: CheckResult, console: Console) -> None:
+def _show_expect(result: Result, console: Console) -> None:
     s = result.scenario
     if s.expect:
         if result.expect_met:

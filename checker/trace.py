@@ -9,7 +9,9 @@ unchanged model leaves them byte-identical."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,7 +20,6 @@ from cowcheck.model.scenario import Scenario, scenario_from_dict
 from cowcheck.model.state import State, state_to_json
 from cowcheck.model.action import Action
 
-from .invariants import BY_ID
 
 FORMAT = 1
 PEAK = "peak"
@@ -26,41 +27,80 @@ PEAK = "peak"
 
 @dataclass
 class Counterexample:
+    """A trace from the initial state: a shortest violation of one invariant,
+    or a shortest run to the peak. Built by a check (`from_run`) or read
+    from a file (`load`); `to_json` is the file's content, `write` writes it
+    (atomically: a temporary file renamed into place)."""
     scenario: Scenario
     kind: str                    # "counterexample" | "peak"
-    invariant: Optional[str]     # the violated invariant (None for a peak trace)
+    invariant: Optional[str]     # the violated invariant's id (None for a peak trace)
     length: int
     actions: list[Action]
-    states: list[Optional[dict]]  # the recorded state after each action (JSON form)
+    states: list[Optional[dict]]  # the state after each action (JSON form; None after a kernel-table-miss)
     initial: dict
     witness: dict
     peak: Optional[int] = None
     origin: str = ""             # the scenario file it was checked from, as recorded
+    invariant_kind: Optional[str] = None
+    #: the Invariant that judged it, when it came from a check in this process
+    #: (a custom invariant replays by it); not part of the file
+    judged_by: Any = field(default=None, compare=False, repr=False)
+    loaded_from: str = field(default="", compare=False)   # the file it was read from, if it was
 
+    @classmethod
+    def from_run(cls, scenario: Scenario, initial: State, run: list[tuple[Action, Optional[State]]], *,
+                 invariant: Optional[str] = None, invariant_kind: Optional[str] = None,
+                 witness: Optional[dict] = None, peak: Optional[int] = None,
+                 judged_by: Any = None) -> "Counterexample":
+        return cls(
+            scenario=scenario,
+            kind="counterexample" if invariant else PEAK,
+            invariant=invariant,
+            length=len(run),
+            actions=[action for action, _ in run],
+            states=[None if state is None else state_to_json(state, scenario) for _, state in run],
+            initial=state_to_json(initial, scenario),
+            witness=witness or {},
+            peak=peak,
+            origin=scenario.source,
+            invariant_kind=invariant_kind,
+            judged_by=judged_by,
+        )
 
-def to_json(scenario: Scenario, initial: State, trace: list[tuple[Action, Optional[State]]], *,
-            invariant: Optional[str] = None, invariant_kind: Optional[str] = None,
-            witness: Optional[dict] = None, peak: Optional[int] = None) -> dict:
-    data: dict[str, Any] = {
-        "cowcheck": FORMAT,
-        "kind": "counterexample" if invariant else PEAK,
-        "scenario": scenario.definition(),
-        "protocol": scenario.protocol.name,
-        "device": scenario.device,
-        "reuse": scenario.reuse,
-    }
-    if invariant:
-        data.update(invariant=invariant, invariant_kind=invariant_kind, witness=witness or {})
-    else:
-        data["peak_blocks"] = peak
-    data["length"] = len(trace)
-    data["initial"] = state_to_json(initial, scenario)
-    data["steps"] = [
-        {"n": n, "action": action.to_json(), "text": str(action),
-         "state": None if state is None else state_to_json(state, scenario)}
-        for n, (action, state) in enumerate(trace, 1)
-    ]
-    return data
+    @property
+    def file_name(self) -> str:
+        """The file's name in an output folder."""
+        return file_name(self.scenario, self.invariant or PEAK)
+
+    def to_json(self) -> dict[str, Any]:
+        scenario = self.scenario
+        data: dict[str, Any] = {
+            "cowcheck": FORMAT,
+            "kind": self.kind,
+            "scenario": scenario.definition(),
+            "protocol": scenario.protocol.name,
+            "device": scenario.device,
+            "reuse": scenario.reuse,
+        }
+        data["scenario"]["source"] = self.origin or scenario.source
+        if self.invariant:
+            data.update(invariant=self.invariant, invariant_kind=self.invariant_kind, witness=self.witness)
+        else:
+            data["peak_blocks"] = self.peak
+        data["length"] = self.length
+        data["initial"] = self.initial
+        data["steps"] = [
+            {"n": n, "action": action.to_json(), "text": str(action), "state": state}
+            for n, (action, state) in enumerate(zip(self.actions, self.states), 1)
+        ]
+        return data
+
+    def write(self, path: Path) -> Path:
+        return write(Path(path), self.to_json())
+
+    @staticmethod
+    def load(path: Path) -> "Counterexample":
+        return load(path)
 
 
 def file_name(scenario: Scenario, what: str) -> str:
@@ -68,8 +108,17 @@ def file_name(scenario: Scenario, what: str) -> str:
 
 
 def write(path: Path, data: dict) -> Path:
+    """Write a JSON file atomically: a reader (or a run interrupted half way)
+    sees the old file or the new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(data, indent=1) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -97,8 +146,10 @@ def load(path: Path) -> Counterexample:
         kind = data["kind"]
         if kind not in ("counterexample", PEAK):
             raise SpecError(source, "kind", f"unknown kind {kind!r}; allowed: counterexample, {PEAK}")
-        if kind == "counterexample" and data["invariant"] not in BY_ID:
-            raise SpecError(source, "invariant", f"unknown invariant {data['invariant']!r}; allowed: {', '.join(BY_ID)}")
+        if kind == "counterexample" and (not isinstance(data["invariant"], str) or not data["invariant"]):
+            raise SpecError(source, "invariant", "must be an invariant id")
+        if kind == "counterexample" and data.get("invariant_kind") not in ("harm", "discipline"):
+            raise SpecError(source, "invariant_kind", "must be harm or discipline")
         if kind == PEAK and type(data["peak_blocks"]) is not int:
             raise SpecError(source, "peak_blocks", "must be an integer in a peak trace")
         steps = data["steps"]
@@ -115,6 +166,8 @@ def load(path: Path) -> Counterexample:
             witness=data.get("witness", {}),
             peak=data.get("peak_blocks"),
             origin=origin,
+            invariant_kind=data.get("invariant_kind"),
+            loaded_from=source,
         )
     except SpecError:
         raise

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cowcheck.model.scenario import make_scenario
-from cowcheck.check import check
+import cowcheck
+from cowcheck import check
 from cowcheck.graph import CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +23,13 @@ def run(protocol: str, B: int, L: int, branches, **kw):
     """Check a scenario built in code; no files written."""
     opts = {k: kw.pop(k) for k in ("max_depth", "max_states", "first", "invariants") if k in kw}
     return check(make_scenario(B, L, branches, protocol, **kw), **opts)
+
+
+def check_into(scenario, out_dir: Path, **options):
+    """Check, then write the counterexamples as the command line does."""
+    result = check(scenario, **options)
+    cowcheck.write_result(result, Path(out_dir))
+    return result
 
 
 def broken(result) -> dict[str, int]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SPECS
+from conftest import ROOT, SPECS, check_into
 from cowcheck import trace
-from cowcheck.check import check
+from cowcheck import check
 from cowcheck.invariants import BY_ID, select
 from cowcheck.replay import replay
 from cowcheck.model.protocol import builtin_names
@@ -32,7 +32,7 @@ def test_every_buggy_builtin_protocol_has_a_failing_scenario():
 @pytest.mark.parametrize("path", BUGGY, ids=[p.stem for p in BUGGY])
 def test_violations_found_minimal_and_replayable(path, tmp_path):
     scenario = load_scenario(path)
-    result = check(scenario, out_dir=tmp_path)
+    result = check_into(scenario, tmp_path)
     assert result.expect_met, result.expectation_failures
     expected = {e.split()[1] for e in scenario.expect if e.startswith("violates")}
     for inv_id in expected:
@@ -49,7 +49,7 @@ def test_violations_found_minimal_and_replayable(path, tmp_path):
 
 
 def test_faithful_output_counterexample_records_expected_and_read(tmp_path):
-    result = check(load_scenario(SPECS / "scenarios" / "premature-decrement.toml"), out_dir=tmp_path)
+    result = check_into(load_scenario(SPECS / "scenarios" / "premature-decrement.toml"), tmp_path)
     data = json.loads(Path(result.verdicts["faithful-output"].path).read_text())
     witness = data["witness"]
     assert data["length"] == 27 and len(data["steps"]) == 27
@@ -60,7 +60,7 @@ def test_faithful_output_counterexample_records_expected_and_read(tmp_path):
 
 
 def test_tampered_trace_does_not_replay(tmp_path):
-    result = check(load_scenario(SPECS / "scenarios" / "spare-capacity.toml"), out_dir=tmp_path)
+    result = check_into(load_scenario(SPECS / "scenarios" / "spare-capacity.toml"), tmp_path)
     path = Path(result.verdicts["faithful-output"].path)
     cx = trace.load(path)
     # drop the kernel-complete that makes the other branch overwrite the tail
@@ -74,7 +74,7 @@ def test_specs_meet_their_expectations_and_regenerate_the_committed_counterexamp
     monkeypatch.chdir(ROOT)
     out = tmp_path / "cx"
     for path in SCENARIOS:
-        result = check(load_scenario(path.relative_to(ROOT)), out_dir=out)
+        result = check_into(load_scenario(path.relative_to(ROOT)), out)
         assert result.expect_met, (path.name, result.expectation_failures)
     produced = {p.name: p.read_text() for p in out.glob("*.json")}
     committed = {p.name: p.read_text() for p in (ROOT / "counterexamples").glob("*.json")}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import fake_cupy
 from conftest import ROOT
 from cowcheck import trace
-from cowcheck.check import check
+from cowcheck import check
 from cowcheck.cli import main
 from cowcheck.executor import TOLERANCE, Pool, TokenSpace, reference_output, replay_on_pool
 from cowcheck.invariants import BY_ID, Judge
@@ -141,10 +141,7 @@ def test_shortest_wrong_output_diverges_on_the_pool_at_the_same_step(scenario):
     result = check(scenario, invariants=(BY_ID["faithful-output"],), max_states=5_000, first=True)
     verdict = result.verdicts["faithful-output"]
     assume(verdict.holds is False)
-    violation = result.exploration.violations["faithful-output"]
-    steps, _ = result.explorer.trace_of(violation)
-    actions = [action for action, _ in steps]
-    first = replay_on_pool(scenario, actions).first_divergence
+    first = replay_on_pool(scenario, verdict.counterexample.actions).first_divergence
     assert first is not None and first.step == verdict.length
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cowcheck import cli, trace
-from cowcheck.check import check
+from cowcheck import check
 from cowcheck.html import stepper_data, stepper_html
 from cowcheck.pages_cli import decoded_on_pool, register, write_check_pages
 from cowcheck.model.scenario import load_scenario
-from conftest import fits, opened, screenshot  # browser is a fixture in conftest
+from conftest import check_into, fits, opened, screenshot  # browser is a fixture in conftest
 
 register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
 
@@ -139,7 +139,7 @@ def test_html_command_refuses_bad_input_in_one_line(tmp_path):
 
 def _check_results(tmp_path: Path):
     names = ("premature-decrement", "cow-stream")
-    return [check(load_scenario(ROOT / "specs" / "scenarios" / f"{n}.toml"), out_dir=tmp_path / "cx") for n in names]
+    return [check_into(load_scenario(ROOT / "specs" / "scenarios" / f"{n}.toml"), tmp_path / "cx") for n in names]
 
 
 def test_check_pages_one_per_counterexample_and_an_index(tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from cowcheck.check import check
+from cowcheck import check
 from cowcheck.dfs import depth_first
 from cowcheck.model.protocol import builtin_names
 from cowcheck.model.scenario import DEVICES, make_scenario

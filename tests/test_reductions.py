@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cowcheck import trace
-from cowcheck.check import check
+from cowcheck import check
+from conftest import check_into
 from cowcheck.replay import replay
 from cowcheck.model.ample import Ample
 from cowcheck.model.compact import Compact
@@ -66,7 +67,7 @@ def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
 @given(scenario=scenarios())
 def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factory):
     out = tmp_path_factory.mktemp("cx")
-    result = check(scenario, symmetry=True, por=True, fingerprints=True, out_dir=out, max_states=6_000)
+    result = check_into(scenario, out, symmetry=True, por=True, fingerprints=True, max_states=6_000)
     assume(result.exploration.complete)
     for verdict in result.verdicts.values():
         if verdict.holds is False:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import broken, run
+from conftest import broken, run, check_into
 
 # protocol, B, L, branches, violated {invariant: shortest length}, peak, copies
 REFERENCE = [
@@ -62,9 +62,9 @@ def test_peak_trace_reaches_the_peak(tmp_path):
     from cowcheck import trace
     from cowcheck.replay import replay
     from cowcheck.model.scenario import make_scenario
-    from cowcheck.check import check
+    from cowcheck import check
 
-    result = check(make_scenario(4, 6, [2, 2, 2], "cow"), out_dir=tmp_path)
+    result = check_into(make_scenario(4, 6, [2, 2, 2], "cow"), tmp_path)
     cx = trace.load(result.peak_path)
     replayed = replay(cx)
     assert replayed.ok, replayed.message

@@ -1,0 +1,201 @@
+"""cowcheck as a library: what an engine team's own tests import.
+
+    import cowcheck
+
+    scenario = cowcheck.load_scenario("specs/scenarios/cow-two-writers.toml")
+    result = cowcheck.check(scenario)
+    assert result.summary is cowcheck.Summary.DISCIPLINED
+    cowcheck.assert_holds(scenario)                       # pytest-friendly
+    cx = cowcheck.check(racy).verdicts["faithful-output"].counterexample
+    print(cowcheck.explain(cx))
+
+Nothing here writes a file unless asked (`write_result`, `Counterexample.write`);
+the command line is a thin layer over these functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace as _replace
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import Protocol, load_builtin, load_protocol
+from cowcheck.model.scenario import Scenario, load_scenario
+
+from . import check as _explicit
+from .executor import PoolReplay, replay_on_pool
+from .explain import explain_text
+from .invariants import INVARIANTS, Invariant, validate_expect
+from .replay import Replayed, replay as _replay_model
+from .results import Engine, Outcome, Result
+from .trace import Counterexample
+
+ScenarioLike = Union[Scenario, str, Path]
+
+
+def as_scenario(scenario: ScenarioLike) -> Scenario:
+    return scenario if isinstance(scenario, Scenario) else load_scenario(Path(scenario))
+
+
+def resolve_protocol(ref: Union[Protocol, str, Path], source: str = "--protocol") -> Protocol:
+    """A protocol given as an object, a built-in name or a path to a TOML file."""
+    if isinstance(ref, Protocol):
+        return ref
+    text = str(ref)
+    if "/" in text or text.endswith(".toml"):
+        return load_protocol(Path(text))
+    try:
+        return load_builtin(text)
+    except SpecError as err:
+        raise SpecError(source, "protocol", err.message) from None
+
+
+def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None] = None,
+                   device: Optional[str] = None, reuse: Optional[str] = None) -> Scenario:
+    """The scenario under another protocol, device model or reuse order. It
+    is renamed (`name~protocol-device-reuse`), so its counterexample files
+    never overwrite those of the scenario as written."""
+    if protocol is None and device is None and reuse is None:
+        return scenario
+    changed = scenario.with_overrides(resolve_protocol(protocol) if protocol is not None else None, device, reuse)
+    return _replace(changed, name=f"{changed.name}~{changed.protocol.name}-{changed.device}-{changed.reuse}")
+
+
+def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICIT,
+          invariants: tuple[Invariant, ...] = INVARIANTS, depth: int = 20,
+          max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
+          symmetry: bool = True, por: bool = False, compact: bool = False, fingerprints: bool = False,
+          progress: Optional[Callable[..., None]] = None) -> Result:
+    """Check a scenario (an object or a path) with one engine and return its
+    result: a verdict per invariant (each violated one with its shortest
+    counterexample), the summary, whether `expect` is met, and the engine's
+    figures. `depth` bounds the z3 engines; the explorer's options are the
+    command line's. Writes nothing."""
+    scenario = as_scenario(scenario)
+    validate_expect(scenario)
+    engine = Engine(engine)
+    if engine is Engine.EXPLICIT:
+        return _explicit.explore(scenario, invariants=invariants, max_states=max_states, max_depth=max_depth,
+                                 first=first, symmetry=symmetry, por=por, compact=compact,
+                                 fingerprints=fingerprints, progress=progress)
+    from . import symbolic   # z3 loads only for the engines that use it
+    run = symbolic.run_bmc if engine is Engine.BMC else symbolic.run_kinduction
+    return run(scenario, invariants, depth)
+
+
+def load_counterexample(path: Union[str, Path], scenario: Optional[ScenarioLike] = None) -> Counterexample:
+    """Read a counterexample file; with `scenario`, refuse it unless it was
+    made for that scenario (name and source aside)."""
+    cx = Counterexample.load(Path(path))
+    if scenario is not None:
+        mine, theirs = cx.scenario.definition(), as_scenario(scenario).definition()
+        for key in ("name", "source"):
+            mine.pop(key), theirs.pop(key)
+        if mine != theirs:
+            differ = [k for k in mine if mine[k] != theirs.get(k)]
+            raise SpecError(str(path), "scenario", f"this counterexample is for another scenario ({', '.join(differ)} differ from {scenario})")
+    return cx
+
+
+@dataclass
+class Replay:
+    """A counterexample re-run: in the model (same violation at the same
+    step?) and, unless `pool` is "none", on a real KV pool. `ok` says both
+    agree with the file: for faithful-output, the pool's first wrong output
+    must be at the model's violating step."""
+    model: Replayed
+    pool: Optional[PoolReplay]
+    pool_message: Optional[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.model.ok and self.pool_message is None
+
+
+def replay(cx: Counterexample, *, pool: str = "numpy", invariants: tuple[Invariant, ...] = ()) -> Replay:
+    """Re-run a counterexample in the model and on a real pool ("numpy",
+    "cupy" or "none"). A custom invariant's file needs its definition in
+    `invariants` (a counterexample from `check` in this process carries it)."""
+    model = _replay_model(cx, invariants)
+    applied = len(model.transitions) == len(cx.actions)   # the pool takes block ids from actions the model enabled
+    on_pool = replay_on_pool(cx.scenario, cx.actions, pool) if pool != "none" and applied else None
+    message = None
+    if pool != "none" and not applied:
+        message = "not replayed: the trace does not apply in the model"
+    elif on_pool is not None and cx.invariant == "faithful-output":
+        first = on_pool.first_divergence
+        if first is None or first.step != cx.length:
+            message = f"the pool's first divergence is at step {first.step if first else 'none'}, the model's at step {cx.length}"
+    return Replay(model, on_pool, message)
+
+
+def explain(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> str:
+    """The counterexample narrated step by step, as plain text."""
+    return explain_text(cx, invariants)
+
+
+# -- assertions for an engine team's pytest suite ------------------------------
+class CheckFailed(AssertionError):
+    """A cowcheck assertion failed; the message explains the shortest
+    counterexample (or why none could be judged)."""
+
+
+def _failure(result: Result, broken: list[Any], wanted: str, invariants: tuple[Invariant, ...]) -> CheckFailed:
+    shortest = min(broken, key=lambda v: v.length or 0)
+    head = (f"{result.scenario.name}: expected {wanted}, but {', '.join(f'{v.invariant} ({v.length} actions)' for v in broken)} "
+            f"broke. The shortest counterexample, {shortest.invariant}:\n\n")
+    body = explain(shortest.counterexample, invariants) if shortest.counterexample else ""
+    return CheckFailed(head + body)
+
+
+def _undecided(result: Result, wanted: str) -> Optional[CheckFailed]:
+    if result.complete:
+        return None
+    return CheckFailed(f"{result.scenario.name}: expected {wanted}, which a partial run cannot confirm "
+                       f"(stopped: {result.stopped})")
+
+
+def assert_holds(scenario: ScenarioLike, invariant: Optional[str] = None, **options: Any) -> Result:
+    """Assert that every invariant (or the one named) holds, exhaustively."""
+    invariants = options.get("invariants", INVARIANTS)
+    result = check(scenario, **options)
+    verdicts = [v for v in result.verdicts.values() if invariant is None or v.invariant == invariant]
+    if invariant is not None and not verdicts:
+        raise CheckFailed(f"{invariant} was not checked; checked: {', '.join(result.verdicts)}")
+    wanted = f"{invariant} to hold" if invariant else "every invariant to hold"
+    broken = [v for v in verdicts if v.outcome is Outcome.VIOLATED]
+    if broken:
+        raise _failure(result, broken, wanted, invariants)
+    failure = _undecided(result, wanted)
+    if failure:
+        raise failure
+    return result
+
+
+def assert_safe(scenario: ScenarioLike, **options: Any) -> Result:
+    """Assert that no harm invariant breaks (discipline ones may)."""
+    invariants = options.get("invariants", INVARIANTS)
+    result = check(scenario, **options)
+    broken = [v for v in result.verdicts.values() if v.outcome is Outcome.VIOLATED and v.kind == "harm"]
+    if broken:
+        raise _failure(result, broken, "no harm invariant to break", invariants)
+    failure = _undecided(result, "safety")
+    if failure:
+        raise failure
+    return result
+
+
+def assert_violates(scenario: ScenarioLike, invariant: str, length: Optional[int] = None, **options: Any) -> Counterexample:
+    """Assert that `invariant` breaks (with a shortest trace of exactly
+    `length` actions, if given); returns its counterexample."""
+    result = check(scenario, **options)
+    verdict = result.verdicts.get(invariant)
+    if verdict is None:
+        raise CheckFailed(f"{invariant} was not checked; checked: {', '.join(result.verdicts)}")
+    if verdict.outcome is not Outcome.VIOLATED or verdict.counterexample is None:
+        raise CheckFailed(f"{result.scenario.name}: expected {invariant} to break, but its verdict is {verdict.outcome}"
+                          + (f" (stopped: {result.stopped})" if result.stopped else ""))
+    if length is not None and verdict.length != length:
+        raise CheckFailed(f"{result.scenario.name}: expected a shortest {invariant} violation of {length} actions, "
+                          f"found {verdict.length}:\n\n{explain(verdict.counterexample, options.get('invariants', ()))}")
+    return verdict.counterexample

@@ -14,7 +14,7 @@ from cowcheck.model.state import State, Status
 from cowcheck.model.system import ProtocolModel, TransitionSystem
 
 from .api import (CheckFailed, Replay, assert_holds, assert_safe, assert_violates, check, explain,
-                  load_counterexample, replay, resolve_protocol, with_overrides)
+                  load_counterexample, page, replay, resolve_protocol, with_overrides)
 from .invariants import INVARIANTS, Invariant
 from .output import write_result
 from .results import BmcResult, Engine, ExplicitResult, Kind, KindResult, Outcome, Result, Summary, Verdict
@@ -25,5 +25,5 @@ __all__ = [
     "KindResult", "Outcome", "Protocol", "ProtocolModel", "Replay", "Result", "Scenario", "SpecError", "State",
     "Status", "Summary", "TransitionSystem", "Verdict", "assert_holds", "assert_safe", "assert_violates",
     "builtin_protocol", "check", "explain", "load_counterexample", "load_protocol", "load_scenario",
-    "make_scenario", "replay", "resolve_protocol", "with_overrides", "write_result",
+    "make_scenario", "page", "replay", "resolve_protocol", "with_overrides", "write_result",
 ]

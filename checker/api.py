@@ -134,6 +134,18 @@ def explain(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> str:
     return explain_text(cx, invariants)
 
 
+def page(cx: Counterexample, invariants: tuple[Invariant, ...] = (), pool: bool = True) -> str:
+    """A self-contained HTML page that steps through the counterexample
+    (what `cowcheck html` writes), with each kernel's decoded output on a
+    numpy pool unless `pool` is False."""
+    from .html import stepper_html
+    from .pages_cli import decoded_on_pool, page_data
+    from .replay import judging, replayed_as_recorded
+    inv = judging(cx, invariants)
+    data = page_data(cx, replayed_as_recorded(cx, invariants))
+    return stepper_html(data, decoded_on_pool(cx) if pool else None, inv.holds_when if inv else None)
+
+
 # -- assertions for an engine team's pytest suite ------------------------------
 class CheckFailed(AssertionError):
     """A cowcheck assertion failed; the message explains the shortest

@@ -1,4 +1,4 @@
-"""The invariants of DESIGN.md, as named data in one place.
+"""The invariants of specs/SEMANTICS.md#invariants, as named data in one place.
 
 Each invariant has an id, a kind (harm: a failure the engine's user would see;
 discipline: an ownership rule whose breach a device model may make harmless),

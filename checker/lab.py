@@ -1,4 +1,4 @@
-"""The cache lab (DESIGN.md "The cache lab"): an LRU cache of capacity C fed
+"""The cache lab (specs/SEMANTICS.md#cache-lab): an LRU cache of capacity C fed
 a cyclic request stream, request k asking for identity (k * s) mod 16. After
 t seconds of play it has served N = min(4096, 16 + floor(2t)) requests.
 

@@ -15,7 +15,7 @@ from cowcheck.model.errors import SpecError
 
 from . import trace
 from .executor import replay_on_pool
-from .replay import load_replayed
+from .replay import Replayed, load_replayed
 from .graph import FORMATS, render
 from .html import index_html, stepper_html
 from .lab import MAX_REQUESTS, lab_html, report, run
@@ -35,13 +35,17 @@ def load_counterexample(path: Path) -> tuple[trace.Counterexample, dict]:
     not replay is bad input (load_replayed), and one that does gives exactly
     its own JSON back."""
     cx, replayed = load_replayed(path)
+    return cx, page_data(cx, replayed)
+
+
+def page_data(cx: trace.Counterexample, replayed: Replayed) -> dict:
+    """The JSON a page is drawn from: the model's replay of the trace."""
     drawn = trace.Counterexample.from_run(cx.scenario, replayed.states[0],
                                           [(t.action, t.state) for t in replayed.transitions],
                                           invariant=cx.invariant, invariant_kind=cx.invariant_kind,
                                           witness=replayed.witness, peak=cx.peak)
     drawn.origin = cx.origin       # where it was checked from, not where the file was read
-    data = json.loads(json.dumps(drawn.to_json()))     # tuples as lists, as in the file
-    return cx, data
+    return json.loads(json.dumps(drawn.to_json()))     # tuples as lists, as in the file
 
 
 def decoded_on_pool(cx: trace.Counterexample) -> dict:

@@ -109,15 +109,21 @@ def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Op
     return out
 
 
-def load_replayed(path) -> tuple[Counterexample, Replayed]:
+def load_replayed(path, invariants: tuple[Invariant, ...] = ()) -> tuple[Counterexample, Replayed]:
     """A counterexample file that the model replays as recorded, for the
     commands that build on it (pages, pictures, the replay benchmark): one
     that does not (edited, or made by an older model) is bad input, one line
     saying where; `cowcheck replay` is the command that explains it."""
     cx = trace.load(path)
-    replayed = replay(cx)
+    return cx, replayed_as_recorded(cx, invariants)
+
+
+def replayed_as_recorded(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> Replayed:
+    """The model's replay of a counterexample that must replay as recorded."""
+    replayed = replay(cx, invariants)
+    path = cx.loaded_from or cx.scenario.name
     if not replayed.ok:
         where = f"steps[{replayed.step - 1}]" if replayed.step else "steps"
         raise SpecError(str(path), where, f"does not replay in the model ({replayed.message}); "
                         "see cowcheck replay FILE")
-    return cx, replayed
+    return replayed

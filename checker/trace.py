@@ -1,4 +1,4 @@
-"""Traces and counterexample files (DESIGN.md "Traces and counterexamples").
+"""Traces and counterexample files (specs/SEMANTICS.md#traces).
 
 A counterexample file is self-contained: it embeds the scenario and the whole
 protocol definition, every action with the block ids it bound, the state after

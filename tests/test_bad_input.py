@@ -1,4 +1,4 @@
-"""Bad input never gets a traceback (DESIGN.md "Scenario", last paragraph):
+"""Bad input never gets a traceback (specs/SEMANTICS.md#scenario, last paragraph):
 every malformed scenario, protocol, counterexample file or flag gives exit
 status 2 and exactly one error line that names the file (or the flag), the
 offending key or value and, where the product says so, what is allowed.
@@ -124,7 +124,7 @@ def test_missing_scenario_file(tmp_path):
 
 def test_protocol_path_that_does_not_exist(tmp_path):
     """The scenario's `protocol` key names a file that is not there. The error
-    must name the scenario file and its `protocol` key (DESIGN.md: "naming the
+    must name the scenario file and its `protocol` key (specs/SEMANTICS.md#scenario: "naming the
     file, the key and what is allowed"), not just the missing path."""
     path = write(tmp_path / "refers.toml", 'protocol = "protos/nowhere.toml"\n' + GOOD)
     line = error_line(invoke("check", path, "--out", tmp_path / "cx"))

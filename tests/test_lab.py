@@ -1,4 +1,4 @@
-"""The cache lab (DESIGN.md "The cache lab"): the Python run behind `cowcheck
+"""The cache lab (specs/SEMANTICS.md#cache-lab): the Python run behind `cowcheck
 lab`, its text, and the interactive page in a headless Chromium, which must
 count the same hits as the Python run."""
 

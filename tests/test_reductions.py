@@ -42,6 +42,7 @@ def scenarios(draw):
                          device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(scenarios())
 def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
@@ -172,6 +173,7 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
         state = rnd.choice(options).state
 
 
+@pytest.mark.slow
 def test_partial_order_reduction_explores_fewer_states_and_reports_true_lengths():
     cow = make_scenario(2, 3, [(2, False)] * 3, "cow")
     plain, ordered = check(cow, symmetry=False), check(cow, symmetry=False, por=True)

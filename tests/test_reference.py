@@ -1,4 +1,4 @@
-"""DESIGN.md's reference numbers, reproduced exactly, and cases a person can
+"""specs/SEMANTICS.md's reference numbers, reproduced exactly, and cases a person can
 check by hand."""
 
 from __future__ import annotations

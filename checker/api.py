@@ -20,13 +20,14 @@ from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol, load_builtin, load_protocol
+from cowcheck.model.protocol import load_builtin as builtin_protocol
 from cowcheck.model.scenario import Scenario, load_scenario
 
-from . import check as _explicit
+from . import explicit as _explicit
 from .executor import PoolReplay, replay_on_pool
-from .explain import explain_text
+from .narrate import explain_text
 from .invariants import INVARIANTS, Invariant, validate_expect
-from .replay import Replayed, replay as _replay_model
+from .rerun import Replayed, replay as _replay_model
 from .results import Engine, Outcome, Result
 from .trace import Counterexample
 
@@ -54,11 +55,12 @@ def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None
                    device: Optional[str] = None, reuse: Optional[str] = None) -> Scenario:
     """The scenario under another protocol, device model or reuse order. It
     is renamed (`name~protocol-device-reuse`), so its counterexample files
-    never overwrite those of the scenario as written."""
+    never overwrite those of the scenario as written, and its `expect` is
+    dropped: it was written for what the file checks, not for the override."""
     if protocol is None and device is None and reuse is None:
         return scenario
     changed = scenario.with_overrides(resolve_protocol(protocol) if protocol is not None else None, device, reuse)
-    return _replace(changed, name=f"{changed.name}~{changed.protocol.name}-{changed.device}-{changed.reuse}")
+    return _replace(changed, name=f"{changed.name}~{changed.protocol.name}-{changed.device}-{changed.reuse}", expect=())
 
 
 def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICIT,
@@ -140,7 +142,7 @@ def page(cx: Counterexample, invariants: tuple[Invariant, ...] = (), pool: bool 
     numpy pool unless `pool` is False."""
     from .html import stepper_html
     from .pages_cli import decoded_on_pool, page_data
-    from .replay import judging, replayed_as_recorded
+    from .rerun import judging, replayed_as_recorded
     inv = judging(cx, invariants)
     data = page_data(cx, replayed_as_recorded(cx, invariants))
     return stepper_html(data, decoded_on_pool(cx) if pool else None, inv.holds_when if inv else None)

@@ -62,7 +62,7 @@ def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
 
 
 def _measure(args, conn) -> None:
-    from .check import explore
+    from .explicit import explore
     label, (symmetry, por, compact, fingerprints) = args
     B, L, branches, protocol = SCENARIOS[label]
     scenario = make_scenario(B, L, branches, protocol, name=label)
@@ -89,7 +89,7 @@ def _measure(args, conn) -> None:
 def _measure_symbolic(args, conn) -> None:
     """BMC and the explorer (stopping at its first violation) on the same
     question: the shortest violation of one invariant."""
-    from .check import explore
+    from .explicit import explore
     from .invariants import select
     from .symbolic import run_bmc
     label, invariant = args
@@ -202,7 +202,7 @@ def replayable(folder) -> list:
     """The counterexample files in `folder`, each one the model replays."""
     from pathlib import Path
 
-    from .replay import load_replayed
+    from .rerun import load_replayed
 
     return [load_replayed(f)[0] for f in sorted(Path(folder).glob("*.json"))]
 
@@ -211,7 +211,7 @@ def replay_figures(traces: list) -> dict:
     """Replays per second (model and numpy pool) over counterexamples, and
     the time of one replay of a 100+-action run."""
     from .executor import replay_on_pool
-    from .replay import replay
+    from .rerun import replay
 
     start = time.perf_counter()
     for cx in traces:

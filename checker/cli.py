@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -19,14 +22,14 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin, read_toml
 from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
 
-from . import api
+from . import api, atomic, output
 from . import invariants as invs
-from .explain import explain as explain_trace
+from .narrate import explain as explain_trace
 from .output import write_result
 from .pages_cli import register, write_check_pages
-from .replay import judging
+from .rerun import judging
 from .report import show, show_pool
-from .results import Engine, Result
+from .results import Result, Summary
 
 # Wide enough for the verdict table when the output is a file or a pipe.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -46,6 +49,21 @@ def _writable(path: Optional[str], flag: str) -> None:
     target = Path(path)
     if not target.parent.resolve().is_dir():
         raise SpecError(flag, "", f"cannot write {path}: folder {target.parent} does not exist")
+    if target.is_dir():
+        raise SpecError(flag, "", f"cannot write {path}: it is a folder")
+    if not os.access(target.parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise SpecError(flag, "", f"cannot write {path}: permission denied")
+
+
+def _writable_folder(folder: Path, flag: str) -> None:
+    """An output folder must be one, or creatable, and writable."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpecError(flag, "", f"cannot write into {folder}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecError(flag, "", f"cannot write into {folder}: permission denied")
 
 
 def scenario_files(paths: tuple[str, ...]) -> list[Path]:
@@ -124,15 +142,20 @@ def main() -> None:
 @click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
 @click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
-@click.option("--out", "out_dir", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
-              help="Where counterexample files are written.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Where counterexample files are written [default: counterexamples, or counterexamples/overrides "
+                   "with --protocol, --device or --reuse].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
 def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, engine, depth, symmetry, por, compact,
           fingerprints, json_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
-    1 when one does not, 2 on bad input."""
+    1 when one does not, 2 on bad input, 130 when interrupted (143 on
+    SIGTERM). With an override (--protocol, --device, --reuse) the files'
+    `expect` no longer applies: exit 1 only when a scenario is unsafe."""
+    overridden = bool(protocol or device or reuse)
+    out_dir = Path(out_dir or (OVERRIDE_OUT if overridden else DEFAULT_OUT))
     try:
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None
@@ -141,40 +164,80 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
             scenario = api.with_overrides(load_scenario(path), override, device, reuse)
             invs.validate_expect(scenario)
             scenarios.append(scenario)
+        output.refuse_collisions(scenarios, out_dir)
         _writable(json_path, "--json")
+        _writable_folder(out_dir, "--out")
+        if html_dir:
+            _writable_folder(Path(html_dir), "--html")
     except SpecError as error:
         fail(error)
     out = console if json_path != "-" else err_console
     results: list[Result] = []
     interrupted = False
-    for scenario in scenarios:
-        progress = Progress(scenario.name)
-        try:
-            result = api.check(scenario, engine=engine, invariants=selected, depth=depth, max_states=max_states,
-                               max_depth=max_depth, first=first, symmetry=symmetry, por=por, compact=compact,
-                               fingerprints=fingerprints, progress=progress)
-            write_result(result, Path(out_dir))
-        except SpecError as error:
-            progress.close()
-            fail(error)
-        progress.close()
-        show(result, out)
-        results.append(result)
-        if result.interrupted:
-            interrupted = True
-            break
-    unmet = [r for r in results if not r.expect_met]
-    out.print(f"[bold]{len(results)} scenario(s) checked[/], {len(results) - len(unmet)} met their expect"
-              + (f"; [bold red]not met: {', '.join(r.scenario.name for r in unmet)}[/]" if unmet else ""))
-    if html_dir:
-        write_check_pages(results, Path(html_dir))
-    if json_path:
-        payload = json.dumps([r.to_json() for r in results], indent=2)
-        if json_path == "-":
-            click.echo(payload)
+    try:
+        for scenario in scenarios:
+            progress = Progress(scenario.name)
+            try:
+                result = api.check(scenario, engine=engine, invariants=selected, depth=depth, max_states=max_states,
+                                   max_depth=max_depth, first=first, symmetry=symmetry, por=por, compact=compact,
+                                   fingerprints=fingerprints, progress=progress)
+            finally:
+                progress.close()
+            results.append(result)
+            write_result(result, out_dir)
+            show(result, out)
+            if result.interrupted:
+                interrupted = True
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+    except SpecError as error:
+        fail(error)
+    except OSError as error:      # the output folder refused a file after all: the results still come
+        _finish(results, out, json_path, html_dir, overridden, interrupted)
+        fail(SpecError(error.filename or str(out_dir), "", f"cannot write ({error.strerror or error})"))
+    status = _finish(results, out, json_path, html_dir, overridden, interrupted)
+    sys.exit(status)
+
+
+DEFAULT_OUT, OVERRIDE_OUT = Path("counterexamples"), Path("counterexamples") / "overrides"
+
+
+def _finish(results: list[Result], out: Console, json_path: Optional[str], html_dir: Optional[str],
+            overridden: bool, interrupted: bool) -> int:
+    """The closing summary and the JSON and HTML of what was checked, with
+    further interrupts held off until they are written. Returns the exit status."""
+    from .__main__ import interrupt_status
+    held = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        by_summary = Counter(r.summary for r in results)
+        tally = ", ".join(f"{by_summary[s]} {s}" for s in Summary)
+        if interrupted:
+            out.print(f"[bold yellow]interrupted[/]: {len(results)} scenario(s) checked before it, partial results above")
+        if overridden:
+            out.print(f"[bold]{len(results)} scenario(s) checked[/] under the override: {tally} "
+                      "[dim](the files' expect does not apply to an override)[/]")
         else:
-            Path(json_path).write_text(payload + "\n")
-    sys.exit(130 if interrupted else 1 if unmet else 0)
+            unmet = [r for r in results if not r.expect_met]
+            out.print(f"[bold]{len(results)} scenario(s) checked[/], {len(results) - len(unmet)} met their expect"
+                      + (f"; [bold red]not met: {escape(', '.join(r.scenario.name for r in unmet))}[/]" if unmet else "")
+                      + f" [dim]({tally})[/]")
+        if html_dir:
+            write_check_pages(results, Path(html_dir))
+        if json_path:
+            payload = json.dumps([r.to_json() for r in results], indent=2)
+            if json_path == "-":
+                click.echo(payload)
+            else:
+                atomic.write_text(Path(json_path), payload + "\n")
+    finally:
+        signal.signal(signal.SIGINT, held[0])
+        signal.signal(signal.SIGTERM, held[1])
+    if interrupted:
+        return interrupt_status()
+    if overridden:
+        return 1 if any(r.summary is Summary.UNSAFE for r in results) else 0
+    return 1 if any(not r.expect_met for r in results) else 0
 
 
 @main.command()
@@ -267,7 +330,11 @@ def run() -> None:
     """The `cowcheck` command: click's usage errors (an unknown option, a
     value out of range) and unusable paths (an output under a file, a folder
     without write permission) become one line and exit status 2, like every
-    other kind of bad input."""
+    other kind of bad input. Output that the terminal's encoding cannot
+    show (a unicode name on an ASCII terminal) is escaped, not a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Exit as done:  # --help, or a command's own exit

@@ -13,9 +13,9 @@ import click
 
 from cowcheck.model.errors import SpecError
 
-from . import trace
+from . import atomic, trace
 from .executor import replay_on_pool
-from .replay import Replayed, load_replayed
+from .rerun import Replayed, load_replayed
 from .graph import FORMATS, render
 from .html import index_html, stepper_html
 from .lab import MAX_REQUESTS, lab_html, report, run
@@ -77,11 +77,11 @@ def write_check_pages(results: list, out_dir: Path) -> list[Path]:
         for path in _pages_for(result):
             target = out_dir / (Path(path).stem + ".html")
             cx, data = load_counterexample(Path(path))
-            target.write_text(stepper_html(data, decoded_on_pool(cx)), encoding="utf-8")
+            atomic.write_text(target, stepper_html(data, decoded_on_pool(cx)))
             links[path] = target.name
             written.append(target)
     index = out_dir / "index.html"
-    index.write_text(index_html([r.to_json() for r in results], links), encoding="utf-8")
+    atomic.write_text(index, index_html([r.to_json() for r in results], links))
     return written + [index]
 
 
@@ -99,7 +99,7 @@ def html(file, output, pool) -> None:
         _fail(error)
     out = Path(output) if output else Path(Path(file).stem + ".html")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(stepper_html(data, None if pool == "none" else decoded_on_pool(cx)), encoding="utf-8")
+    atomic.write_text(out, stepper_html(data, None if pool == "none" else decoded_on_pool(cx)))
     click.echo(f"wrote {out} ({cx.length} steps)")
 
 
@@ -131,7 +131,7 @@ def lab(capacity, stride, time_, html_path) -> None:
     after t seconds N = min(4096, 16 + floor(2t)) requests are served."""
     if html_path:
         Path(html_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(html_path).write_text(lab_html(capacity, stride), encoding="utf-8")
+        atomic.write_text(Path(html_path), lab_html(capacity, stride))
         click.echo(f"wrote {html_path}")
         return
     click.echo(report(run(capacity, stride, time_)))

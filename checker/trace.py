@@ -9,16 +9,16 @@ unchanged model leaves them byte-identical."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from cowcheck.model.action import Action
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario, scenario_from_dict
 from cowcheck.model.state import State, state_to_json
-from cowcheck.model.action import Action
+
+from . import atomic
 
 
 FORMAT = 1
@@ -67,11 +67,6 @@ class Counterexample:
             judged_by=judged_by,
         )
 
-    @property
-    def file_name(self) -> str:
-        """The file's name in an output folder."""
-        return file_name(self.scenario, self.invariant or PEAK)
-
     def to_json(self) -> dict[str, Any]:
         scenario = self.scenario
         data: dict[str, Any] = {
@@ -103,23 +98,8 @@ class Counterexample:
         return load(path)
 
 
-def file_name(scenario: Scenario, what: str) -> str:
-    return f"{scenario.name}.{what}.json"
-
-
 def write(path: Path, data: dict) -> Path:
-    """Write a JSON file atomically: a reader (or a run interrupted half way)
-    sees the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(data, indent=1) + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic.write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 def load(path: Path) -> Counterexample:

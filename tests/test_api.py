@@ -128,3 +128,16 @@ def test_a_users_own_model_and_specs_do_not_shadow_cowcheck(tmp_path):
     assert "1 met their expect" in done.stdout
     listed = subprocess.run([sys.executable, "-m", "cowcheck", "list"], cwd=tmp_path, capture_output=True, text=True)
     assert listed.returncode == 0 and "premature-decrement" in listed.stdout
+
+
+def test_no_module_shadows_a_public_name():
+    """A submodule imported later must not replace a public function of the
+    same name (Python sets package attributes on import)."""
+    import importlib
+    import pkgutil
+    for info in pkgutil.walk_packages(cowcheck.__path__, "cowcheck."):
+        if not info.name.startswith(("cowcheck.symbolic", "cowcheck.specs")):
+            importlib.import_module(info.name)
+    for name in cowcheck.__all__:
+        value = getattr(cowcheck, name)
+        assert not hasattr(value, "__path__") and type(value).__name__ != "module", name

@@ -15,7 +15,7 @@ from conftest import ROOT, SPECS, check_into
 from cowcheck import trace
 from cowcheck import check
 from cowcheck.invariants import BY_ID, select
-from cowcheck.replay import replay
+from cowcheck.rerun import replay
 from cowcheck.model.protocol import builtin_names
 from cowcheck.model.scenario import load_scenario
 

@@ -337,17 +337,69 @@ def test_list_names_every_protocol_and_invariant():
 
 
 def test_a_stale_counterexample_is_removed_when_the_invariant_now_holds(tmp_path):
-    """A file left by an earlier run for an invariant that holds now would
-    be mistaken for a current counterexample."""
+    """A file an earlier run wrote for this scenario, for an invariant that
+    holds now, would be mistaken for a current counterexample."""
     from cowcheck.cli import main as cli_main
     from click.testing import CliRunner as Runner
     scenario = tmp_path / "s.toml"
-    scenario.write_text('protocol = "cow"\nblock_size = 2\nprompt = 3\n[[branch]]\nappends = 1\n[[branch]]\nappends = 1\n')
+    body = 'block_size = 2\nprompt = 3\n[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n'
+    scenario.write_text('protocol = "premature-decrement"\n' + body)
     out = tmp_path / "cx"
-    out.mkdir()
+    Runner().invoke(cli_main, ["check", str(scenario), "--out", str(out)])
     stale = out / "s.faithful-output.json"
-    stale.write_text("{}")
+    assert stale.exists()
+    scenario.write_text('protocol = "cow"\n' + body)          # the fix
     result = Runner().invoke(cli_main, ["check", str(scenario), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert not stale.exists()
     assert (out / "s.peak.json").exists()
+
+
+def test_a_file_another_scenario_wrote_is_never_deleted(tmp_path):
+    """Only files written for the same scenario are removed: a scenario of the
+    same name in another folder (and a file cowcheck cannot read) stays."""
+    from cowcheck.cli import main as cli_main
+    from click.testing import CliRunner as Runner
+    body = 'block_size = 2\nprompt = 3\n[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n'
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    (tmp_path / "one" / "s.toml").write_text('protocol = "premature-decrement"\n' + body)
+    (tmp_path / "two" / "s.toml").write_text('protocol = "cow"\n' + body)
+    out = tmp_path / "cx"
+    Runner().invoke(cli_main, ["check", str(tmp_path / "one" / "s.toml"), "--out", str(out)])
+    theirs = sorted(p.name for p in out.iterdir())
+    (out / "s.no-leak.json").write_text("{}")
+    result = Runner().invoke(cli_main, ["check", str(tmp_path / "two" / "s.toml"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert set(theirs) | {"s.no-leak.json"} <= {p.name for p in out.iterdir()}
+
+
+def test_two_scenarios_that_would_share_files_are_refused_before_anything_is_written(tmp_path):
+    from cowcheck.cli import main as cli_main
+    from click.testing import CliRunner as Runner
+    body = 'block_size = 2\nprompt = 3\n[[branch]]\nappends = 1\n'
+    (tmp_path / "specs" / "sub").mkdir(parents=True)
+    (tmp_path / "specs" / "s.toml").write_text(body)
+    (tmp_path / "specs" / "sub" / "s.toml").write_text(body)
+    out = tmp_path / "cx"
+    result = Runner().invoke(cli_main, ["check", str(tmp_path / "specs"), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "would write the same counterexample files" in result.output and "sub/s.toml" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["../../../escaped", "a/b", "line\nbreak", ".hidden"])
+def test_a_protocol_name_never_reaches_outside_the_output_folder(tmp_path, name):
+    from cowcheck.cli import main as cli_main
+    from click.testing import CliRunner as Runner
+    protocol = (ROOT / "specs" / "protocols" / "premature-decrement.toml").read_text()
+    protocol = "\n".join(line for line in protocol.splitlines() if not line.startswith("name"))
+    (tmp_path / "p.toml").write_text(f"name = {json.dumps(name)}\n" + protocol)
+    scenario = ROOT / "specs" / "scenarios" / "premature-decrement.toml"
+    work = tmp_path / "deep" / "er"
+    out = work / "cx"
+    result = Runner().invoke(cli_main, ["check", str(scenario), "--protocol", str(tmp_path / "p.toml"), "--out", str(out)])
+    assert result.exit_code == 1, result.output       # unsafe under the override
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix == ".json"]
+    assert written and all(p.parent == out for p in written)
+    assert all("\n" not in p.name and not p.name.startswith(".") for p in written)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cowcheck import trace
 from cowcheck import check
 from conftest import check_into
-from cowcheck.replay import replay
+from cowcheck.rerun import replay
 from cowcheck.model.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.protocol import builtin_names

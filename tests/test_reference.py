@@ -60,7 +60,7 @@ def test_steady_state_counts_the_final_block_graph_not_the_transient():
 
 def test_peak_trace_reaches_the_peak(tmp_path):
     from cowcheck import trace
-    from cowcheck.replay import replay
+    from cowcheck.rerun import replay
     from cowcheck.model.scenario import make_scenario
     from cowcheck import check
 

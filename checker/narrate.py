@@ -15,7 +15,7 @@ from cowcheck.model.state import Block, Branch, Copy, State, Status
 from cowcheck.model.system import ProtocolModel
 
 from .invariants import Invariant
-from .replay import Replayed, judging, replay
+from .rerun import Replayed, judging, replay
 from .trace import Counterexample
 
 

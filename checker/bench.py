@@ -12,9 +12,12 @@ import sys
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cowcheck.model.scenario import make_scenario
+
+from .results import FORMAT
 
 #: (label, block size, prompt, branches as (appends, may_cancel), protocol)
 SCENARIOS = {
@@ -153,13 +156,13 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
             continue
         rows.append(_in_child(_measure, (label, reductions)))
         if not as_json:
-            console.print(f"  {label} [{_label(reductions)}]: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
+            console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')}: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
     symbolic = [_in_child(_measure_symbolic, (label, invariant)) for label, invariant, heavy in SYMBOLIC_RUNS
                 if full or not heavy]
     end_to_end = _end_to_end("cow B=4 L=6 4x2")
     replays = replay_figures(traces)
     if as_json:
-        json.dump({"explore": rows, "symbolic": symbolic, "end_to_end": end_to_end, "replay": replays}, sys.stdout, indent=2)
+        json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "end_to_end": end_to_end, "replay": replays}, sys.stdout, indent=2)
         print()
         return
     table = Table(title=f"cowcheck bench (python {sys.version.split()[0]})", title_justify="left")
@@ -192,7 +195,7 @@ def _long_walk(seed: int = 0):
     model, rnd = ProtocolModel(scenario), random.Random(seed)
     state, actions = model.init_state(), []
     while not model.is_final(state):
-        tr = rnd.choice(model.successors(state))
+        tr = rnd.choice([t for t in model.successors(state) if t.state is not None])   # cow never misses its table
         actions.append(tr.action)
         state = tr.state
     return scenario, actions

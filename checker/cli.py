@@ -29,7 +29,7 @@ from .output import write_result
 from .pages_cli import register, write_check_pages
 from .rerun import judging
 from .report import show, show_pool
-from .results import Result, Summary
+from .results import FORMAT, Result, Summary
 
 # Wide enough for the verdict table when the output is a file or a pipe.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -100,7 +100,7 @@ class Progress:
         if elapsed < 1.0:
             return
         states = explorer.count
-        line = (f"[bold]{self.name}[/]: {states:,} states, {explorer.result.transitions:,} transitions, "
+        line = (f"[bold]{escape(self.name)}[/]: {states:,} states, {explorer.result.transitions:,} transitions, "
                 f"depth {explorer.result.depth}, {queued:,} queued, {states / elapsed:,.0f} states/s, "
                 f"{len(explorer.result.violations)} invariant(s) broken so far")
         if self.live is None:
@@ -129,6 +129,9 @@ def main() -> None:
 @click.option("--first", is_flag=True, help="Stop at the first violation.")
 @click.option("--max-states", type=click.IntRange(min=1), help="Stop after this many distinct states (partial result).")
 @click.option("--max-depth", type=click.IntRange(min=0), help="Explore traces of at most this many actions (partial result).")
+@click.option("--max-memory", "max_memory", type=click.IntRange(min=0), metavar="MIB",
+              help="Stop once the process holds this many MiB (partial result) [default: the memory available "
+                   "at the start, less a fifth; 0: no bound].")
 @click.option("--engine", type=click.Choice(["explicit", "bmc", "kind"]), default="explicit", show_default=True,
               help="explicit: breadth-first exploration (exhaustive, every measure); bmc: z3 bounded model checking "
                    "(shortest bugs in deep scenarios); kind: z3 k-induction (proofs).")
@@ -147,8 +150,8 @@ def main() -> None:
                    "with --protocol, --device or --reuse].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
-def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, engine, depth, symmetry, por, compact,
-          fingerprints, json_path, out_dir, html_dir) -> None:
+def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, max_memory, engine, depth, symmetry,
+          por, compact, fingerprints, json_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input, 130 when interrupted (143 on
@@ -180,7 +183,7 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
             try:
                 result = api.check(scenario, engine=engine, invariants=selected, depth=depth, max_states=max_states,
                                    max_depth=max_depth, first=first, symmetry=symmetry, por=por, compact=compact,
-                                   fingerprints=fingerprints, progress=progress)
+                                   fingerprints=fingerprints, progress=progress, max_memory_mib=max_memory)
             finally:
                 progress.close()
             results.append(result)
@@ -258,7 +261,7 @@ def replay(file, scenario_path, pool, as_json) -> None:
         fail(error)
     result, on_pool, pool_message, ok = replayed.model, replayed.pool, replayed.pool_message, replayed.ok
     if as_json:
-        click.echo(json.dumps({"file": file, "ok": ok, "step": result.step, "message": result.message,
+        click.echo(json.dumps({"format": FORMAT, "file": file, "ok": ok, "step": result.step, "message": result.message,
                                "pool_message": pool_message, "invariant": cx.invariant, "length": cx.length,
                                "pool": on_pool.to_json() if on_pool else None}, indent=2))
     else:

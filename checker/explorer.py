@@ -19,7 +19,7 @@ Four options shrink what is stored, none changing any verdict or measure
   (model.encoding: fixed-width bytes) instead of a tree of tuples.
 - `ample`: a map from a state and its transitions to the ones to explore
   (model.ample's partial-order reduction). Verdicts and measures are kept;
-  shortest lengths may grow, which the caller re-searches (cowcheck.check).
+  shortest lengths may grow, which the caller re-searches (cowcheck.explicit).
 - `fingerprints`: the visited set holds a 64-bit hash of each state instead
   of the state (TLC's fingerprints); two states with the same fingerprint
   would be merged, with probability about n(g-n)/2^64 for n states and g
@@ -81,6 +81,20 @@ class Exploration:
         return self.states / self.seconds if self.seconds > 0 else 0.0
 
 
+def default_max_memory() -> Optional[int]:
+    """The memory bound when none is given: what this process holds now plus
+    80% of what the machine has available, so a search stops with its
+    results before the machine starts swapping or the kernel kills it
+    (None where /proc/meminfo cannot be read)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            fields = dict(line.split(":", 1) for line in handle)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    return _resident_bytes() + available * 4 // 5
+
+
 def _resident_bytes() -> int:
     try:
         with open("/proc/self/statm") as handle:
@@ -97,10 +111,12 @@ class Explorer:
                  cost: Optional[Callable] = None, representative: Optional[Callable] = None,
                  ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None, fingerprints: bool = False,
-                 progress: Optional[Callable[["Explorer", int], None]] = None):
+                 progress: Optional[Callable[["Explorer", int], None]] = None,
+                 max_memory: Optional[int] = None):
         self.model = model
         self.invariants = invariants
         self.max_states = max_states
+        self.max_memory = max_memory       # bytes of resident memory; None: no bound
         self.max_depth = max_depth
         self.stop_at_first = stop_at_first
         self.stop_after = stop_after
@@ -168,12 +184,13 @@ class Explorer:
         model, index = self.model, self.index
         judge, found = self.judge, res.violations
         steady_values = set()
-        init = model.init_state()
-        if self.representative is not None:
-            init = self.representative(init)
-        self._add(self._stored(init), init, -1, 0)
-        queue = deque([(0, init)])
+        queue: deque = deque()
         try:
+            init = model.init_state()
+            if self.representative is not None:
+                init = self.representative(init)
+            self._add(self._stored(init), init, -1, 0)
+            queue.append((0, init))
             while queue:
                 sid, state = queue.popleft()
                 depth = self.depth[sid]
@@ -185,6 +202,7 @@ class Explorer:
                 for inv_id, witness in judge.state(model, state, final, not trs, found):
                     self._violate(inv_id, depth, sid, witness=witness)
                 if self.steady is not None and self.steady(state):
+                    assert self.gauge is not None  # a steady predicate comes with its gauge
                     steady_values.add(self.gauge(state))
                 if self.max_depth is not None and depth >= self.max_depth:
                     if trs:
@@ -212,16 +230,22 @@ class Explorer:
                         queue.append((nid, nxt))
                     self.edge_dst.append(nid)
                     self.edge_cost.append(self.cost(tr.action) if self.cost else 0)
-                if self.progress is not None and not sid & 0xFFF:
-                    self.progress(self, len(queue))
+                if not sid & 0xFFF:
+                    if self.max_memory is not None and _resident_bytes() > self.max_memory:
+                        raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")
+                    if self.progress is not None:
+                        self.progress(self, len(queue))
         except _Stop as stop:
             res.complete = False
             res.stopped = res.stopped or str(stop)
-        except KeyboardInterrupt:
-            res.complete, res.stopped = False, "interrupted (Ctrl-C)"
+        except MemoryError:              # the last resort: give the queue's memory back and report
+            queue.clear()
+            res.complete, res.stopped = False, "out of memory (MemoryError)"
+        except KeyboardInterrupt as interrupt:
+            res.complete, res.stopped = False, interrupted(interrupt)
         res.states = len(self.keys)
         res.seconds = time.perf_counter() - start
-        res.bytes_per_state = max(_resident_bytes() - memory, 0) / res.states
+        res.bytes_per_state = max(_resident_bytes() - memory, 0) / max(res.states, 1)
         res.steady_values = tuple(sorted(steady_values))
         if res.complete and self.cost is not None:
             res.cost_range = self._cost_range()
@@ -274,7 +298,7 @@ class Explorer:
         """[(action, state after it)] from the real initial state to a state
         whose key is `sid`'s: at each step, a successor with the stored key."""
         state = self.model.init_state()
-        out = []
+        out: list[tuple[Any, Any]] = []
         for nid in self._ids_to(sid)[1:]:
             want = self.keys[nid]
             tr = next((t for t in self.model.successors(state) if t.state is not None and self.key(t.state) == want), None)
@@ -299,6 +323,12 @@ class Explorer:
             for _, witness in judge.action(self.model, state, tr):
                 return path + [(tr.action, tr.state)], witness
         raise AssertionError(f"no action breaks {violation.invariant} from the stored state")
+
+
+def interrupted(interrupt: KeyboardInterrupt) -> str:
+    """Why a run stopped early: Ctrl-C, or SIGTERM (delivered as an interrupt
+    by the command line, cowcheck.__main__)."""
+    return "interrupted (SIGTERM)" if type(interrupt).__name__ == "Terminated" else "interrupted (Ctrl-C)"
 
 
 class _Stop(Exception):

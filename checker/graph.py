@@ -246,8 +246,8 @@ def to_dot(g: nx.MultiDiGraph, title: str) -> str:
         else:
             slots = " ".join("_" if t is None else t for t in d["slots"])
             label = f"{n}{' FREE' if d['free'] else ''}\n[{slots}]\nrefcount {d['refcount']} · holds {d['holds']}"
-            style = "dashed,filled" if d["free"] else "solid"
-            lines.append(f"  {_dot_quote(n)} [shape=box, style={_dot_quote(style)}, fillcolor=lightgrey, label={_dot_quote(label)}];")
+            box_style = "dashed,filled" if d["free"] else "solid"
+            lines.append(f"  {_dot_quote(n)} [shape=box, style={_dot_quote(box_style)}, fillcolor=lightgrey, label={_dot_quote(label)}];")
     blocks = " ".join(_dot_quote(n) for n, d in g.nodes(data=True) if d["kind"] == "block")
     lines.append(f"  {{ rank=same; {blocks} }}")
     for u, v, key, d in g.edges(keys=True, data=True):
@@ -302,7 +302,7 @@ def picture(cx: dict, step: int) -> tuple[nx.MultiDiGraph, str, tuple[str, ...]]
         raise SpecError("--step", "", f"step {step} is out of range: this trace has steps 0 (the initial state) to {last}")
     frame, violation = data["frames"][step], data["violation"]
     title = f"{data['scenario']['name']} ({violation.get('invariant') or 'peak'}), step {step} of {last}"
-    caption = (frame["text"], frame["words"])
+    caption: tuple[str, ...] = (frame["text"], frame["words"])
     g = block_graph(frame["state"], data["scenario"]["block_size"])
     if step == violation["step"]:
         caption += (f"✗ {violation['title']} {violation.get('sentence', '')}".rstrip(),)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from html import escape
 from importlib import resources
-from typing import Optional
+from typing import Any, Optional
 
 from cowcheck.model.action import DEVICE
 
 from .results import Summary
-from .explain import describe
+from .narrate import describe
 from .invariants import BY_ID
 
 #: Forbids every fetch (scripts, styles, images, frames, connections): a page
@@ -78,7 +78,7 @@ def _change(before: dict, after: dict, block: int, counter: str) -> str:
 def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict) -> str:
     """What a branch's step did, in one sentence (DESIGN.md's step table)."""
     op, *args = step.split()
-    arg = [binds.get(a) for a in args]
+    arg: list[Any] = [binds.get(a) for a in args]  # block ids, as recorded
     me = after["branches"][who]
     if op == "decide":
         tail = binds.get("tail")
@@ -180,19 +180,21 @@ def _marked(witness: dict, block_size: int) -> dict:
     return {}
 
 
-def _violation(cx: dict) -> dict:
+def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
     """The highlighted last step: what broke, or the peak the trace reaches."""
     if cx["kind"] != "counterexample":
         return {"step": cx["length"], "peak": cx.get("peak_blocks"),
                 "title": f"This trace reaches the peak of {cx.get('peak_blocks')} allocated blocks at step {cx['length']}."}
-    inv, witness = BY_ID[cx["invariant"]], cx.get("witness", {})
+    inv_id, kind, witness = cx["invariant"], cx["invariant_kind"], cx.get("witness", {})
+    builtin = BY_ID.get(inv_id)
+    holds_when = holds_when or (builtin.holds_when if builtin else "")
     B = cx["scenario"]["block_size"]
-    return {"step": cx["length"], "invariant": inv.id, "kind": inv.kind, "holds_when": inv.holds_when,
-            "title": f"{inv.id} ({inv.kind}) breaks at step {cx['length']}.",
+    return {"step": cx["length"], "invariant": inv_id, "kind": kind, "holds_when": holds_when,
+            "title": f"{inv_id} ({kind}) breaks at step {cx['length']}.",
             "sentence": describe(witness), "witness": witness, "mark": _marked(witness, B)}
 
 
-def stepper_data(cx: dict, decoded: Optional[dict] = None) -> dict:
+def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[str] = None) -> dict:
     """What the stepper page displays, one frame per step (frame 0: the
     initial state). `decoded` is the concrete executor's optional per-step
     output: {step: {"branch", "pos", "decoded", "expected"}}."""
@@ -216,7 +218,7 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None) -> dict:
         "scenario": {k: scenario[k] for k in ("name", "block_size", "prompt", "pool", "device", "reuse")},
         "protocol": {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())},
         "branches": [{"name": name, "appends": n} for name, n in appends.items()],
-        "violation": _violation(cx),
+        "violation": _violation(cx, holds_when),
         "frames": frames,
         "decoded": {str(k): v for k, v in (decoded or {}).items()},
     }
@@ -274,11 +276,11 @@ def _stepper_body(data: dict) -> str:
 </main>"""
 
 
-def stepper_html(counterexample_json: dict, decoded: Optional[dict] = None) -> str:
+def stepper_html(counterexample_json: dict, decoded: Optional[dict] = None, holds_when: Optional[str] = None) -> str:
     """The stepper page for one counterexample file's JSON. `decoded` is the
     hook for the concrete executor: {step: {"branch", "pos", "decoded",
     "expected"}}, shown at that step and next to the expected token."""
-    data = stepper_data(counterexample_json, decoded)
+    data = stepper_data(counterexample_json, decoded, holds_when)
     title = f"{data['scenario']['name']}: {data['violation'].get('invariant') or 'peak'} (cowcheck)"
     return page(title, _stepper_body(data), styles=("base.css", "stepper.css"),
                 scripts=("player.js", "stepper.js"), data=data)

@@ -90,7 +90,7 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
             console.print("   no kernel launched: the published table does not cover the position")
             continue
         touched = {i for i, (a, b) in enumerate(zip(before.blocks, after.blocks)) if a != b}
-        touched |= {v for k, v in tr.action.binds if k in ("tail", "new", "src", "dst", "block") and v is not None}
+        touched |= {v for k, v in tr.action.binds if k in ("tail", "new", "src", "dst", "block") and isinstance(v, int)}
         touched |= {f.block for f in tr.facts if type(f) is Freed}
         for line in _state_lines(model, before, after, touched):
             console.print("   " + escape(line))

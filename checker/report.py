@@ -57,7 +57,23 @@ def show(result: Result, console: Console) -> None:
     if x.fingerprints:
         line += f"  [dim]fingerprints[/] 64-bit, collision probability ~{x.collision_probability:.1e}"
     console.print(line)
+    hint = bound_hint(x.stopped, x.reductions)
+    if hint:
+        console.print(f"[yellow]{escape(hint)}[/]")
     _show_expect(result, console)
+
+
+BOUNDS = ("--max-states", "--max-memory", "out of memory")
+
+
+def bound_hint(stopped: str | None, reductions: tuple[str, ...]) -> str | None:
+    """What to try when a bound on states or memory stopped the search."""
+    if not stopped or not stopped.startswith(BOUNDS):
+        return None
+    tries = [] if any("symmetry" in r for r in reductions) else ["--symmetry"]
+    tries += ["--fingerprints (8 bytes a state)", "--compact", "--por",
+              "--first (stop at the first violation)", "--engine bmc --depth K (no states stored)"]
+    return f"stopped by {stopped}: the verdicts above are partial; to get further try " + ", ".join(tries)
 
 
 def _show_expect(result: Result, console: Console) -> None:

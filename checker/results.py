@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from .trace import Counterexample
 
 
+#: the version of the JSON layout of a result (README "JSON"; checker/schemas)
+FORMAT = 1
+
+
 class Kind(StrEnum):
     """Harm: a failure the engine's user would see. Discipline: an ownership
     rule whose breach a device model may make harmless."""
@@ -158,6 +162,7 @@ class Result:
     def to_json(self) -> dict[str, Any]:
         s = self.scenario
         return {
+            "format": FORMAT,
             "engine": str(self.engine),
             "scenario": s.name,
             "source": s.source,

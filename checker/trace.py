@@ -114,6 +114,8 @@ def load(path: Path) -> Counterexample:
         raise SpecError(source, "", f"cannot be read ({err})") from None
     except json.JSONDecodeError as err:
         raise SpecError(source, "", f"invalid JSON ({err}); expected a counterexample file written by cowcheck") from None
+    except (RecursionError, MemoryError):
+        raise SpecError(source, "", "nested too deeply to read; expected a counterexample file written by cowcheck") from None
     if not isinstance(data, dict) or data.get("cowcheck") != FORMAT:
         raise SpecError(source, "cowcheck", f"not a cowcheck counterexample file (format {FORMAT} expected)")
     try:

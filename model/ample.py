@@ -41,9 +41,11 @@ tests/test_reductions.py on every shipped scenario and on random ones:
   parked at an enabled step of this kind, so it is reached exactly;
 - shortest lengths may grow (a moved step can be an extra action before the
   violation), so the checker re-searches violations without this reduction
-  (cowcheck.check) to report true shortest lengths."""
+  (cowcheck.explicit) to report true shortest lengths."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from .protocol import Step
 from .state import Branch, Copy, State, Status
@@ -84,7 +86,7 @@ class Ample:
         return transitions
 
 
-def _touched(br: Branch, step: Step) -> set[int]:
+def _touched(br: Branch, step: Step) -> Iterable[int | None]:
     """The blocks a local step reads or changes (none for wait-kernel)."""
     if step.op == "publish":
         return set(br.working) ^ set(br.published)

@@ -129,7 +129,7 @@ def release(d: Draft, block: int) -> None:
         _push_free(d, block)
 
 
-def write_slots(d: Draft, block: int, start: int, cells: tuple) -> None:
+def write_slots(d: Draft, block: int, start: int, cells: tuple[Optional[str], ...]) -> None:
     old = d.blocks[block]
     slots = old.slots[:start] + tuple(cells) + old.slots[start + len(cells):]
     d.blocks[block] = Block(old.refcount, old.holds, slots)

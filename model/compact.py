@@ -13,6 +13,7 @@ visited set of encodings is exact, unlike fingerprints."""
 from __future__ import annotations
 
 from array import array
+from typing import cast
 
 from .scenario import Scenario
 from .state import Block, Branch, Copy, Kernel, State, Status
@@ -51,7 +52,7 @@ class Compact:
         op = 4 + 1 + self.T
         return self.P * block + 1 + self.P + self.branches * branch + 1 + self.Q * op
 
-    def _table(self, out: list, table: tuple[int, ...]) -> None:
+    def _table(self, out: list[int], table: tuple[int, ...]) -> None:
         out.append(len(table))
         out.extend(b + 1 for b in table)
         out.extend([NONE] * (self.T - len(table)))
@@ -110,5 +111,5 @@ class Compact:
         for _ in range(next(it)):
             kind, a, b, c = take(4)
             snapshot = table()
-            queue.append(Copy(a, b, c) if kind == 1 else Kernel(a, b, self.tokens[c], snapshot))
+            queue.append(Copy(a, b, c) if kind == 1 else Kernel(a, b, cast(str, self.tokens[c]), snapshot))
         return State(tuple(blocks), free, tuple(branches), tuple(queue))

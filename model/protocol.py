@@ -69,7 +69,7 @@ class Protocol:
     paths: dict[str, AppendPath] = field(hash=False)
     cancel: tuple[Step, ...]
     finish: tuple[Step, ...]
-    definition: dict = field(hash=False, compare=False)  # normalized, for counterexample files
+    definition: dict[str, Any] = field(hash=False, compare=False)  # normalized, for counterexample files
 
     @property
     def max_allocs(self) -> int:
@@ -77,7 +77,7 @@ class Protocol:
         return max(sum(s.op == "alloc" for s in p.steps) for p in self.paths.values())
 
 
-def _unknown(data: dict, allowed: tuple[str, ...], source: str, prefix: str) -> None:
+def _unknown(data: dict[str, Any], allowed: tuple[str, ...], source: str, prefix: str) -> None:
     for key in data:
         if key not in allowed:
             raise SpecError(source, f"{prefix}{key}", f"unknown key; allowed: {', '.join(allowed)}")
@@ -117,13 +117,13 @@ def _bool(value: Any, source: str, key: str) -> bool:
     return value
 
 
-def _table(value: Any, source: str, key: str) -> dict:
+def _table(value: Any, source: str, key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise SpecError(source, key, "must be a table")
     return value
 
 
-def protocol_from_dict(data: dict, source: str, default_name: str = "protocol") -> Protocol:
+def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -> Protocol:
     """Validate a protocol definition (parsed TOML, or JSON from a
     counterexample file) and build the Protocol."""
     data = _table(data, source, "")
@@ -190,7 +190,7 @@ def protocol_from_dict(data: dict, source: str, default_name: str = "protocol") 
     return Protocol(name, description, source, tuple(rules), paths, ops["cancel"], ops["finish"], definition)
 
 
-def read_toml(path: Path) -> dict:
+def read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as handle:
             return tomllib.load(handle)
@@ -202,6 +202,8 @@ def read_toml(path: Path) -> dict:
         raise SpecError(str(path), "", f"cannot be read ({err.strerror})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise SpecError(str(path), "", f"invalid TOML ({err})") from None
+    except (RecursionError, MemoryError):
+        raise SpecError(str(path), "", "nested too deeply to read (arrays or tables inside one another)") from None
 
 
 def load_protocol(path: Path) -> Protocol:

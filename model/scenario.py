@@ -6,7 +6,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from .errors import SpecError
 from .protocol import Protocol, protocol_from_dict, read_toml, resolve_protocol
@@ -65,7 +65,7 @@ class Scenario:
             changed = replace(changed, pool=default_pool(protocol, self.block_size, self.prompt, self.branches))
         return changed
 
-    def definition(self) -> dict:
+    def definition(self) -> dict[str, Any]:
         """The scenario as plain data, protocol included, so a counterexample
         file is self-contained."""
         return {
@@ -92,7 +92,13 @@ def default_pool(protocol: Protocol, block_size: int, prompt: int, branches: tup
 MAXIMA = {"block_size": 64, "prompt": 1024, "pool": 1024, "appends": 64}
 
 
-def _int(data: dict, key: str, source: str, minimum: int, required: bool, label: str | None = None) -> int | None:
+@overload
+def _int(data: dict[str, Any], key: str, source: str, minimum: int, required: Literal[True], label: str | None = None) -> int: ...
+@overload
+def _int(data: dict[str, Any], key: str, source: str, minimum: int, required: bool, label: str | None = None) -> int | None: ...
+
+
+def _int(data: dict[str, Any], key: str, source: str, minimum: int, required: bool, label: str | None = None) -> int | None:
     maximum = MAXIMA[key]
     if key not in data:
         if required:
@@ -104,8 +110,8 @@ def _int(data: dict, key: str, source: str, minimum: int, required: bool, label:
     return value
 
 
-def _choice(data: dict, key: str, allowed: tuple[str, ...], default: str, source: str) -> str:
-    value = data.get(key, default)
+def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str, source: str) -> str:
+    value: str = data.get(key, default)  # one of `allowed` once checked
     if value not in allowed:
         raise SpecError(source, key, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
     return value
@@ -128,7 +134,7 @@ def parse_expect(value: Any, source: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def scenario_from_dict(data: dict, source: str, base: Path, name: str) -> Scenario:
+def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenario:
     if not isinstance(data, dict):
         raise SpecError(source, "", "must be a table")
     for key in data:

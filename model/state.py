@@ -6,7 +6,7 @@ millions of them, and tuples do that in C."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Union, final
 
 from .scenario import Scenario
 from .structure import Op
@@ -39,12 +39,16 @@ class Branch(NamedTuple):
     published: tuple[int, ...]     # what the branch's next kernel launch uses
 
 
+# final: so that `type(op) is Copy` narrows an InFlight to Kernel in its else
+# branch too (the hot paths test the type that way, not with isinstance)
+@final
 class Copy(NamedTuple):
     src: int
     dst: int
     n: int                         # slots copied, from the start of the block
 
 
+@final
 class Kernel(NamedTuple):
     branch: int
     pos: int
@@ -97,7 +101,7 @@ def read(blocks: tuple[Block, ...], table: tuple[int, ...], count: int, block_si
     return tuple(out)
 
 
-def state_to_json(state: State, scenario: Scenario) -> dict:
+def state_to_json(state: State, scenario: Scenario) -> dict[str, Any]:
     name = scenario.branch_name
     return {
         "blocks": [

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from . import block as blockops
+from .action import Bound
 from .block import Draft, OutputChecked, TableMiss
 from .errors import SpecError
 from .protocol import Step
@@ -24,7 +25,7 @@ def local(branch: Branch, name: str, step: Step, source: str) -> int:
     return value
 
 
-def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tuple:
+def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tuple[Optional[int], ...]:
     """() when the step is not enabled; else the alternatives (None: no choice)."""
     op = step.op
     if op == "alloc":
@@ -38,17 +39,18 @@ def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tu
 
 
 def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
-          block_size: int, tokens: tuple[str, ...], source: str) -> tuple[Optional[Branch], tuple]:
+          block_size: int, tokens: tuple[str, ...], source: str) -> tuple[Optional[Branch], tuple[tuple[str, Bound], ...]]:
     """Perform one step. Returns the branch after it (None when the step
     launched nothing and ends exploration: a kernel-table-miss) and the
     block ids its locals bound."""
     op, args = step.op, step.args
     values = {} if op == "alloc" else {a: local(br, a, step, source) for a in args}
-    binds = tuple(values.items())
+    binds: tuple[tuple[str, Bound], ...] = tuple(values.items())
 
     if op == "alloc":
+        assert choice is not None  # `choices` gives an alloc a free block
         blockops.alloc(d, choice)
-        br = br._replace(**{args[0]: choice})
+        br = br._replace(**{args[0]: choice})  # type: ignore[arg-type]  # args[0] is a local: tail or new
         binds = ((args[0], choice),)
     elif op in ("incref", "decref", "hold", "release"):
         getattr(blockops, op)(d, values[args[0]])

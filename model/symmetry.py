@@ -24,9 +24,16 @@ rebuilt by matching representatives step by step."""
 from __future__ import annotations
 
 from itertools import groupby, permutations, product
+from typing import Optional
 
 from .scenario import Scenario
-from .state import Block, Branch, Copy, Kernel, State
+from .state import Block, Branch, Copy, InFlight, Kernel, State, Status
+
+#: a block as a signature sees it: refcount, holds, filled slots
+Shape = tuple[int, int, int]
+#: a branch as `Symmetry._signature` sees it
+Signature = tuple[Status, int, int, str, str, int, int, tuple[int, ...], bool,
+                  tuple[Shape, ...], tuple[Shape, ...], tuple[int, ...]]
 
 
 class Symmetry:
@@ -34,7 +41,7 @@ class Symmetry:
         self.blocks_enabled = blocks
         self.sort_free = scenario.reuse == "any"
         self.names = [scenario.branch_name(i) for i in range(len(scenario.branches))]
-        groups: dict = {}
+        groups: dict[tuple[int, bool], list[int]] = {}
         for i, spec in enumerate(scenario.branches):
             groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
         self.classes = [tuple(g) for g in groups.values() if len(g) > 1] if branches else []
@@ -51,12 +58,12 @@ class Symmetry:
 
     # -- the representative -------------------------------------------------
     @staticmethod
-    def _shapes(state: State) -> list[tuple[int, int, int]]:
+    def _shapes(state: State) -> list[Shape]:
         """Per block what a signature may say of it: refcount, holds, filled slots."""
         return [(blk.refcount, blk.holds, len(blk.slots) - blk.slots.count(None)) for blk in state.blocks]
 
     @staticmethod
-    def _signature(state: State, i: int, shapes: list[tuple[int, int, int]]) -> tuple:
+    def _signature(state: State, i: int, shapes: list[Shape]) -> Signature:
         """What branch i looks like without naming blocks or branches: the
         finer it is, the fewer ties are left for `representative` to try."""
         br = state.branches[i]
@@ -114,10 +121,10 @@ class Symmetry:
             return state
 
         m = block_map.__getitem__
-        new_blocks: list = [None] * len(state.blocks)
+        new_blocks: list[Block] = [None] * len(state.blocks)  # type: ignore[list-item]  # block_map is onto: every slot is set
         for old, blk in enumerate(state.blocks):
             if tokens is not None:      # blocks are immutable: moved as they are unless their tokens change
-                blk = Block(blk.refcount, blk.holds, tuple(map(tokens.get, blk.slots, blk.slots)))
+                blk = Block(blk.refcount, blk.holds, tuple(map(tokens.get, blk.slots, blk.slots)))  # type: ignore[arg-type]  # get(None, None) is None
             new_blocks[block_map[old]] = blk
         new_branches = []
         for old in order:
@@ -125,7 +132,7 @@ class Symmetry:
             new_branches.append(Branch(br.status, br.pos, br.done, br.op, br.path, br.step,
                                        None if br.tail is None else m(br.tail), None if br.new is None else m(br.new),
                                        tuple(map(m, br.working)), tuple(map(m, br.published))))
-        queue = []
+        queue: list[InFlight] = []
         for op in state.queue:
             if type(op) is Copy:
                 queue.append(Copy(m(op.src), m(op.dst), op.n))
@@ -146,13 +153,13 @@ class Symmetry:
                     out[old_token] = new_token
         return out
 
-    def _block_map(self, state: State, order: list[int], tokens) -> list[int]:
+    def _block_map(self, state: State, order: list[int], tokens: Optional[dict[str, str]]) -> list[int]:
         """old block id -> new id, numbered in order of first appearance."""
         size = len(state.blocks)
         mapping = [-1] * size
         count = 0
 
-        def visit(b):
+        def visit(b: Optional[int]) -> None:
             nonlocal count
             if b is not None and mapping[b] < 0:
                 mapping[b] = count
@@ -177,9 +184,9 @@ class Symmetry:
         # order them by contents: equal ones are interchangeable, and any
         # order among them gives the same state. Under `any` reuse the free
         # list is a set, so its blocks are ordered the same way.
-        def contents(b):
+        def contents(b: int) -> tuple[int, int, tuple[str, ...]]:
             blk = state.blocks[b]
-            slots = blk.slots if tokens is None else tuple(map(tokens.get, blk.slots, blk.slots))
+            slots = blk.slots if tokens is None else tuple(map(tokens.get, blk.slots, blk.slots))  # type: ignore[arg-type]  # get(None, None) is None
             return blk.refcount, blk.holds, tuple(t or "" for t in slots)
 
         rest = sorted((b for b in range(size) if mapping[b] < 0 and b not in state.free), key=contents)

@@ -9,7 +9,7 @@ reports what happened as facts (cowcheck.model.block) for the checker to judge."
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 from . import device, steps
 from .action import Action, Transition, completion
@@ -152,7 +152,7 @@ class ProtocolModel:
         out.append(Transition(action, State(state.blocks, state.free, branches, state.queue), ()))
 
     def choose(self, state: State, tail: Optional[int], boundary: bool, fill: int) -> Optional[Rule]:
-        def counter(field: str):
+        def counter(field: str) -> Callable[[Optional[int]], int]:
             def read(block: Optional[int]) -> int:
                 if block is None:
                     raise SpecError(self.source, "append.rules", f"a condition reads {field}(tail) where no tail is bound (at a block boundary); test `boundary` first")

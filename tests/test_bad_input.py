@@ -384,3 +384,38 @@ def test_command_line_usage_errors_are_one_line(args, needles):
     assert "Traceback" not in proc.stderr and not proc.stdout
     for needle in needles:
         assert needle in lines[0]
+
+
+# -- nested too deeply ---------------------------------------------------------
+DEEP = "[" * 5000 + "]" * 5000
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_deeply_nested_scenario_is_one_line(tmp_path):
+    path = write(tmp_path / "deep.toml", f"block_size = {DEEP}\nprompt = 1\n[[branch]]\n")
+    assert_names(error_line(invoke("check", path)), "deep.toml", "nested too deeply")
+
+
+def test_a_deeply_nested_protocol_is_one_line(tmp_path):
+    write(tmp_path / "p.toml", f"name = {DEEP}\n")
+    path = write(tmp_path / "s.toml", 'protocol = "p.toml"\nblock_size = 2\nprompt = 1\n[[branch]]\n')
+    assert_names(error_line(invoke("check", path)), "p.toml", "nested too deeply")
+
+
+@pytest.mark.parametrize("command", ["replay", "explain", "html", "graph"])
+def test_a_deeply_nested_counterexample_is_one_line(tmp_path, command):
+    data = json.loads((ROOT / "counterexamples" / "premature-decrement.peak.json").read_text())
+    text = json.dumps(data)[:-1] + f', "deep": {DEEP}}}'
+    path = write(tmp_path / "deep.json", text)
+    extra = ["-o", tmp_path / "x.svg"] if command == "graph" else ["-o", tmp_path / "x.html"] if command == "html" else []
+    assert_names(error_line(invoke(command, path, *extra)), "deep.json", "nested too deeply")
+
+
+def test_rich_markup_in_a_message_is_shown_as_text(tmp_path):
+    """Block ids in square brackets ("[tail=1, new=2]") are text, not markup."""
+    data = json.loads((ROOT / "counterexamples" / "premature-decrement.exclusive-write.json").read_text())
+    data["steps"][3]["action"]["binds"] = {"tail": 1, "new": 2}
+    path = write(tmp_path / "edited.json", json.dumps(data))
+    result = invoke("replay", path, "--pool", "none")
+    assert result.exit_code == 1
+    assert "[tail=1, new=2]" in result.output

@@ -1,0 +1,140 @@
+"""Nothing lost, nothing half-written: interrupts (SIGINT, SIGTERM) at any
+moment of any command, the memory bound, and two runs into one folder.
+
+These run the installed `cowcheck` command as a separate process, as a user
+(or `timeout`, or a CI runner) does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "specs" / "scenarios"
+#: a scenario whose exhaustive search takes minutes: six branches of four appends
+LONG = "block_size = 4\nprompt = 6\n" + "[[branch]]\nappends = 4\n" * 6
+
+
+def command() -> list[str]:
+    exe = shutil.which("cowcheck", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "cowcheck"]
+
+
+def start(args: list, cwd: Path, quiet: bool = False) -> subprocess.Popen:
+    """Run cowcheck; read its output with communicate() (or pass quiet, when
+    it is only waited for: an unread pipe would fill and block it)."""
+    where = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen(command() + [str(a) for a in args], cwd=cwd, stdout=where, stderr=where, text=True)
+
+
+def no_trace_of_a_crash(out: str, err: str) -> None:
+    assert "Traceback" not in out + err, err[-2000:]
+
+
+def no_half_written_file(folder: Path) -> None:
+    if folder.exists():
+        assert not [p for p in folder.rglob("*") if p.name.endswith(".tmp")], "a temporary file was left behind"
+        for path in folder.rglob("*.json"):
+            json.loads(path.read_text())          # every file there is whole
+
+
+def test_sigterm_gives_the_partial_results_and_143(tmp_path):
+    (tmp_path / "long.toml").write_text(LONG)
+    proc = start(["check", "long.toml", "--no-symmetry", "--json", "out.json", "--out", "cx"], tmp_path)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    no_trace_of_a_crash(out, err)
+    (entry,) = json.loads((tmp_path / "out.json").read_text())
+    assert entry["complete"] is False and entry["stopped"] == "interrupted (SIGTERM)" and entry["states"] > 0
+    assert "partial: interrupted (SIGTERM)" in out and "interrupted:" in out
+    no_half_written_file(tmp_path)
+
+
+def test_the_memory_bound_stops_the_search_with_a_partial_result(tmp_path):
+    (tmp_path / "long.toml").write_text(LONG)
+    done = subprocess.run(command() + ["check", "long.toml", "--no-symmetry", "--max-memory", "150", "--json", "out.json",
+                                       "--out", "cx"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (entry,) = json.loads((tmp_path / "out.json").read_text())
+    assert entry["complete"] is False and entry["stopped"] == "--max-memory 150 MiB"
+    assert "stopped by --max-memory 150 MiB" in done.stdout and "--fingerprints" in done.stdout
+
+
+@pytest.mark.slow
+def test_running_out_of_memory_is_a_partial_result_not_a_traceback(tmp_path):
+    """Under an address-space limit and without the memory bound, the search
+    meets MemoryError; it reports what it found, like any other bound."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (900 << 20, 900 << 20))
+
+    (tmp_path / "long.toml").write_text(LONG)
+    done = subprocess.run(command() + ["check", "long.toml", "--no-symmetry", "--max-memory", "0", "--json", "out.json",
+                                       "--out", "cx"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          preexec_fn=limit)
+    no_trace_of_a_crash(done.stdout, done.stderr)
+    assert done.returncode == 0, done.stderr
+    (entry,) = json.loads((tmp_path / "out.json").read_text())
+    assert entry["stopped"] == "out of memory (MemoryError)"
+
+
+#: (arguments, whether it writes a --json file) for each kind of command
+COMMANDS = {
+    "check a folder": (["check", SCENARIOS, "--out", "cx", "--json", "out.json", "--html", "pages"], True),
+    "check bmc": (["check", SCENARIOS / "premature-decrement.toml", "--engine", "bmc", "--depth", "14", "--out", "cx",
+                   "--json", "out.json"], True),
+    "check kind": (["check", SCENARIOS / "cow-two-writers.toml", "--engine", "kind", "--depth", "4", "--out", "cx",
+                    "--json", "out.json"], True),
+    "replay": (["replay", ROOT / "counterexamples" / "premature-decrement.faithful-output.json"], False),
+    "html": (["html", ROOT / "counterexamples" / "premature-decrement.faithful-output.json", "-o", "pages/p.html"], False),
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(which=st.sampled_from(sorted(COMMANDS)), delay=st.floats(min_value=0.0, max_value=2.5))
+def test_ctrl_c_at_any_moment_of_any_command(tmp_path_factory, which, delay):
+    """SIGINT at a random moment: exit 130 (or the command's own status if
+    it had already finished), never a traceback, no half-written file, and a
+    --json file that parses."""
+    work = tmp_path_factory.mktemp("interrupt")
+    args, writes_json = COMMANDS[which]
+    proc = start(args, work)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    no_trace_of_a_crash(out, err)
+    assert proc.returncode in (0, 1, 130), (proc.returncode, err)
+    no_half_written_file(work)
+    if writes_json and (work / "out.json").exists():
+        results = json.loads((work / "out.json").read_text())
+        assert isinstance(results, list)
+        if proc.returncode == 130 and results:
+            assert any(not r["complete"] for r in results) or len(results) >= 1
+
+
+def test_two_runs_into_one_folder_lose_nothing(tmp_path):
+    """One run checks the whole specs folder while another checks one of its
+    scenarios, both into the same --out: every file of both ends up whole
+    and as committed."""
+    out = tmp_path / "cx"
+    everything = start(["check", "specs/scenarios", "--out", out], ROOT, quiet=True)
+    for _ in range(3):
+        one = start(["check", "specs/scenarios/premature-decrement.toml", "--out", out], ROOT, quiet=True)
+        assert one.wait(timeout=120) == 0
+    assert everything.wait(timeout=300) == 0
+    committed = {p.name: p.read_bytes() for p in (ROOT / "counterexamples").glob("*.json")}
+    written = {p.name: p.read_bytes() for p in out.glob("*.json")}
+    assert written == committed
+    no_half_written_file(out)

@@ -177,6 +177,7 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
     out = console if json_path != "-" else err_console
     results: list[Result] = []
     interrupted = False
+    refused: Optional[OSError] = None
     try:
         for scenario in scenarios:
             progress = Progress(scenario.name)
@@ -187,7 +188,11 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
             finally:
                 progress.close()
             results.append(result)
-            write_result(result, out_dir)
+            if refused is None:
+                try:
+                    write_result(result, out_dir)
+                except OSError as error:      # the folder refused a file after all: the results still come
+                    refused = error
             show(result, out)
             if result.interrupted:
                 interrupted = True
@@ -196,10 +201,12 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
         interrupted = True
     except SpecError as error:
         fail(error)
-    except OSError as error:      # the output folder refused a file after all: the results still come
-        _finish(results, out, json_path, html_dir, overridden, interrupted)
-        fail(SpecError(error.filename or str(out_dir), "", f"cannot write ({error.strerror or error})"))
-    status = _finish(results, out, json_path, html_dir, overridden, interrupted)
+    try:
+        status = _finish(results, out, json_path, html_dir, overridden, interrupted)
+    except OSError as error:
+        refused = refused or error
+    if refused is not None:
+        fail(SpecError(refused.filename or str(out_dir), "", f"cannot write ({refused.strerror or refused})"))
     sys.exit(status)
 
 
@@ -349,8 +356,9 @@ def run() -> None:
     except click.ClickException as error:
         click.echo(f"cowcheck: error: {error.format_message()}", err=True)
         sys.exit(error.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):   # Ctrl-C or SIGTERM in a command with nothing to save
+        from .__main__ import interrupt_status
+        sys.exit(interrupt_status())
     except OSError as error:   # a path given on the command line that cannot be written or read
         where = f"{error.filename}: " if error.filename else ""
         click.echo(f"cowcheck: error: {where}{error.strerror or error}", err=True)

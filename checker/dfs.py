@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cowcheck.model.system import TransitionSystem
+
 from .invariants import INVARIANTS, Invariant, Judge
 
 
@@ -15,7 +17,7 @@ class DepthFirst:
     violated: set[str] = field(default_factory=set)
 
 
-def depth_first(model, invariants: tuple[Invariant, ...] = INVARIANTS) -> DepthFirst:
+def depth_first(model: TransitionSystem, invariants: tuple[Invariant, ...] = INVARIANTS) -> DepthFirst:
     judge = Judge(invariants)
     result = DepthFirst()
     init = model.init_state()

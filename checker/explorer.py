@@ -33,6 +33,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from cowcheck.model.system import TransitionSystem
+
 from .invariants import Invariant, Judge
 
 
@@ -104,7 +106,7 @@ def _resident_bytes() -> int:
 
 
 class Explorer:
-    def __init__(self, model, invariants: tuple[Invariant, ...], *, max_states: Optional[int] = None,
+    def __init__(self, model: TransitionSystem, invariants: tuple[Invariant, ...], *, max_states: Optional[int] = None,
                  max_depth: Optional[int] = None, stop_at_first: bool = False,
                  stop_after: Optional[frozenset[str]] = None,
                  gauge: Optional[Callable] = None, steady: Optional[Callable] = None,

@@ -403,3 +403,48 @@ def test_a_protocol_name_never_reaches_outside_the_output_folder(tmp_path, name)
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix == ".json"]
     assert written and all(p.parent == out for p in written)
     assert all("\n" not in p.name and not p.name.startswith(".") for p in written)
+
+
+def test_an_output_folder_that_refuses_files_still_gets_the_results_printed(tmp_path):
+    """Writability is checked before exploring; if a file is still refused
+    at the end, the verdict table comes first, then one error line."""
+    import os
+    from cowcheck.cli import main as cli_main
+    from click.testing import CliRunner as Runner
+    if os.geteuid() == 0:
+        out = tmp_path / "cx"
+        out.mkdir()
+        (out / "premature-decrement.faithful-output.json").mkdir()   # a folder where a file must go
+    else:
+        pytest.skip("needs a path the OS refuses even to root")
+    scenario = ROOT / "specs" / "scenarios" / "premature-decrement.toml"
+    result = Runner().invoke(cli_main, ["check", str(scenario), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "faithful-output" in result.output and "VIOLATED" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("cowcheck: error:")
+
+
+def test_an_unwritable_json_path_is_refused_before_exploring(tmp_path):
+    from cowcheck.cli import main as cli_main
+    from click.testing import CliRunner as Runner
+    (tmp_path / "a-folder").mkdir()
+    scenario = ROOT / "specs" / "scenarios" / "premature-decrement.toml"
+    result = Runner().invoke(cli_main, ["check", str(scenario), "--json", str(tmp_path / "a-folder"), "--out", str(tmp_path / "cx")])
+    assert result.exit_code == 2 and "a-folder" in result.output
+    assert "VIOLATED" not in result.output and not (tmp_path / "cx").exists()
+
+
+def test_unicode_names_on_an_ascii_terminal_are_escaped_not_a_crash(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    scenario = tmp_path / "präfix-wärme.toml"
+    scenario.write_text((ROOT / "specs" / "scenarios" / "premature-decrement.toml").read_text())
+    exe = shutil.which("cowcheck", path=str(Path(sys.executable).parent)) or "cowcheck"
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C", "LANG": "C"}
+    done = subprocess.run([exe, "check", str(scenario), "--out", str(tmp_path / "cx")], env=env,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode("ascii", "replace")
+    assert b"Traceback" not in done.stderr
+    assert b"pr\\xe4fix-w\\xe4rme" in done.stdout

@@ -7,8 +7,10 @@ status 130 (143 for SIGTERM), never a traceback."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Optional
 
@@ -22,7 +24,21 @@ INTERRUPT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 received: list[int] = []
 
 
+def _in_finalizer(frame: Optional[FrameType]) -> bool:
+    """Is Python running a destructor? An exception raised there is printed
+    ("Exception ignored in ...") and lost, not delivered (z3 frees its terms
+    in `__del__`, often)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _interrupt(signum: int, frame: Optional[FrameType]) -> None:
+    if _in_finalizer(frame):     # deliver it again a moment later, outside the destructor
+        threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+        return
     received.append(signum)
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 

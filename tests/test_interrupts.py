@@ -102,6 +102,7 @@ COMMANDS = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(which=st.sampled_from(sorted(COMMANDS)), delay=st.floats(min_value=0.0, max_value=2.5))
 def test_ctrl_c_at_any_moment_of_any_command(tmp_path_factory, which, delay):
@@ -115,7 +116,8 @@ def test_ctrl_c_at_any_moment_of_any_command(tmp_path_factory, which, delay):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     no_trace_of_a_crash(out, err)
-    assert proc.returncode in (0, 1, 130), (proc.returncode, err)
+    # -SIGINT: the signal came before Python had started (nothing of cowcheck ran yet)
+    assert proc.returncode in (0, 1, 130, -signal.SIGINT), (proc.returncode, err)
     no_half_written_file(work)
     if writes_json and (work / "out.json").exists():
         results = json.loads((work / "out.json").read_text())

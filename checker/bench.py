@@ -195,7 +195,8 @@ def _long_walk(seed: int = 0):
     model, rnd = ProtocolModel(scenario), random.Random(seed)
     state, actions = model.init_state(), []
     while not model.is_final(state):
-        tr = rnd.choice([t for t in model.successors(state) if t.state is not None])   # cow never misses its table
+        tr = rnd.choice(model.successors(state))
+        assert tr.state is not None          # cow never misses its table
         actions.append(tr.action)
         state = tr.state
     return scenario, actions

@@ -307,6 +307,7 @@ class Explorer:
             if tr is None:  # only a fingerprint collision can cut the chain
                 raise RuntimeError(f"cannot rebuild the trace at step {len(out) + 1}: no successor has the stored "
                                    f"{'fingerprint' if self.fingerprints else 'key'}; rerun without --fingerprints")
+            assert tr.state is not None
             out.append((tr.action, tr.state))
             state = tr.state
         return out

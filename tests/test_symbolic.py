@@ -1,6 +1,9 @@
 """The symbolic engine (cowcheck.symbolic) against the explicit one.
 
-- Every invariant id has a z3 encoding (or is listed as not encoded, with why).
+- Every built-in invariant has a z3 encoding; a custom one without one gets
+  an unsupported verdict and the rest of the run goes on.
+- Every step kind has a symbolic handler, and the z3 translation of every
+  built-in rule condition agrees with its explicit evaluation.
 - On random reachable states of random scenarios, the symbolic transition
   relation agrees with model.system action by action (which actions are
   enabled, and the state each leads to), each invariant's z3 formula agrees
@@ -8,7 +11,8 @@
 - The array sizes and earliest depths of cowcheck.symbolic.bounds hold in
   every reachable state of small scenarios of every built-in protocol.
 - BMC's verdicts and shortest lengths equal the breadth-first explorer's on
-  small scenarios (every reuse order), and its counterexample files replay.
+  small scenarios (every reuse order), and its counterexamples, written to
+  files and read back, replay.
 - k-induction never claims a proof of an invariant the explorer sees broken."""
 
 from __future__ import annotations
@@ -21,24 +25,65 @@ import z3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cowcheck.check import check
-from cowcheck.invariants import IDS, INVARIANTS, Judge, select
-from cowcheck.replay import replay
-from cowcheck.symbolic.bmc import run_bmc
-from cowcheck.symbolic.encoding import Encoding
-from cowcheck.symbolic.invariants import ENCODINGS, NOT_ENCODED, SymbolicJudge
-from cowcheck.symbolic.kind import run_kinduction
-from cowcheck.trace import load
-from cowcheck.model.protocol import builtin_names
+from cowcheck import check
+from cowcheck.invariants import HARM, IDS, INVARIANTS, Invariant, Judge, select
+from cowcheck.model.condition import environment
+from cowcheck.model.protocol import ARITY, builtin_names, load_builtin
 from cowcheck.model.scenario import DEVICES, REUSES, load_scenario, make_scenario
 from cowcheck.model.system import ProtocolModel
+from cowcheck.rerun import replay
+from cowcheck.results import Outcome
+from cowcheck.symbolic.bmc import run_bmc
+from cowcheck.symbolic.conditions import formula
+from cowcheck.symbolic.invariants import ENCODINGS, NO_ENCODING, SymbolicJudge
+from cowcheck.symbolic.kind import run_kinduction
+from cowcheck.symbolic.steps import HANDLERS
+from cowcheck.symbolic.system import SymbolicSystem
+from cowcheck.trace import load
 
 
-def test_every_invariant_has_an_encoding_or_a_reason():
-    assert set(ENCODINGS) | set(NOT_ENCODED) == set(IDS)
-    assert not set(ENCODINGS) & set(NOT_ENCODED)
+def test_every_invariant_has_an_encoding():
+    assert set(ENCODINGS) == set(IDS)
     for inv in ENCODINGS.values():
         assert inv.explicit, f"{inv.id} names no explicit predicate"
+
+
+def test_every_step_has_a_handler():
+    assert set(HANDLERS) == set(ARITY)
+
+
+@pytest.mark.parametrize("protocol", builtin_names())
+def test_conditions_translate_faithfully(protocol):
+    """Every rule condition of a built-in protocol, as a z3 formula, is true
+    exactly where model.condition evaluates it true (two folds of one tree)."""
+    rc, hd = z3.BitVec("rc", 8), z3.BitVec("hd", 8)
+    for rule in load_builtin(protocol).rules:
+        for fill in range(4):
+            for refcount in range(3):
+                for holds in range(2):
+                    env = environment(fill == 0, fill, 4, {"tail": 0}, lambda _: refcount, lambda _: holds)
+                    f = formula(rule.when, z3.BoolVal(fill == 0), z3.BitVecVal(fill, 8), 4, rc, hd)
+                    value = z3.simplify(z3.substitute(f, (rc, z3.BitVecVal(refcount, 8)), (hd, z3.BitVecVal(holds, 8))))
+                    assert z3.is_true(value) == rule.when.evaluate(env), (rule.when.text, fill, refcount, holds)
+
+
+def test_an_invariant_without_an_encoding_is_unsupported():
+    """A custom invariant has no z3 encoding: its verdict says so in one
+    line, and the built-in invariants are checked as usual."""
+    custom = Invariant("at-most-one-queued", HARM, "every state", "at most one op in flight",
+                       on_state=lambda model, state, final, stuck: {"queued": len(state.queue)} if len(state.queue) > 1 else None)
+    scenario = make_scenario(2, 3, [1, 1], "spare-capacity")
+    result = run_bmc(scenario, (custom,) + select(["exclusive-write"]), 4)
+    verdict = result.verdicts["at-most-one-queued"]
+    assert verdict.outcome is Outcome.UNSUPPORTED and verdict.note == NO_ENCODING and "\n" not in verdict.note
+    assert list(result.verdicts) == ["at-most-one-queued", "exclusive-write"]
+    found = result.verdicts["exclusive-write"]
+    assert found.outcome is Outcome.VIOLATED
+    assert found.length == check(scenario, symmetry=False).verdicts["exclusive-write"].length
+    assert run_bmc(scenario, (custom,), 4).verdicts["at-most-one-queued"].outcome is Outcome.UNSUPPORTED
+    kind = run_kinduction(make_scenario(2, 1, [1], "cow"), (custom,) + select(["no-leak"]), 1)
+    assert kind.verdicts["at-most-one-queued"].outcome is Outcome.UNSUPPORTED
+    assert kind.verdicts["no-leak"].outcome is Outcome.HOLDS and "at-most-one-queued" not in kind.closed_at
 
 
 # -- the encoding, state by state ----------------------------------------------
@@ -56,7 +101,7 @@ class Bench:
     """One scenario's encoding, executed once over a template state."""
 
     def __init__(self, scenario):
-        self.enc = Encoding(scenario)
+        self.enc = SymbolicSystem(scenario)
         self.sym = self.enc.fresh("t.")
         self.executed = [self.enc.execute(self.sym, inst) for inst in self.enc.instances]
         self.judge = SymbolicJudge(self.enc, self.sym, self.executed)
@@ -99,6 +144,7 @@ def small_scenarios(draw):
                          reuse=draw(st.sampled_from(REUSES)))
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_scenarios(), st.integers(0, 2**32 - 1))
 def test_encoding_agrees_with_the_model_on_random_reachable_states(scenario, seed):
@@ -121,12 +167,11 @@ def test_encoding_agrees_along_the_premature_decrement_race():
     scenario = make_scenario(2, 3, [2, 2], "premature-decrement")
     bench = Bench(scenario)
     result = check(scenario, symmetry=False, invariants=select(["exclusive-write", "no-use-after-free"]))
-    for violation in result.exploration.violations.values():
-        steps, _ = result.explorer.trace_of(violation)
-        bench.agree(bench.enc.model.init_state())
-        for _, after in steps:
-            if after is not None:
-                bench.agree(after)
+    for verdict in result.verdicts.values():
+        replayed = replay(verdict.counterexample)
+        assert replayed.ok, replayed.message
+        for state in replayed.states:
+            bench.agree(state)
 
 
 # -- the static bounds against every reachable state --------------------------------
@@ -148,9 +193,9 @@ def _by_depth(model: ProtocolModel):
 @pytest.mark.parametrize("protocol", builtin_names())
 def test_bounds_hold_in_every_reachable_state(protocol):
     """The queue and table sizes bound every reachable state, and no action
-    instance fires before the depth Encoding.earliest gives it."""
+    instance fires before the depth SymbolicSystem.earliest gives it."""
     for block_size, prompt, branches in [(2, 3, [(2, True), 1]), (1, 1, [(2, True), (1, False)]), (3, 4, [3, (1, True)])]:
-        enc = Encoding(make_scenario(block_size, prompt, branches, protocol))
+        enc = SymbolicSystem(make_scenario(block_size, prompt, branches, protocol))
         for state, depth, transitions in _by_depth(enc.model):
             assert len(state.queue) <= enc.Q
             assert all(len(t) <= enc.T for b in state.branches for t in (b.working, b.published))
@@ -172,7 +217,7 @@ def _agrees_within(bmc, explicit, depth):
             assert (b.holds, b.length) == (False, v.length), inv_id
         else:
             assert b.holds is not False, (inv_id, b.length)
-            assert b.holds is (True if bmc.exploration.complete else None), inv_id
+            assert b.holds is (True if bmc.complete else None), inv_id
 
 
 @pytest.mark.parametrize("protocol,depth,reuse", [("premature-decrement", 8, "lifo"), ("spare-capacity", 5, "lifo"),
@@ -180,19 +225,20 @@ def _agrees_within(bmc, explicit, depth):
 def test_bmc_finds_the_reference_shortest_violations(protocol, depth, reuse, tmp_path):
     scenario = make_scenario(2, 3, [2, 2], protocol, reuse=reuse)
     explicit = check(scenario, symmetry=False)
-    bmc = run_bmc(scenario, INVARIANTS, depth, out_dir=tmp_path)
+    bmc = run_bmc(scenario, INVARIANTS, depth)
     _agrees_within(bmc, explicit, depth)
     for v in bmc.verdicts.values():
         if v.holds is False:
-            replayed = replay(load(v.path))
+            assert v.counterexample is not None and v.counterexample.length == v.length
+            replayed = replay(load(v.counterexample.write(tmp_path / f"{v.invariant}.json")))
             assert replayed.ok, replayed.message
     assert bmc.to_json()["engine"] == "bmc"
 
 
 @pytest.mark.parametrize("protocol,device,branches,reuse,pool", [
-    ("spare-capacity", "stream", [(1, True), 0], "lifo", None),             # cancellation, one stream
-    ("vllm-bmv1", "streams", [1, 0], "lifo", None),                         # atomic paths, two streams
-    ("premature-decrement", "stream", [(1, True), 0], "any", 3),            # any free block, a spare one
+    ("spare-capacity", "stream", [(1, True), 0], "lifo", None),                                       # cancellation, one stream
+    ("vllm-bmv1", "streams", [1, 0], "lifo", None),                                                   # atomic paths, two streams
+    pytest.param("premature-decrement", "stream", [(1, True), 0], "any", 3, marks=pytest.mark.slow),  # any free block, a spare one
 ])
 def test_bmc_is_exhaustive_on_tiny_scenarios(protocol, device, branches, reuse, pool):
     """When every run ends within the bound, BMC's verdicts are complete and
@@ -200,7 +246,7 @@ def test_bmc_is_exhaustive_on_tiny_scenarios(protocol, device, branches, reuse, 
     scenario = make_scenario(2, 1, branches, protocol, device=device, reuse=reuse, pool=pool)
     explicit = check(scenario, symmetry=False)
     bmc = run_bmc(scenario, INVARIANTS, explicit.exploration.depth + 1)
-    assert bmc.exploration.complete
+    assert bmc.complete
     assert _lengths(bmc) == _lengths(explicit)
 
 
@@ -238,6 +284,7 @@ def test_bmc_agrees_with_the_explorer_on_shipped_scenarios_within_the_bound(name
     assert found == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_scenarios())
 def test_bmc_agrees_with_the_explorer_on_random_scenarios_within_the_bound(scenario):
@@ -250,5 +297,5 @@ def test_bmc_agrees_with_the_explorer_on_random_scenarios_within_the_bound(scena
     found = {k: v.length for k, v in bmc.verdicts.items() if v.holds is False}
     expected = {k: v.length for k, v in explicit.verdicts.items() if v.holds is False and v.length <= bound}
     assert found == expected
-    if bmc.exploration.complete:     # every run ended within the bound: "holds" must agree too
+    if bmc.complete:     # every run ended within the bound: "holds" must agree too
         assert _lengths(bmc) == _lengths(explicit)

@@ -1,17 +1,28 @@
 """The symbolic engines: z3 bounded model checking and k-induction.
 
-- encoding.py: the symbolic state and the transition relation, by symbolic
-  execution of each action instance mirroring model.steps / model.device.
-- invariants.py: one z3 encoding per invariant, next to its explicit predicate.
+- system.py: `SymbolicSystem`, the transition system of model.system for
+  z3: the action instances, scheduling through the protocol's Structure,
+  and the map between explicit and symbolic states; state.py: the symbolic
+  state and its facts (model.block's fact types with z3 fields, Guarded);
+  steps.py: one handler per protocol step, and the device's completions,
+  mirroring model.steps / model.block / model.device; conditions.py: rule
+  conditions as z3 formulas (a fold of model.condition's tree); terms.py:
+  small helpers over z3 terms.
+- invariants.py: one z3 encoding per invariant, next to its explicit
+  predicate; an invariant without one is reported unsupported.
 - bounds.py: the array sizes of the symbolic state (queue slots, table
-  entries) and the earliest depth of each action instance, by a static
-  analysis of the scenario's programs.
+  entries), the rules each append can choose, and the earliest depth of
+  each action instance, by a static analysis of the scenario's programs.
 - reduction.py: symmetry breaking and commuting-action constraints that
   BMC adds to its run (same answers, fewer runs to refute).
-- bmc.py: `run_bmc(scenario, invariants, depth, out_dir=None)`, shortest
+- bmc.py: `run_bmc(scenario, invariants, depth) -> BmcResult`, shortest
   violations depth by depth, decoded and re-run through the explicit model
-  into the usual counterexample files.
-- kind.py: `run_kinduction(scenario, invariants, depth)`.
+  into Counterexample objects on the verdicts (the caller writes them).
+- kind.py: `run_kinduction(scenario, invariants, depth) -> KindResult`, the
+  phases of k-induction (KInduction); prover.py: its candidates and the
+  queries it asks z3; lemmas.py: the catalogue of strengthening lemmas,
+  built on shapes.py (where a branch can be in its program, and how it got
+  there) and families.py (what each shape says).
 
 When to use which engine:
 

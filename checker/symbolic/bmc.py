@@ -7,8 +7,9 @@ one's is the depth of the state.
 
 A violation is decoded into model.system.Action objects and re-run through
 the explicit model, which both gives the real states for the counterexample
-file and checks the z3 trace against the explicit semantics: any mismatch is
-an encoding bug and raises, never a wrong counterexample.
+(a cowcheck.trace.Counterexample on the verdict; the caller writes it where
+it wants) and checks the z3 trace against the explicit semantics: any
+mismatch is an encoding bug and raises, never a wrong counterexample.
 
 The graph of every scenario is finite and acyclic, so when no run of depth d
 exists at all, every run has been covered and an unbroken invariant holds.
@@ -18,54 +19,36 @@ things keep them small without changing any answer: the arrays of the state
 are sized by cowcheck.symbolic.bounds; the step from depth k leaves out the
 instances that cannot fire within k actions (Unrolling.relation_at); and
 cowcheck.symbolic.reduction's constraints (symmetry breaking, commuting
-actions) leave z3 fewer equivalent runs to refute."""
+actions) leave z3 fewer equivalent runs to refute.
+
+An invariant with no z3 encoding (a custom one) gets an unsupported verdict
+with a note; the others are checked as usual."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from functools import partial
 from typing import Callable, Optional
 
 import z3
 
-from .. import trace
-from ..check import CheckResult, Verdict, judge_expectations
-from ..explorer import Exploration
+from cowcheck.model.action import Action
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import State
+
+from ..explorer import interrupted
 from ..invariants import INVARIANTS, Invariant, Judge, validate_expect
-from .encoding import Encoding, Sym, any_of
-from .invariants import SymbolicJudge
+from ..results import BmcResult, Kind, Outcome, Verdict
+from ..trace import Counterexample
+from .invariants import SymbolicJudge, encoded, unsupported
 from .reduction import Reductions
+from .state import Sym
+from .system import SymbolicSystem
+from .terms import Term, any_of, decided
 
 
 class EncodingMismatch(AssertionError):
     """The z3 trace does not follow the explicit model: a bug in the encoding."""
-
-
-@dataclass
-class SymbolicResult(CheckResult):
-    """A CheckResult (same verdicts, table and JSON) with the engine's own
-    numbers: the bound, z3's seconds per depth and, for k-induction, the k
-    that closed each proof."""
-    engine: str = "bmc"
-    bound: int = 0
-    depth_seconds: list = field(default_factory=list)
-    closed_at: dict = field(default_factory=dict)
-
-    def engine_line(self) -> str:
-        """One line for the report, under the shared table: the engine, its
-        bound, z3's time in total and per depth (k-induction's KindResult
-        has its own)."""
-        per_depth = " ".join(f"{t:.2f}" for t in self.depth_seconds)
-        return f"engine {self.engine}  bound {self.bound}  z3 {sum(self.depth_seconds):.2f}s  per depth (s): {per_depth}"
-
-    def to_json(self) -> dict:
-        data = super().to_json()
-        data.update(engine=self.engine, bound=self.bound, z3_seconds_per_depth=[round(t, 3) for t in self.depth_seconds],
-                    z3_seconds=round(sum(self.depth_seconds), 3))
-        if self.engine == "kind":
-            data["closed_at"] = self.closed_at
-        return data
 
 
 #: the run from the initial state (BMC's); k-induction's runs start anywhere
@@ -78,24 +61,24 @@ class Unrolling:
 
     On the run from the initial state, the step from depth k leaves out the
     action instances that cannot fire within k actions of it
-    (Encoding.earliest): those relations are built once per set of instances
-    and cached. Runs from arbitrary states (k-induction) get the full one."""
+    (SymbolicSystem.earliest): those relations are built once per set of
+    instances and cached. Runs from arbitrary states (k-induction) get the full one."""
 
-    def __init__(self, scenario, invariants: tuple[Invariant, ...]):
-        self.enc = enc = Encoding(scenario)
+    def __init__(self, scenario: Scenario, invariants: tuple[Invariant, ...]):
+        self.system = system = SymbolicSystem(scenario)
         self.invariants = invariants
-        self.pre, self.nxt = enc.fresh("s."), enc.fresh("n.")
-        self.executed = [enc.execute(self.pre, inst) for inst in enc.instances]
+        self.pre, self.nxt = system.fresh("s."), system.fresh("n.")
+        self.executed = [system.execute(self.pre, inst) for inst in system.instances]
         self.changed = [self._changed(x) for x in self.executed]
         self.act_width = len(self.executed).bit_length() + 1
         self.act = z3.BitVec("act", self.act_width)
-        judge = SymbolicJudge(enc, self.pre, self.executed)
+        judge = SymbolicJudge(system, self.pre, self.executed)
         self.state_bad_ = {inv.id: judge.state(inv.id) for inv in invariants}
         self.action_bad_ = {inv.id: judge.action(inv.id) for inv in invariants}
         self.judge = judge
         self.relation = self._relation(tuple(range(len(self.executed))))
         self._pruned: dict[tuple, z3.BoolRef] = {}
-        self.earliest = [enc.earliest(inst) for inst in enc.instances]
+        self.earliest = [system.earliest(inst) for inst in system.instances]
         self.runs: dict[str, tuple[list, list]] = {}   # run name -> (states, acts)
 
     def _changed(self, x) -> dict:
@@ -144,7 +127,7 @@ class Unrolling:
         k-induction's runs from anywhere get their own names)."""
         states, acts = self.runs.setdefault(run, ([], []))
         while len(states) <= k:
-            states.append(self.enc.fresh(f"{run}{len(states)}."))
+            states.append(self.system.fresh(f"{run}{len(states)}."))
             acts.append(z3.BitVec(f"{run}act{len(acts)}", self.act_width))
         return states[k]
 
@@ -175,40 +158,34 @@ class Unrolling:
         return self._at(formula, d, run)
 
     # -- decoding ------------------------------------------------------------------
-    def decode(self, m: z3.ModelRef, prefix: int, inv: Invariant, by_action: bool) -> tuple[list, dict]:
+    def decode(self, m: z3.ModelRef, prefix: int, inv: Invariant,
+               by_action: bool) -> tuple[list[tuple[Action, Optional[State]]], dict]:
         """The model's run of `prefix` actions as [(Action, State)] from the
         explicit model, each state checked against z3's, then the violation
         judged by the explicit Judge: in the last state, or (by_action) at an
         action from it, as the explorer's trace_of does."""
-        model, enc = self.enc.model, self.enc
-        state, steps = model.init_state(), []
+        model, system = self.system.model, self.system
+        state = model.init_state()
+        run: list[tuple[Action, Optional[State]]] = []
         for k in range(prefix):
-            inst = enc.instances[m.eval(self.act_at(k), model_completion=True).as_long()]
+            inst = system.instances[m.eval(self.act_at(k), model_completion=True).as_long()]
             want = [m.eval(x, model_completion=True).as_signed_long() for x in self.state(k + 1).flat()]
-            taken = next((t for t in model.successors(state) if t.state is not None and enc.matches(inst, state, t)), None)
-            if taken is None or enc.values(taken.state) != want:
+            taken = next((t for t in model.successors(state) if t.state is not None and system.matches(inst, state, t)), None)
+            if taken is None or taken.state is None or system.values(taken.state) != want:
                 raise EncodingMismatch(f"step {k + 1}: z3 took '{inst.label}', which the explicit model "
                                        + ("does not enable" if taken is None else "takes to another state"))
-            steps.append((taken.action, taken.state))
+            run.append((taken.action, taken.state))
             state = taken.state
         judge = Judge((inv,))
         successors = model.successors(state)
         if by_action:
             for tr in successors:
                 for _, witness in judge.action(model, state, tr):
-                    return steps + [(tr.action, tr.state)], witness
+                    return run + [(tr.action, tr.state)], witness
         else:
             for _, witness in judge.state(model, state, model.is_final(state), not successors):
-                return steps, witness
+                return run, witness
         raise EncodingMismatch(f"the decoded run does not break {inv.id} in the explicit model")
-
-
-def _result(scenario, invariants, verdicts, engine, bound, depth_seconds, complete, stopped, reached) -> SymbolicResult:
-    total = sum(depth_seconds)
-    x = Exploration(states=0, transitions=0, depth=reached, seconds=total, complete=complete, stopped=stopped)
-    result = SymbolicResult(scenario, x, verdicts, explorer=None, engine=engine, bound=bound, depth_seconds=depth_seconds)
-    result.expectation_failures = judge_expectations(scenario, verdicts, complete)
-    return result
 
 
 #: bit-blast to SAT after simplification; aig compresses the Boolean structure
@@ -227,69 +204,77 @@ def solve(formulas: list) -> Optional[z3.ModelRef]:
     field, which nothing that query asks about reads."""
     solver = z3.Then(*TACTIC).solver()
     solver.add(*formulas)
-    answer = solver.check()
-    if answer == z3.unknown:
-        raise RuntimeError(f"z3 answered unknown ({solver.reason_unknown()})")
+    answer = decided(solver, solver.check())
     return solver.model() if answer == z3.sat else None
 
 
-def run_bmc(scenario, invariants: tuple[Invariant, ...] = INVARIANTS, depth: int = 30,
-            out_dir: Optional[Path] = None, reduce: bool = True) -> SymbolicResult:
+def run_bmc(scenario: Scenario, invariants: tuple[Invariant, ...] = INVARIANTS, depth: int = 30,
+            reduce: bool = True) -> BmcResult:
     """Find, for each invariant, a shortest violation of at most `depth`
-    actions. Verdicts: False (with length and, given out_dir, a counterexample
-    file), True when every run ended within the bound without breaking it,
-    None when it was not broken within the bound but longer runs exist.
+    actions. Verdicts: violated (with its length and counterexample), holds
+    when every run ended within the bound without breaking it, not seen when
+    it was not broken within the bound but longer runs exist, unsupported
+    when it has no z3 encoding.
 
     At each depth one query asks whether any open invariant breaks; only when
     one does are more asked, to sort out which (z3's model says). `reduce`
     adds cowcheck.symbolic.reduction's constraints to the run (the answers
     are the same without them, only slower to get)."""
     validate_expect(scenario)
-    u = Unrolling(scenario, invariants)
-    reductions = Reductions(u) if reduce else None
-    path = [u.enc.init(u.state(0))]
-    verdicts: dict[str, Verdict] = {}
+    checked, left_out = encoded(invariants)
+    verdicts: dict[str, Verdict] = {inv.id: unsupported(inv) for inv in left_out}
     depth_seconds: list[float] = []
-    init = u.enc.model.init_state()
     exhausted, reached = False, 0
+    stopped: Optional[str] = None
+    if checked:
+        u = Unrolling(scenario, checked)
+        reductions = Reductions(u) if reduce else None
+        path = [u.system.init(u.state(0))]
+        init = u.system.model.init_state()
 
-    def hunt(bad: Callable[[str], z3.BoolRef], length: int, prefix: int, by_action: bool) -> None:
-        """Record every open invariant that `bad` can break at this length."""
-        while True:
-            open_ = {inv.id: bad(inv.id) for inv in invariants if inv.id not in verdicts}
-            open_ = {i: f for i, f in open_.items() if not z3.is_false(f)}
-            m = solve(path + [z3.Or(list(open_.values()))]) if open_ else None
-            if m is None:
-                return
-            for inv in invariants:
-                if inv.id in open_ and z3.is_true(m.eval(open_[inv.id], model_completion=True)):
-                    steps, witness = u.decode(m, prefix, inv, by_action)
-                    verdict = Verdict(inv.id, inv.kind, False, length, witness=witness)
-                    if out_dir is not None:
-                        data = trace.to_json(scenario, init, steps, invariant=inv.id, invariant_kind=inv.kind, witness=witness)
-                        verdict.path = str(trace.write(Path(out_dir) / trace.file_name(scenario, inv.id), data))
-                    verdicts[inv.id] = verdict
+        def hunt(bad: Callable[[str], Term], length: int, prefix: int, by_action: bool) -> None:
+            """Record every open invariant that `bad` can break at this length."""
+            while True:
+                open_ = {inv.id: bad(inv.id) for inv in checked if inv.id not in verdicts}
+                open_ = {i: f for i, f in open_.items() if not z3.is_false(f)}
+                m = solve(path + [z3.Or(list(open_.values()))]) if open_ else None
+                if m is None:
+                    return
+                for inv in checked:
+                    if inv.id in open_ and z3.is_true(m.eval(open_[inv.id], model_completion=True)):
+                        run, witness = u.decode(m, prefix, inv, by_action)
+                        cx = Counterexample.from_run(scenario, init, run, invariant=inv.id, invariant_kind=str(inv.kind),
+                                                     witness=witness)
+                        verdicts[inv.id] = Verdict(inv.id, Kind(inv.kind), Outcome.VIOLATED, length, counterexample=cx,
+                                                   witness=witness)
 
-    for d in range(depth + 1):
-        start = time.perf_counter()
-        if d >= 1:
-            # violations of length d at an action taken from depth d-1 (a
-            # kernel-table-miss leads nowhere, so ask before requiring a state d)
-            hunt(lambda i, d=d: u.action_bad(i, d - 1), d, d - 1, True)
-            path.append(u.step(d - 1))
-            path += reductions.at(d) if reductions else []
-            if solve(path) is None:  # no run is d actions long: every run was covered
+        try:
+            for d in range(depth + 1):
+                start = time.perf_counter()
+                if d >= 1:
+                    # violations of length d at an action taken from depth d-1 (a
+                    # kernel-table-miss leads nowhere, so ask before requiring a state d)
+                    hunt(partial(u.action_bad, d=d - 1), d, d - 1, True)
+                    path.append(u.step(d - 1))
+                    path += reductions.at(d) if reductions else []
+                    if solve(path) is None:  # no run is d actions long: every run was covered
+                        depth_seconds.append(time.perf_counter() - start)
+                        exhausted = True
+                        break
+                reached = d
+                hunt(partial(u.state_bad, d=d), d, d, False)
                 depth_seconds.append(time.perf_counter() - start)
-                exhausted = True
-                break
-        reached = d
-        hunt(lambda i, d=d: u.state_bad(i, d), d, d, False)
-        depth_seconds.append(time.perf_counter() - start)
-        if len(verdicts) == len(invariants):
-            break
-    for inv in invariants:
-        verdicts.setdefault(inv.id, Verdict(inv.id, inv.kind, True if exhausted else None))
+                if len(verdicts) == len(invariants):
+                    break
+        except KeyboardInterrupt as interrupt:   # what was decided so far stands; the rest is not seen
+            stopped = interrupted(interrupt)
+    for inv in checked:
+        if inv.id not in verdicts:
+            verdicts[inv.id] = Verdict(inv.id, Kind(inv.kind), Outcome.HOLDS if exhausted else Outcome.NOT_SEEN)
     verdicts = {inv.id: verdicts[inv.id] for inv in invariants}
-    settled = exhausted or all(v.holds is False for v in verdicts.values())  # nothing left open within any bound
-    stopped = None if settled else f"bmc bound {depth}"
-    return _result(scenario, invariants, verdicts, "bmc", depth, depth_seconds, settled, stopped, reached)
+    # nothing left open within any bound
+    settled = exhausted or all(verdicts[inv.id].outcome is Outcome.VIOLATED for inv in checked)
+    if not settled:
+        stopped = stopped or f"bmc bound {depth}"
+    return BmcResult(scenario, verdicts, settled, stopped, sum(depth_seconds),
+                     bound=depth, reached=reached, depth_seconds=depth_seconds)

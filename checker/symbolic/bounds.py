@@ -3,16 +3,17 @@
 The z3 state has one field per table entry and per device-queue slot, so
 every slot that no run can use costs fields in every state of the unrolling
 and, for the queue, one more device-completion instance per step. These
-bounds are computed by a small static analysis of the protocol; they are
-upper bounds on every reachable state (the tests check them against the
-explorer's reachable states), never a restriction of the runs.
+bounds are computed by a small static analysis of the protocol's structure
+(cowcheck.model.structure); they are upper bounds on every reachable state
+(the tests check them against the explorer's reachable states), never a
+restriction of the runs.
 
 - Table entries (`table_bound`): a working table grows only by `append`
   steps and every append path has exactly one `write`, so the n-th append
   (n = 0, 1, ...) of a branch decides at pos = L + n. There `boundary` and
   `fill` are known, so only the rules that can still be chosen for some
-  refcount and holds of the tail count; each contributes the `append` steps
-  of its path.
+  refcount and holds of the tail count (`possible_rules`); each contributes
+  the `append` steps of its path.
 - Queue slots (`branch_queue_bound`, summed over branches): the queue holds ops launched by the branches.
   A `wait-kernel` step is enabled only once none of the branch's kernels is
   in flight, and `wait-copy Y` only once no copy into Y is, so the ops a
@@ -21,8 +22,9 @@ explorer's reachable states), never a restriction of the runs.
   the last `wait-copy` of that local, and copies whose local was rebound
   (`alloc`) or cleared (the end of an operation), which no wait covers any
   more. The analysis follows each branch through every sequence of paths,
-  cancellations and finish its scenario allows and keeps the most such ops
-  at any point; the queue bound is the sum over branches.
+  cancellations (at the places the structure says a cancel may start) and
+  finish its scenario allows and keeps the most such ops at any point; the
+  queue bound is the sum over branches.
 
 The same walk gives, for runs from the initial state, the fewest actions a
 branch takes before each of its steps can run (`earliest`): BMC leaves an
@@ -37,13 +39,16 @@ known up front."""
 
 from __future__ import annotations
 
-import ast
-from typing import Callable, Iterable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import z3
 
+from cowcheck.model.condition import Algebra
 from cowcheck.model.protocol import COPIES, AppendPath, Protocol, Step
 from cowcheck.model.scenario import Scenario
+from cowcheck.model.structure import Op, Place, Structure
+
+from .conditions import formula
 
 
 class Pending(NamedTuple):
@@ -77,17 +82,25 @@ class Pending(NamedTuple):
         return Pending(self.kernels, 0, 0, self.stale + self.tail + self.new)
 
 
-def walk(steps: Iterable[Step], start: Pending, cancel_at_waits: bool) -> tuple[int, Pending, list[Pending]]:
-    """Take `steps` from `start`: the most pending ops at any point, the
-    pending ops at the end (locals cleared), and (cancel_at_waits) the pending
-    ops at each `wait-kernel`, where a may_cancel branch may abandon it."""
+def places(structure: Structure, op: Op, path: Optional[str] = None) -> list[Place]:
+    """The places of one program, in order."""
+    return [Place(op, path, k) for k in range(len(structure.program(op, path)))]
+
+
+def walk(structure: Structure, op: Op, path: Optional[str], start: Pending,
+         may_cancel: bool) -> tuple[int, Pending, list[Pending]]:
+    """Run one program from `start`: the most pending ops at any point, the
+    pending ops once it has ended, and (may_cancel) the pending ops at each
+    place where a cancel may start."""
     pending, peak, cancel_points = start, start.size, []
-    for step in steps:
-        if cancel_at_waits and step.op == "wait-kernel":
+    for place in places(structure, op, path):
+        if may_cancel and structure.cancellable(place):
             cancel_points.append(pending)
-        pending = pending.after(step)
+        pending = pending.after(structure.step(place))
         peak = max(peak, pending.size)
-    return peak, pending.ended(), cancel_points
+        if structure.is_last(place):
+            pending = pending.ended()
+    return peak, pending, cancel_points
 
 
 #: rules_at(n): the indices of the rules the n-th append can choose
@@ -101,70 +114,89 @@ def paths(scenario: Scenario, rules: list[int]) -> list[AppendPath]:
     return [protocol.paths[protocol.rules[r].path] for r in rules]
 
 
-def branch_queue_bound(scenario: Scenario, j: int, rules_at: RulesAt) -> int:
+def branch_queue_bound(scenario: Scenario, structure: Structure, j: int, rules_at: RulesAt) -> int:
     """The most ops branch j can have in flight at once, over every sequence
     of appends (the paths of `rules_at(n)` for the n-th), cancellations
-    (between operations and at an append's `wait-kernel`, if may_cancel) and
-    its finish."""
-    protocol, spec = scenario.protocol, scenario.branches[j]
+    (between operations and, if may_cancel, at the cancel places inside an
+    append) and its finish."""
+    spec = scenario.branches[j]
     peak, between = 0, {Pending()}
 
-    def end_with(program, starts) -> None:
+    def end_with(op: Op, starts) -> None:
         nonlocal peak
         for start in starts:
-            peak = max(peak, walk(program, start, False)[0])
+            peak = max(peak, walk(structure, op, None, start, False)[0])
 
     for n in range(spec.appends):
         after: set[Pending] = set()
         for path in paths(scenario, rules_at(n)):
             for start in between:
-                most, end, cancel_points = walk(path.steps, start, spec.may_cancel)
+                most, end, cancel_points = walk(structure, Op.APPEND, path.name, start, spec.may_cancel)
                 peak = max(peak, most)
                 after.add(end)
                 if spec.may_cancel:
-                    end_with(protocol.cancel, cancel_points)
+                    end_with(Op.CANCEL, cancel_points)
         if spec.may_cancel:
-            end_with(protocol.cancel, between)
+            end_with(Op.CANCEL, between)
         between = after
-    end_with(protocol.finish, between)
+    end_with(Op.FINISH, between)
     if spec.may_cancel:
-        end_with(protocol.cancel, between)
+        end_with(Op.CANCEL, between)
     return peak
 
 
-def table_bound(scenario: Scenario, j: int, rules_at: RulesAt) -> int:
+def table_bound(scenario: Scenario, structure: Structure, j: int, rules_at: RulesAt) -> int:
     """The longest working (and so published) table branch j can have."""
-    protocol = scenario.protocol
-
     def appends(steps) -> int:
         return sum(s.op == "append" for s in steps)
 
     grown = sum(max((appends(p.steps) for p in paths(scenario, rules_at(n))), default=0)
                 for n in range(scenario.branches[j].appends))
-    return scenario.prompt_blocks + grown + max(appends(protocol.finish), appends(protocol.cancel))
+    return scenario.prompt_blocks + grown + max(appends(structure.program(Op.FINISH)), appends(structure.program(Op.CANCEL)))
+
+
+class _Integers(Algebra[list[int]]):
+    """The absolute values of the integers a condition writes."""
+
+    def name(self, name: str) -> list[int]:
+        return []
+
+    def const(self, value: int) -> list[int]:
+        return [abs(value)]
+
+    def counter(self, counter: str, local: str) -> list[int]:
+        return []
+
+    def not_(self, operand: list[int]) -> list[int]:
+        return operand
+
+    def and_(self, operands: list[list[int]]) -> list[int]:
+        return [x for xs in operands for x in xs]
+
+    def or_(self, operands: list[list[int]]) -> list[int]:
+        return [x for xs in operands for x in xs]
+
+    def compare(self, terms: list[list[int]], ops: tuple[str, ...]) -> list[int]:
+        return [x for xs in terms for x in xs]
 
 
 def condition_integers(protocol: Protocol) -> list[int]:
     """The absolute values of the integers written in the rules' conditions
     (a z3 encoding of them needs bit-vectors wide enough for these)."""
-    return [abs(node.value) for rule in protocol.rules
-            for node in ast.walk(ast.parse(rule.when.text.strip(), mode="eval"))
-            if isinstance(node, ast.Constant) and isinstance(node.value, int)]
+    return [x for rule in protocol.rules for x in rule.when.fold(_Integers())]
 
 
-def possible_rules(scenario: Scenario, pos: int, condition: Callable) -> list[int]:
+def possible_rules(scenario: Scenario, pos: int) -> list[int]:
     """The rules a decide at `pos` can choose: those whose condition can be
-    the first true one for some refcount and holds of the tail.
-    `condition(text, boundary, fill, rc, hd)` is the z3 translation
-    (Encoding.condition)."""
+    the first true one for some refcount and holds of the tail."""
     protocol, B = scenario.protocol, scenario.block_size
     width = max(16, (2 * max([B, *condition_integers(protocol)])).bit_length() + 1)
     rc, hd = z3.BitVec("bound.rc", width), z3.BitVec("bound.hd", width)
     fill = z3.BitVecVal(pos % B, width)
-    earlier = []
+    earlier: list[z3.BoolRef] = []
     out = []
     for r, rule in enumerate(protocol.rules):
-        cond = condition(rule.when.text, z3.BoolVal(pos % B == 0), fill, rc, hd)
+        cond = formula(rule.when, z3.BoolVal(pos % B == 0), fill, B, rc, hd)
         solver = z3.Solver()
         solver.add(rc >= 0, hd >= 0, cond, *[z3.Not(c) for c in earlier])
         if solver.check() == z3.sat:
@@ -177,24 +209,25 @@ class Earliest(NamedTuple):
     """The fewest actions of its own a branch takes, from the initial state,
     before it can take each of its steps (absent: never)."""
     decide: dict[int, int]                 # rule index -> actions before that decide
-    steps: dict[tuple, int]                # (op, path or None, step index) -> actions before it
+    steps: dict[Place, int]                # place -> actions before its step
     launch: Optional[int]                  # actions before its first launch (None: it never launches)
 
 
-def earliest(scenario: Scenario, j: int, rules_at: RulesAt) -> Earliest:
+def earliest(scenario: Scenario, structure: Structure, j: int, rules_at: RulesAt) -> Earliest:
     """Walk branch j's appends taking the shortest possible path each time
     (the n-th append starts after the shortest paths of the ones before);
     a finish needs every append done, a cancel may come first thing."""
-    protocol, spec = scenario.protocol, scenario.branches[j]
+    spec = scenario.branches[j]
     decide: dict[int, int] = {}
-    steps: dict[tuple, int] = {}
+    steps: dict[Place, int] = {}
     launches: list[int] = []
 
-    def program(op: str, path: Optional[str], program_steps, before: int) -> None:
-        for k, step in enumerate(program_steps):
-            steps[(op, path, k)] = min(steps.get((op, path, k), before + k), before + k)
-            if step.op in LAUNCHES:
-                launches.append(before + k)
+    def program(op: Op, path: Optional[str], before: int) -> None:
+        for place in places(structure, op, path):
+            at = before + place.step
+            steps[place] = min(steps.get(place, at), at)
+            if structure.step(place).op in LAUNCHES:
+                launches.append(at)
 
     start: Optional[int] = 0
     for n in range(spec.appends):
@@ -202,13 +235,14 @@ def earliest(scenario: Scenario, j: int, rules_at: RulesAt) -> Earliest:
         if not rules:      # no rule can match: the branch is stuck here for good
             start = None
             break
+        assert start is not None
         for r in rules:
             decide[r] = min(decide.get(r, start), start)
         for path in paths(scenario, rules):
-            program("append", path.name, path.steps, start + 1)
+            program(Op.APPEND, path.name, start + 1)
         start += 1 + min(len(path.steps) for path in paths(scenario, rules))
     if start is not None:
-        program("finish", None, protocol.finish, start)
+        program(Op.FINISH, None, start)
     if spec.may_cancel:
-        program("cancel", None, protocol.cancel, 0)
+        program(Op.CANCEL, None, 0)
     return Earliest(decide, steps, min(launches, default=None))

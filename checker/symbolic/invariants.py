@@ -2,177 +2,208 @@
 predicate in cowcheck.invariants, so a reader sees both together.
 
 The encodings are judged the way cowcheck.invariants.Judge judges: an action
-check is triggered by a fact of the action (the symbolic facts of
-cowcheck.symbolic.encoding carry a condition: the fact happens only when it
-holds), and returns a z3 formula that is true exactly when the explicit
-predicate would return a witness. A state check gets the state and the
-formulas `final` and `stuck`.
+check is keyed by a fact type of model.block and triggered by each fact of
+that type the action produces. Symbolic facts are `Guarded`: the same fact
+types with z3 fields, and the condition under which the fact happens; a
+check returns a z3 formula that is true, when the fact happens, exactly
+when the explicit predicate would return a witness (True: the fact itself
+is the violation). A state check gets the state and the formulas `final`
+and `stuck`.
 
-Signatures: action checks `(enc, pre, post, fact) -> BoolRef`, state checks
-`(enc, sym, final, stuck) -> BoolRef` (True: violated)."""
+Signatures: action checks `(system, pre, post, fact) -> BoolRef`, state
+checks `(system, sym, final, stuck) -> BoolRef` (True: violated).
+
+An invariant with no encoding here (a custom one, say) cannot be judged by
+the z3 engines: `encoded` sorts an engine's invariants into those it can
+judge and those it reports as unsupported."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import z3
 
 from cowcheck import invariants as explicit
-from cowcheck.model.block import CopyDone as COPY_COMPLETE, Freed as FREED, KernelDone as KERNEL_COMPLETE
-from cowcheck.model.block import OutputChecked as CHECK_OUTPUT, TableMiss as TABLE_MISS, Underflow as UNDERFLOW
+from cowcheck.invariants import Invariant
+from cowcheck.model.block import CopyDone, Freed, KernelDone, OutputChecked, TableMiss, Underflow
+from cowcheck.model.state import Status
 
-from .encoding import COPY_KIND, KERNEL_KIND, Encoding, Sym, all_of, any_of, select
+from ..results import Kind, Outcome, Verdict
+
+from .state import COPY_KIND, KERNEL_KIND, STATUS_CODE, Sym
+from .steps import Executed
+from .system import SymbolicSystem
+from .terms import Term, all_of, any_of, select
+
+ActionCheck = Callable[[SymbolicSystem, Sym, Sym, Any], Term]
+StateCheck = Callable[[SymbolicSystem, Sym, Term, Term], Term]
+
+#: why an invariant gets no verdict from the z3 engines
+NO_ENCODING = "no z3 encoding; use --engine explicit"
 
 
 @dataclass(frozen=True)
 class SymbolicInvariant:
     id: str
-    on_facts: dict[str, Callable] = field(default_factory=dict)
-    on_state: Optional[Callable] = None
+    on_facts: dict[type, ActionCheck] = field(default_factory=dict)
+    on_state: Optional[StateCheck] = None
     explicit: tuple = ()        # the explicit predicates this mirrors (cowcheck.invariants)
 
 
-def member(table: list, length, b) -> z3.BoolRef:
+def member(table: list, length: Term, b: Term) -> Term:
     """b is one of the first `length` entries of a table."""
     return any_of(z3.And(t < length, x == b) for t, x in enumerate(table))
 
 
-def _mismatch(enc: Encoding, branch, reads: list) -> z3.BoolRef:
-    return any_of(z3.And(below, value != enc.expected(branch, i)) for i, (below, value) in enumerate(reads))
+def _mismatch(system: SymbolicSystem, branch: Term, reads: list) -> Term:
+    return any_of(z3.And(below, value != system.expected(branch, i)) for i, (below, value) in enumerate(reads))
+
+
+def _running(b) -> Term:
+    return b.has(Status.RUNNING)
 
 
 # -- faithful-output  (explicit: faithful_kernel, faithful_check) ---------------
-def faithful_kernel(enc, pre, post, fact):
-    _, cond, i, _, reads = fact
-    return z3.And(cond, _mismatch(enc, pre.q[i].br, reads))
+def faithful_kernel(system, pre, post, fact):
+    return _mismatch(system, fact.kernel.op.br, fact.reads)
 
 
-def faithful_check(enc, pre, post, fact):
-    _, cond, j, reads = fact
-    return z3.And(cond, _mismatch(enc, j, reads))
+def faithful_check(system, pre, post, fact):
+    return _mismatch(system, fact.branch, fact.reads)
 
 
 # -- no-underflow / kernel-table-miss  (explicit: underflow, table_miss) --------
-def fact_happens(enc, pre, post, fact):
+def fact_happens(system, pre, post, fact):
     """The fact itself is the violation."""
-    return fact[1]
+    return z3.BoolVal(True)
 
 
 # -- kernel-complete discipline  (explicit: exclusive_write, refcount_write, copy_before_use)
-def exclusive_write(enc, pre, post, fact):
-    _, cond, i, target, _ = fact
-    k = pre.q[i]
+def exclusive_write(system, pre, post, fact):
+    i, k = fact.kernel
+    target = system.target(k)
     seen_by_branch = any_of(
-        z3.And(k.br != j, b.status == 0, z3.Or(member(b.wk, b.wlen, target), member(b.pb, b.plen, target)))
+        z3.And(k.br != j, _running(b), z3.Or(member(b.wk, b.wlen, target), member(b.pb, b.plen, target)))
         for j, b in enumerate(pre.br))
     seen_by_queue = any_of(
         z3.And(m < pre.qlen, z3.Or(z3.And(o.kind == COPY_KIND, o.src == target),
                                    z3.And(o.kind == KERNEL_KIND, member(o.snap, o.slen, target))))
         for m, o in enumerate(pre.q) if m != i)
-    return z3.And(cond, z3.Or(seen_by_branch, seen_by_queue))
+    return z3.Or(seen_by_branch, seen_by_queue)
 
 
-def refcount_write(enc, pre, post, fact):
-    _, cond, _, target, _ = fact
-    return z3.And(cond, z3.Not(z3.And(select(pre.rc, target, 0) == 1, select(pre.hd, target, 0) == 0)))
+def refcount_write(system, pre, post, fact):
+    target = system.target(fact.kernel.op)
+    return z3.Not(z3.And(select(pre.rc, target, 0) == 1, select(pre.hd, target, 0) == 0))
 
 
-def copy_before_use(enc, pre, post, fact):
-    _, cond, i, _, _ = fact
-    k = pre.q[i]
-    return z3.And(cond, any_of(z3.And(m < pre.qlen, o.kind == COPY_KIND, member(k.snap, k.slen, o.dst))
-                               for m, o in enumerate(pre.q)))
+def copy_before_use(system, pre, post, fact):
+    k = fact.kernel.op
+    return any_of(z3.And(m < pre.qlen, o.kind == COPY_KIND, member(k.snap, k.slen, o.dst)) for m, o in enumerate(pre.q))
 
 
 # -- no-use-after-free  (explicit: uaf_copy, uaf_kernel, uaf_freed, uaf_state) ----
-def uaf_copy(enc, pre, post, fact):
-    o = pre.q[fact[2]]
-    return z3.And(fact[1], z3.Or(enc.in_free(pre, o.src), enc.in_free(pre, o.dst)))
+def uaf_copy(system, pre, post, fact):
+    o = fact.copy.op
+    return z3.Or(system.in_free(pre, o.src), system.in_free(pre, o.dst))
 
 
-def uaf_kernel(enc, pre, post, fact):
-    _, cond, i, target, _ = fact
-    k = pre.q[i]
+def uaf_kernel(system, pre, post, fact):
+    k = fact.kernel.op
+    target = system.target(k)
     # snapshot[:pos // B + 1]: entries t with t * B <= pos (and t < its length)
-    read = any_of(z3.And(t < k.slen, t * enc.B <= k.kpos, enc.in_free(pre, x)) for t, x in enumerate(k.snap))
-    return z3.And(cond, z3.Or(enc.in_free(pre, target), read))
+    read = any_of(z3.And(t < k.slen, t * system.B <= k.kpos, system.in_free(pre, x)) for t, x in enumerate(k.snap))
+    return z3.Or(system.in_free(pre, target), read)
 
 
-def uaf_freed(enc, pre, post, fact):
-    _, cond, b = fact
+def uaf_freed(system, pre, post, fact):
+    b = fact.block
     in_table = any_of(z3.Or(member(x.wk, x.wlen, b), member(x.pb, x.plen, b)) for x in post.br)
     in_queue = any_of(z3.And(m < post.qlen, z3.Or(z3.And(o.kind == COPY_KIND, z3.Or(o.src == b, o.dst == b)),
                                                   z3.And(o.kind == KERNEL_KIND, member(o.snap, o.slen, b))))
                       for m, o in enumerate(post.q))
-    return z3.And(cond, z3.Or(in_table, in_queue))
+    return z3.Or(in_table, in_queue)
 
 
-def uaf_state(enc, s, final, stuck):
-    return any_of(z3.And(t < length, enc.in_free(s, x))
+def uaf_state(system, s, final, stuck):
+    return any_of(z3.And(t < length, system.in_free(s, x))
                   for b in s.br for table, length in ((b.wk, b.wlen), (b.pb, b.plen)) for t, x in enumerate(table))
 
 
 # -- state invariants  (explicit: refcount_exact, no_leak, no_deadlock) ---------
-def refcount_exact(enc, s, final, stuck):
+def refcount_exact(system, s, final, stuck):
     quiet = z3.And(s.qlen == 0, all_of(b.pc == 0 for b in s.br))
-    wrong = any_of(s.rc[x] != z3.Sum([z3.If(z3.And(b.status == 0, member(b.wk, b.wlen, x)), enc.num(1), enc.num(0)) for b in s.br])
-                   for x in range(enc.P))
+    wrong = any_of(s.rc[x] != z3.Sum([z3.If(z3.And(_running(b), member(b.wk, b.wlen, x)), system.num(1), system.num(0))
+                                      for b in s.br])
+                   for x in range(system.P))
     return z3.And(quiet, wrong)
 
 
-def no_leak(enc, s, final, stuck):
-    return z3.And(final, any_of(z3.Or(z3.Not(enc.in_free(s, x)), s.rc[x] != 0, s.hd[x] != 0) for x in range(enc.P)))
+def no_leak(system, s, final, stuck):
+    return z3.And(final, any_of(z3.Or(z3.Not(system.in_free(s, x)), s.rc[x] != 0, s.hd[x] != 0) for x in range(system.P)))
 
 
-def no_deadlock(enc, s, final, stuck):
+def no_deadlock(system, s, final, stuck):
     return z3.And(z3.Not(final), stuck)
 
 
 ENCODINGS: dict[str, SymbolicInvariant] = {inv.id: inv for inv in (
-    SymbolicInvariant("faithful-output", {KERNEL_COMPLETE: faithful_kernel, CHECK_OUTPUT: faithful_check},
+    SymbolicInvariant("faithful-output", {KernelDone: faithful_kernel, OutputChecked: faithful_check},
                       explicit=(explicit.faithful_kernel, explicit.faithful_check)),
-    SymbolicInvariant("no-underflow", {UNDERFLOW: fact_happens}, explicit=(explicit.underflow,)),
+    SymbolicInvariant("no-underflow", {Underflow: fact_happens}, explicit=(explicit.underflow,)),
     SymbolicInvariant("no-leak", on_state=no_leak, explicit=(explicit.no_leak,)),
     SymbolicInvariant("no-deadlock", on_state=no_deadlock, explicit=(explicit.no_deadlock,)),
-    SymbolicInvariant("kernel-table-miss", {TABLE_MISS: fact_happens}, explicit=(explicit.table_miss,)),
-    SymbolicInvariant("exclusive-write", {KERNEL_COMPLETE: exclusive_write}, explicit=(explicit.exclusive_write,)),
-    SymbolicInvariant("refcount-write", {KERNEL_COMPLETE: refcount_write}, explicit=(explicit.refcount_write,)),
-    SymbolicInvariant("no-use-after-free", {COPY_COMPLETE: uaf_copy, KERNEL_COMPLETE: uaf_kernel, FREED: uaf_freed},
+    SymbolicInvariant("kernel-table-miss", {TableMiss: fact_happens}, explicit=(explicit.table_miss,)),
+    SymbolicInvariant("exclusive-write", {KernelDone: exclusive_write}, explicit=(explicit.exclusive_write,)),
+    SymbolicInvariant("refcount-write", {KernelDone: refcount_write}, explicit=(explicit.refcount_write,)),
+    SymbolicInvariant("no-use-after-free", {CopyDone: uaf_copy, KernelDone: uaf_kernel, Freed: uaf_freed},
                       on_state=uaf_state, explicit=(explicit.uaf_copy, explicit.uaf_kernel, explicit.uaf_freed, explicit.uaf_state)),
-    SymbolicInvariant("copy-before-use", {KERNEL_COMPLETE: copy_before_use}, explicit=(explicit.copy_before_use,)),
+    SymbolicInvariant("copy-before-use", {KernelDone: copy_before_use}, explicit=(explicit.copy_before_use,)),
     SymbolicInvariant("refcount-exact", on_state=refcount_exact, explicit=(explicit.refcount_exact,)),
 )}
 
-#: invariant ids with no z3 encoding yet, and why (none: every invariant is encoded)
-NOT_ENCODED: dict[str, str] = {}
+
+def unsupported(inv: Invariant) -> Verdict:
+    """The verdict of an invariant the z3 engines cannot judge."""
+    return Verdict(inv.id, Kind(inv.kind), Outcome.UNSUPPORTED, note=NO_ENCODING)
+
+
+def encoded(invariants: tuple[Invariant, ...]) -> tuple[tuple[Invariant, ...], tuple[Invariant, ...]]:
+    """(the invariants with a z3 encoding, those without)."""
+    return (tuple(inv for inv in invariants if inv.id in ENCODINGS),
+            tuple(inv for inv in invariants if inv.id not in ENCODINGS))
 
 
 class SymbolicJudge:
     """The formulas BMC and k-induction ask z3 about, for one state `s` and
-    the executions of every action instance from it."""
+    the executions of every action instance from it (encoded invariants only)."""
 
-    def __init__(self, enc: Encoding, s: Sym, executed: list):
-        self.enc, self.s, self.executed = enc, s, executed
+    def __init__(self, system: SymbolicSystem, s: Sym, executed: list[Executed]):
+        self.system, self.s, self.executed = system, s, executed
         self.enabled = any_of(x.guard for x in executed)
-        self.final = z3.And(s.qlen == 0, all_of(b.status != 0 for b in s.br))
+        self.final = z3.And(s.qlen == 0, all_of(b.status != STATUS_CODE[Status.RUNNING] for b in s.br))
 
-    def state(self, inv_id: str) -> z3.BoolRef:
+    def state(self, inv_id: str) -> Term:
         """The state breaks the invariant."""
         inv = ENCODINGS[inv_id]
         if inv.on_state is None:
             return z3.BoolVal(False)
-        return inv.on_state(self.enc, self.s, self.final, z3.Not(self.enabled))
+        return inv.on_state(self.system, self.s, self.final, z3.Not(self.enabled))
 
-    def action(self, inv_id: str, which: Optional[int] = None) -> z3.BoolRef:
+    def action(self, inv_id: str, which: Optional[int] = None) -> Term:
         """Some enabled action from the state (or action instance `which`) breaks it."""
         inv = ENCODINGS[inv_id]
         out = []
         for n, x in enumerate(self.executed):
             if which is not None and n != which:
                 continue
-            hits = [check(self.enc, self.s, x.post, fact) for fact in x.facts for kind, check in inv.on_facts.items()
-                    if fact[0] == kind]
+            hits = []
+            for guarded in x.facts:
+                check = inv.on_facts.get(type(guarded.fact))
+                if check is not None:
+                    hit = check(self.system, self.s, x.post, guarded.fact)
+                    hits.append(guarded.when if z3.is_true(hit) else z3.And(guarded.when, hit))
             if hits:
                 out.append(z3.And(x.guard, any_of(hits)))
         return any_of(out)

@@ -20,7 +20,7 @@ run of each length, and so every verdict stay exactly the same:
   are enough (a partial-order reduction).
 
 Why both at once keep a run of every family (the argument needs instances
-numbered branch by branch, in branch order, as Encoding does): among the
+numbered branch by branch, in branch order, as SymbolicSystem does): among the
 runs reachable from a given run by renamings and adjacent swaps of
 independent instances, take the least in lexicographic order of instance
 indices. Swapping an independent decreasing pair would give a smaller one,
@@ -35,15 +35,19 @@ from __future__ import annotations
 
 import z3
 
-from .encoding import Encoding, Sym, all_of
+from cowcheck.model.state import Status
+
+from .state import STATUS_CODE, Sym
+from .system import SymbolicSystem
+from .terms import all_of
 
 
-def interchangeable(enc: Encoding) -> list[tuple[int, int]]:
+def interchangeable(system: SymbolicSystem) -> list[tuple[int, int]]:
     """Pairs (j, j') of branches with the same program, j' the next such
     branch after j."""
     last: dict = {}
     pairs = []
-    for j, spec in enumerate(enc.scenario.branches):
+    for j, spec in enumerate(system.scenario.branches):
         if spec in last:
             pairs.append((last[spec], j))
         last[spec] = j
@@ -56,13 +60,13 @@ def started(s: Sym, j: int) -> z3.BoolRef:
     for a one-step operation, with `done` or its status changed; pc returns
     to 0 only when an operation ends, which changes one of those for good."""
     b = s.br[j]
-    return z3.Or(b.pc != 0, b.done != 0, b.status != 0)
+    return z3.Or(b.pc != 0, b.done != 0, b.status != STATUS_CODE[Status.RUNNING])
 
 
-def symmetry_breaking(enc: Encoding, s: Sym) -> z3.BoolRef:
+def symmetry_breaking(system: SymbolicSystem, s: Sym) -> z3.BoolRef:
     """In state s, no branch has started before an interchangeable branch of
     a lower index (a constraint on every state of the run)."""
-    return all_of(z3.Implies(started(s, later), started(s, earlier)) for earlier, later in interchangeable(enc))
+    return all_of(z3.Implies(started(s, later), started(s, earlier)) for earlier, later in interchangeable(system))
 
 
 def _variables(exprs: list, seen: set) -> set:
@@ -123,7 +127,7 @@ class Reductions:
     def at(self, k: int) -> list:
         """The constraints on state k of the run and on the two actions into it."""
         u = self.u
-        parts = [symmetry_breaking(u.enc, u.state(k))]
+        parts = [symmetry_breaking(u.system, u.state(k))]
         if k >= 2:
             parts.append(self.commuting.ordered(u.act_at(k - 2), u.act_at(k - 1)))
         return parts

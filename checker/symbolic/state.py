@@ -1,0 +1,108 @@
+"""The symbolic state: one z3 bit-vector per field of model.state.State, and
+the facts an action produces, in the model's own fact types.
+
+Fields are signed bit-vectors just wide enough for the scenario's largest
+value (bit-blasting these small finite domains is far faster for z3 than
+integer arithmetic), sized from the scenario: P blocks (refcount, holds, B
+slots), the free list as P positions plus a length, per branch its status,
+pos, done, one program counter for its place (cowcheck.model.structure),
+the locals tail and new, and both tables as T entries plus lengths; the
+device queue as Q slots in launch order. Absent values are -1 (an empty
+slot, an unbound local, an unused table entry), and every entry past a
+length is kept at its canonical empty value, so that two symbolic states
+are equal exactly when the explicit states are (k-induction's simple-path
+constraint relies on that)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+from cowcheck.model.block import Fact
+from cowcheck.model.state import Status
+
+from .terms import Term
+
+#: a branch's status as the symbolic state stores it
+STATUS_CODE: dict[Status, int] = {Status.RUNNING: 0, Status.FINISHED: 1, Status.CANCELLED: 2}
+#: a queue slot's kind
+COPY_KIND, KERNEL_KIND, EMPTY = 0, 1, -1
+NONE_READ = -2      # what a read past the end of a table yields: never a token
+
+
+@dataclass
+class SymBranch:
+    status: Term
+    pos: Term
+    done: Term
+    pc: Term            # 0 between operations, else SymbolicSystem.pcs index
+    tail: Term
+    new: Term
+    wk: list            # working table, T entries
+    wlen: Term
+    pb: list            # published table, T entries
+    plen: Term
+
+    def has(self, status: Status) -> Term:
+        return self.status == STATUS_CODE[status]
+
+
+@dataclass
+class SymOp:
+    kind: Term          # COPY_KIND, KERNEL_KIND, EMPTY
+    src: Term
+    dst: Term
+    n: Term
+    br: Term
+    kpos: Term
+    snap: list
+    slen: Term
+
+
+@dataclass
+class Sym:
+    rc: list
+    hd: list
+    slot: list          # slot[b][s]
+    free: list
+    flen: Term
+    br: list[SymBranch]
+    q: list[SymOp]
+    qlen: Term
+
+    def copy(self) -> "Sym":
+        return Sym(list(self.rc), list(self.hd), [list(s) for s in self.slot], list(self.free), self.flen,
+                   [SymBranch(**{**b.__dict__, "wk": list(b.wk), "pb": list(b.pb)}) for b in self.br],
+                   [SymOp(**{**o.__dict__, "snap": list(o.snap)}) for o in self.q], self.qlen)
+
+    def flat(self) -> list:
+        """Every field in one fixed order (the order of SymbolicSystem.values)."""
+        out = list(self.rc) + list(self.hd) + [c for s in self.slot for c in s] + list(self.free) + [self.flen]
+        for b in self.br:
+            out += [b.status, b.pos, b.done, b.pc, b.tail, b.new, *b.wk, b.wlen, *b.pb, b.plen]
+        for o in self.q:
+            out += [o.kind, o.src, o.dst, o.n, o.br, o.kpos, *o.snap, o.slen]
+        return out + [self.qlen]
+
+
+# -- facts ----------------------------------------------------------------------
+class Queued(NamedTuple):
+    """An in-flight op as its completion sees it: its queue slot and its
+    fields in the state before (the symbolic counterpart of a Copy or a
+    Kernel in CopyDone and KernelDone)."""
+    slot: int
+    op: SymOp
+
+
+class Guarded(NamedTuple):
+    """A fact of model.block (Freed, Underflow, ...), of the same type as
+    the explicit model's but with z3 terms for fields, and the condition
+    under which the action produces it."""
+    when: Term
+    fact: Fact
+
+
+def symbolic(kind: Callable[..., Fact], *fields: Any) -> Fact:
+    """A model fact of type `kind` whose fields are z3 terms (named tuples
+    check no types at run time; this is the one place that says so)."""
+    return kind(*fields)

@@ -1,0 +1,299 @@
+"""What each protocol step and each device completion does to a symbolic
+state: model.steps, model.block and model.device, line by line, on z3 terms.
+
+`take` runs one step: its handler (one per row of DESIGN.md's step table,
+in `HANDLERS`) edits a `StepRun`, then the branch advances to its next
+place or, at the end of its operation, back between operations
+(model.system's _advance). `complete` is the device's completion of one
+queue slot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Optional
+
+import z3
+
+from cowcheck.model.block import CopyDone, Freed, KernelDone, OutputChecked, TableMiss, Underflow
+from cowcheck.model.protocol import Step
+from cowcheck.model.structure import Op, Place
+from cowcheck.model.system import STATUS_AFTER
+
+from .state import COPY_KIND, EMPTY, KERNEL_KIND, NONE_READ, STATUS_CODE, Guarded, Queued, Sym, SymBranch, SymOp, symbolic
+from .terms import Term, any_of, by_value, select
+
+if TYPE_CHECKING:
+    from .system import SymbolicSystem
+
+
+@dataclass
+class Executed:
+    """One action instance executed from a symbolic state."""
+    guard: Term                              # enabled in the pre-state (a table-miss write counts)
+    leads: Term                              # it has a successor (False only for a table-miss write)
+    post: Sym
+    facts: list[Guarded] = field(default_factory=list)
+
+
+# -- block operations (model.block) -------------------------------------------------
+def set_block(system: SymbolicSystem, s: Sym, b: Term, rc: Optional[Term] = None, hd: Optional[Term] = None) -> None:
+    """Set block b's counters. A symbolic b is a case split over every
+    block; a constant one (an alloc under `any` reuse) touches only its own."""
+    if z3.is_expr(b):
+        targets = [(x, b == x) for x in range(system.P)]
+    else:
+        targets = [(b, None)] if 0 <= b < system.P else []
+    for x, here in targets:
+        if rc is not None:
+            s.rc[x] = rc if here is None else z3.If(here, rc, s.rc[x])
+        if hd is not None:
+            s.hd[x] = hd if here is None else z3.If(here, hd, s.hd[x])
+
+
+def push_free(system: SymbolicSystem, s: Sym, when: Term, b: Term, facts: list[Guarded]) -> None:
+    when = z3.And(when, z3.Not(system.in_free(s, b)))
+    if system.scenario.reuse == "lifo":
+        pushed = [b] + s.free[:-1]
+    elif system.scenario.reuse == "fifo":
+        pushed = [z3.If(s.flen == i, b, s.free[i]) for i in range(system.P)]
+    else:
+        pushed = sorted_insert(system, s, b)
+    s.free = [z3.If(when, new, old) for new, old in zip(pushed, s.free)]
+    s.flen = z3.If(when, s.flen + 1, s.flen)
+    facts.append(Guarded(when, symbolic(Freed, b)))
+
+
+def sorted_insert(system: SymbolicSystem, s: Sym, b: Term) -> list:
+    """The free list with b inserted in ascending order (`any` reuse keeps
+    it sorted, model.block._push_free): entries below b stay, b takes the
+    first place that is not below it, the rest move up one."""
+    below = [z3.And(i < s.flen, x < b) for i, x in enumerate(s.free)]
+    return [z3.If(below[i], s.free[i], b if i == 0 else z3.If(below[i - 1], b, s.free[i - 1])) for i in range(system.P)]
+
+
+def take_free(s: Sym, b: int) -> list:
+    """The free list without block b (`any` reuse, sorted, b in it):
+    entries below b stay, the others move down one."""
+    after = s.free[1:] + [-1]
+    return [z3.If(z3.And(i < s.flen, x < b), x, after[i]) for i, x in enumerate(s.free)]
+
+
+def counter_down(system: SymbolicSystem, s: Sym, b: Term, which: str, facts: list[Guarded], when: Term = True) -> None:
+    """decref (which='rc') or release (which='hd'), guarded by `when`."""
+    mine, other = (s.rc, s.hd) if which == "rc" else (s.hd, s.rc)
+    old, other_val = select(mine, b, 0), select(other, b, 0)
+    facts.append(Guarded(z3.And(when, old == 0), symbolic(Underflow, b, "refcount" if which == "rc" else "holds")))
+    ok = z3.And(when, old > 0)
+    set_block(system, s, b, **{which: z3.If(ok, old - 1, old)})
+    push_free(system, s, z3.And(ok, old == 1, other_val == 0), b, facts)
+
+
+def push_op(system: SymbolicSystem, s: Sym, kind: int, src: Term = -1, dst: Term = -1, n: Term = -1, br: Term = -1,
+            kpos: Term = -1, snap: Optional[list] = None, slen: Term = 0) -> None:
+    snap = snap or [-1] * system.T
+    for i, o in enumerate(s.q):
+        at = s.qlen == i
+        o.kind, o.src, o.dst, o.n = (z3.If(at, kind, o.kind), z3.If(at, src, o.src),
+                                     z3.If(at, dst, o.dst), z3.If(at, n, o.n))
+        o.br, o.kpos, o.slen = z3.If(at, br, o.br), z3.If(at, kpos, o.kpos), z3.If(at, slen, o.slen)
+        o.snap = [z3.If(at, new, old) for new, old in zip(snap, o.snap)]
+    s.qlen = s.qlen + 1
+
+
+def pop_op(system: SymbolicSystem, s: Sym, i: int) -> None:
+    empty = SymOp(EMPTY, -1, -1, -1, -1, -1, [-1] * system.T, 0)
+    s.q = s.q[:i] + s.q[i + 1:] + [empty]
+    s.qlen = s.qlen - 1
+
+
+def read(system: SymbolicSystem, s: Sym, table: list, tlen: Term, count: Term, maxcount: int) -> list:
+    """Positions 0 .. maxcount-1 read through a table (model.state.read):
+    (position is below count, value)."""
+    out = []
+    for i in range(maxcount):
+        t, slot = divmod(i, system.B)
+        block = table[t] if t < len(table) else -1
+        cell = select([s.slot[b][slot] for b in range(system.P)], block, NONE_READ)
+        out.append((i < count, z3.If(tlen > t, cell, NONE_READ)))
+    return out
+
+
+# -- the steps (model.steps) ---------------------------------------------------------
+@dataclass
+class StepRun:
+    """One step of branch j being executed: the state before, the state
+    after as the handler builds it, and what the handler adds to the guard,
+    to whether the action leads anywhere, and to its facts."""
+    system: SymbolicSystem
+    pre: Sym
+    post: Sym
+    j: int
+    step: Step
+    guard: Term
+    choice: Optional[int]     # an `alloc` under `any` reuse: the block it takes
+    leads: Term = field(default_factory=lambda: z3.BoolVal(True))
+    facts: list[Guarded] = field(default_factory=list)
+
+    @property
+    def branch(self) -> SymBranch:
+        """The branch in the state after."""
+        return self.post.br[self.j]
+
+    def arg(self, i: int) -> Term:
+        """The block the step's i-th local names (in the state after, as far as built)."""
+        b = self.branch
+        return b.tail if self.step.args[i] == "tail" else b.new
+
+    @property
+    def positions(self) -> range:
+        """The positions the branch can be at."""
+        return range(self.system.L, self.system.maxpos[self.j] + 1)
+
+
+Handler = Callable[[StepRun], None]
+HANDLERS: dict[str, Handler] = {}
+
+
+def handles(*ops: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for op in ops:
+            HANDLERS[op] = fn
+        return fn
+    return register
+
+
+@handles("alloc")
+def _alloc(r: StepRun) -> None:
+    """The front of the free list under lifo and fifo, the given free block under `any`."""
+    system, pre = r.system, r.pre
+    if r.choice is not None:
+        enabled, chosen, r.post.free = system.in_free(pre, r.choice), r.choice, take_free(pre, r.choice)
+    else:
+        enabled, chosen = z3.And(pre.flen > 0, system.P > 0), pre.free[0] if system.P else -1
+        r.post.free = (pre.free[1:] + [-1])[:system.P]
+    r.guard, r.post.flen = z3.And(r.guard, enabled), pre.flen - 1
+    set_block(system, r.post, chosen, rc=1)
+    setattr(r.branch, r.step.args[0], chosen)
+
+
+@handles("incref")
+def _incref(r: StepRun) -> None:
+    v = r.arg(0)
+    set_block(r.system, r.post, v, rc=select(r.pre.rc, v, 0) + 1)
+
+
+@handles("hold")
+def _hold(r: StepRun) -> None:
+    v = r.arg(0)
+    set_block(r.system, r.post, v, hd=select(r.pre.hd, v, 0) + 1)
+
+
+@handles("decref", "release")
+def _down(r: StepRun) -> None:
+    counter_down(r.system, r.post, r.arg(0), "rc" if r.step.op == "decref" else "hd", r.facts)
+
+
+@handles("copy", "copy-block")
+def _copy(r: StepRun) -> None:
+    B = r.system.B
+    n = by_value(r.branch.pos, r.positions, lambda p: p % B) if r.step.op == "copy" else B
+    push_op(r.system, r.post, COPY_KIND, src=r.arg(0), dst=r.arg(1), n=n)
+
+
+@handles("wait-copy")
+def _wait_copy(r: StepRun) -> None:
+    dst, pre = r.arg(0), r.pre
+    r.guard = z3.And(r.guard, z3.Not(any_of(z3.And(i < pre.qlen, o.kind == COPY_KIND, o.dst == dst) for i, o in enumerate(pre.q))))
+
+
+@handles("wait-kernel")
+def _wait_kernel(r: StepRun) -> None:
+    pre = r.pre
+    r.guard = z3.And(r.guard, z3.Not(any_of(z3.And(i < pre.qlen, o.kind == KERNEL_KIND, o.br == r.j) for i, o in enumerate(pre.q))))
+
+
+@handles("append")
+def _append(r: StepRun) -> None:
+    b, v = r.branch, r.arg(0)
+    b.wk = [z3.If(b.wlen == t, v, x) for t, x in enumerate(b.wk)]
+    b.wlen = b.wlen + 1
+
+
+@handles("replace")
+def _replace(r: StepRun) -> None:
+    b, old, new = r.branch, r.arg(0), r.arg(1)
+    first = [z3.And(t < b.wlen, x == old, *[y != old for y in b.wk[:t]]) for t, x in enumerate(b.wk)]
+    r.guard = z3.And(r.guard, any_of(first))  # the explicit model raises a SpecError otherwise
+    b.wk = [z3.If(f, new, x) for f, x in zip(first, b.wk)]
+
+
+@handles("publish")
+def _publish(r: StepRun) -> None:
+    b = r.branch
+    b.pb, b.plen = list(b.wk), b.wlen
+
+
+@handles("write")
+def _write(r: StepRun) -> None:
+    b, B = r.branch, r.system.B
+    covered = by_value(b.pos, r.positions, lambda p: b.plen > p // B)
+    r.facts.append(Guarded(z3.Not(covered), symbolic(TableMiss, r.j, b.pos)))
+    r.leads = covered
+    push_op(r.system, r.post, KERNEL_KIND, br=r.j, kpos=b.pos, snap=list(b.pb), slen=b.plen)
+    b.pos = b.pos + 1
+
+
+@handles("decref-all")
+def _decref_all(r: StepRun) -> None:
+    system, before, b = r.system, r.pre.br[r.j], r.branch
+    for t in range(system.T):
+        counter_down(system, r.post, before.wk[t], "rc", r.facts, when=t < before.wlen)
+    b.wk, b.pb, b.wlen, b.plen = [-1] * system.T, [-1] * system.T, 0, 0
+
+
+@handles("check-output")
+def _check_output(r: StepRun) -> None:
+    b = r.branch
+    reads = read(r.system, r.post, b.wk, b.wlen, b.pos, r.system.maxpos[r.j])
+    r.facts.append(Guarded(z3.BoolVal(True), symbolic(OutputChecked, r.j, reads)))
+
+
+def take(system: SymbolicSystem, s: Sym, j: int, place: Place, guard: Term, choice: Optional[int] = None) -> Executed:
+    """Branch j takes the step at `place` (model.steps.choices + apply) and
+    advances (model.system._advance); `guard` says when it may."""
+    run = StepRun(system, s, s.copy(), j, system.structure.step(place), guard, choice)
+    HANDLERS[run.step.op](run)
+    b = run.branch
+    if not system.structure.is_last(place):
+        b.pc = system.pc_of[place._replace(step=place.step + 1)]
+    else:
+        b.status = STATUS_CODE[STATUS_AFTER[place.op]]
+        b.done = b.done + 1 if place.op is Op.APPEND else b.done
+        b.pc, b.tail, b.new = 0, -1, -1
+    return Executed(run.guard, run.leads, run.post, run.facts)
+
+
+# -- the device (model.device) ---------------------------------------------------------
+def complete(system: SymbolicSystem, s: Sym, i: int) -> Executed:
+    """model.device.complete for queue slot i."""
+    o = s.q[i]
+    post = s.copy()
+    pop_op(system, post, i)
+    is_copy = o.kind == COPY_KIND
+    # a copy: the destination's first n slots take the source's, read now
+    src_cells = [select([s.slot[b][c] for b in range(system.P)], o.src, -1) for c in range(system.B)]
+    # a kernel: its token into snapshot[pos // B], slot pos % B
+    kdom = range(system.L, max(max(system.maxpos), system.L + 1))
+    target = system.target(o)
+    kslot = by_value(o.kpos, kdom, lambda p: p % system.B)
+    token = select([system.token(j, o.kpos) for j in range(system.N)], o.br, -1)
+    for b in range(system.P):
+        for c in range(system.B):
+            by_copy = z3.And(o.dst == b, o.n > c)
+            by_kernel = z3.And(target == b, kslot == c)
+            post.slot[b][c] = z3.If(is_copy, z3.If(by_copy, src_cells[c], s.slot[b][c]),
+                                    z3.If(by_kernel, token, s.slot[b][c]))
+    reads = read(system, post, o.snap, o.slen, o.kpos + 1, max(system.maxpos))
+    facts = [Guarded(is_copy, symbolic(CopyDone, Queued(i, o))),
+             Guarded(z3.Not(is_copy), symbolic(KernelDone, Queued(i, o), reads))]
+    return Executed(system.ready(s, i), z3.BoolVal(True), post, facts)

@@ -1,0 +1,338 @@
+"""The transition system of model.system, encoded for z3: `SymbolicSystem`.
+
+The symbolic state is cowcheck.symbolic.state's `Sym`. The transition
+relation is built by *symbolically executing* each action instance:
+`SymbolicSystem.execute` mirrors model.system, model.steps, model.block and
+model.device on a `Sym` whose fields are z3 expressions (each protocol step
+by its handler in cowcheck.symbolic.steps), and returns the action's guard,
+its successor and its facts (model.block's types, `Guarded` by the condition
+under which they happen), so the invariants can be judged on facts exactly
+as cowcheck.invariants does. `values` maps an explicit State onto the same
+fields, which is how the tests compare the two engines state by state, and
+how a z3 model is checked against the explicit model when a trace is decoded.
+
+Places, the scheduler lock, the places where a cancel may start and the end
+of each operation come from the protocol's Structure, as they do for the
+explicit model. Supported: every step kind, decide with the protocol's rules
+(cowcheck.symbolic.conditions), atomic paths, cancellation, finish, the
+three device models and the three reuse orders (`any`: one alloc instance
+per block id, the free list kept sorted as model.block keeps it).
+
+The sizes T (table entries) and Q (queue slots) come from
+cowcheck.symbolic.bounds: tight bounds derived from the scenario, since
+every unused slot costs fields in every state of an unrolling."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import z3
+
+from cowcheck.model.action import DEVICE, Transition, completion
+from cowcheck.model.condition import Condition
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import Copy, State, Status
+from cowcheck.model.structure import Op, Place
+from cowcheck.model.system import ProtocolModel
+
+from . import bounds, steps
+from .conditions import formula
+from .state import COPY_KIND, EMPTY, KERNEL_KIND, NONE_READ, STATUS_CODE, Sym, SymBranch, SymOp
+from .steps import Executed
+from .terms import Term, all_of, any_of, by_value, select
+
+
+class Instance(NamedTuple):
+    """One action instance of the transition relation."""
+    branch: Optional[int]          # None: a device completion
+    kind: str                      # decide | step | start (the first step of finish or cancel) | complete
+    place: Optional[Place]         # the step it takes (decide: the first of the path its rule chooses)
+    label: str
+    rule: Optional[int] = None     # decide: the rule
+    slot: Optional[int] = None     # complete: the queue slot
+    choice: Optional[int] = None   # an `alloc` under `any` reuse: the free block it takes
+
+
+class SymbolicSystem:
+    """A scenario's transition system over symbolic states: the sizes of the
+    state, its action instances, the scheduling rules, and what each
+    instance does (`execute`); `model` is the explicit ProtocolModel it
+    mirrors, `structure` that model's Structure."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        self.model = ProtocolModel(scenario)
+        self.structure = self.model.structure
+        self.protocol = scenario.protocol
+        self.B, self.L, self.P = scenario.block_size, scenario.prompt, scenario.pool
+        self.N = len(scenario.branches)
+        self.appends = [b.appends for b in scenario.branches]
+        # the rules the n-th append can choose, and bounds that no run can exceed (cowcheck.symbolic.bounds says why)
+        self.rules_at = [bounds.possible_rules(scenario, self.L + n) for n in range(max(self.appends, default=0))]
+        rules_at = self.rules_at.__getitem__
+        self.T = max(1, max(bounds.table_bound(scenario, self.structure, j, rules_at) for j in range(self.N)))
+        self.Q = max(1, sum(bounds.branch_queue_bound(scenario, self.structure, j, rules_at) for j in range(self.N)))
+        self.earliest_own = [bounds.earliest(scenario, self.structure, j, rules_at) for j in range(self.N)]
+        self.maxpos = [self.L + a for a in self.appends]
+        # token ids: the prompt's p_i is i, then each branch's own tokens
+        self.token_ids: dict[str, int] = {}
+        for j in range(self.N):
+            for t in self.model.tokens[j]:
+                self.token_ids.setdefault(t, len(self.token_ids))
+        self.offset = [self.token_ids[self.model.tokens[j][self.L]] if self.appends[j] else 0 for j in range(self.N)]
+        # program counters: 0 is "between operations", then the structure's places
+        self.pcs: list[Optional[Place]] = [None, *self.structure.places]
+        self.pc_of = {place: i for i, place in enumerate(self.pcs) if place is not None}
+        self.instances = self._instances()
+        # B * T: an entry's first position (no-use-after-free compares it with
+        # a kernel's); B and the conditions' integers: compared with fill
+        largest = max(self.P, self.T, self.Q, len(self.token_ids), len(self.pcs), max(self.maxpos) + 1, self.N + 1,
+                      self.B * self.T, *bounds.condition_integers(self.protocol))
+        self.width = (2 * largest).bit_length() + 1   # signed, room for -3 .. 2 * largest
+
+    def num(self, value: int) -> Term:
+        return z3.BitVecVal(value, self.width)
+
+    def paths_at(self, pos: int) -> set[str]:
+        """The paths a decide at `pos` can choose."""
+        return {self.protocol.rules[r].path for r in self.rules_at[pos - self.L]}
+
+    def condition(self, when: Condition, boundary: Term, fill: Term, rc: Term, hd: Term) -> Term:
+        return formula(when, boundary, fill, self.B, rc, hd)
+
+    def token(self, j: int, pos: Term) -> Term:
+        """Branch j's token at a (possibly symbolic) position."""
+        return z3.If(pos < self.L, pos, self.offset[j] + pos - self.L) if z3.is_expr(pos) else (
+            pos if pos < self.L else self.offset[j] + pos - self.L)
+
+    def expected(self, branch: Term, i: int) -> Term:
+        """Position i of a (possibly symbolic) branch's reference sequence."""
+        if isinstance(branch, int):
+            tokens = self.model.tokens[branch]
+            return self.token_ids[tokens[i]] if i < len(tokens) else NONE_READ - 1
+        return select([self.expected(j, i) for j in range(self.N)], branch, NONE_READ - 1)
+
+    # -- explicit <-> symbolic ------------------------------------------------
+    def fresh(self, prefix: str) -> Sym:
+        def v(name: str) -> Term:
+            return z3.BitVec(f"{prefix}{name}", self.width)
+
+        T = self.T
+        return Sym(
+            rc=[v(f"rc{b}") for b in range(self.P)], hd=[v(f"hd{b}") for b in range(self.P)],
+            slot=[[v(f"sl{b}_{s}") for s in range(self.B)] for b in range(self.P)],
+            free=[v(f"fr{i}") for i in range(self.P)], flen=v("flen"),
+            br=[SymBranch(v(f"b{j}st"), v(f"b{j}pos"), v(f"b{j}done"), v(f"b{j}pc"), v(f"b{j}tail"), v(f"b{j}new"),
+                          [v(f"b{j}wk{t}") for t in range(T)], v(f"b{j}wlen"),
+                          [v(f"b{j}pb{t}") for t in range(T)], v(f"b{j}plen")) for j in range(self.N)],
+            q=[SymOp(v(f"q{i}kind"), v(f"q{i}src"), v(f"q{i}dst"), v(f"q{i}n"), v(f"q{i}br"), v(f"q{i}kpos"),
+                     [v(f"q{i}snap{t}") for t in range(T)], v(f"q{i}slen")) for i in range(self.Q)],
+            qlen=v("qlen"))
+
+    def values(self, state: State) -> list[int]:
+        """An explicit state as the integers of `Sym.flat`, in the same order."""
+        T = self.T
+
+        def none(x: Optional[int]) -> int:
+            return -1 if x is None else x
+
+        def pad(table: tuple[int, ...]) -> list[int]:
+            return list(table) + [-1] * (T - len(table))
+
+        out = [b.refcount for b in state.blocks] + [b.holds for b in state.blocks]
+        out += [-1 if c is None else self.token_ids[c] for b in state.blocks for c in b.slots]
+        out += list(state.free) + [-1] * (self.P - len(state.free)) + [len(state.free)]
+        for br in state.branches:
+            place = self.model.place(br)
+            out += [STATUS_CODE[br.status], br.pos, br.done, 0 if place is None else self.pc_of[place], none(br.tail),
+                    none(br.new), *pad(br.working), len(br.working), *pad(br.published), len(br.published)]
+        if len(state.queue) > self.Q:
+            raise AssertionError(f"queue bound {self.Q} exceeded")
+        for op in state.queue:
+            if type(op) is Copy:
+                out += [COPY_KIND, op.src, op.dst, op.n, -1, -1, *pad(()), 0]
+            else:
+                out += [KERNEL_KIND, -1, -1, -1, op.branch, op.pos, *pad(op.snapshot), len(op.snapshot)]
+        out += [EMPTY, -1, -1, -1, -1, -1, *pad(()), 0] * (self.Q - len(state.queue))
+        return out + [len(state.queue)]
+
+    def equals(self, sym: Sym, state: State) -> Term:
+        return all_of(x == v for x, v in zip(sym.flat(), self.values(state)))
+
+    def substitution(self, sym: Sym, state: State) -> list:
+        return [(x, self.num(v)) for x, v in zip(sym.flat(), self.values(state))]
+
+    def same(self, a: Sym, b: Sym) -> Term:
+        return all_of(x == y for x, y in zip(a.flat(), b.flat()))
+
+    def domain(self, s: Sym) -> Term:
+        """Type invariants every reachable state satisfies by construction (T
+        and Q are upper bounds, a path has exactly one write, counters never
+        go below 0). k-induction assumes them of arbitrary states; the tests
+        check them on random reachable states."""
+        def within(x: Term, low: int, high: int) -> Term:
+            return z3.And(x >= low, x <= high)
+
+        def block(x: Term) -> Term:
+            return within(x, -1, self.P - 1)
+
+        parts = [within(s.flen, 0, self.P), within(s.qlen, 0, self.Q)]
+        parts += [z3.And(s.rc[b] >= 0, s.hd[b] >= 0) for b in range(self.P)]
+        parts += [block(x) for x in s.free]
+        for j, b in enumerate(s.br):
+            parts += [within(b.status, 0, 2), within(b.pos, self.L, self.maxpos[j]), within(b.done, 0, self.appends[j]),
+                      within(b.pc, 0, len(self.pcs) - 1), block(b.tail), block(b.new),
+                      within(b.wlen, 0, self.T), within(b.plen, 0, self.T)] + [block(x) for x in b.wk + b.pb]
+        for o in s.q:
+            parts += [within(o.kind, -1, 1), block(o.src), block(o.dst), within(o.slen, 0, self.T)] + [block(x) for x in o.snap]
+        return all_of(parts)
+
+    def init(self, sym: Sym) -> Term:
+        return self.equals(sym, self.model.init_state())
+
+    # -- action instances -------------------------------------------------------
+    def _instances(self) -> list[Instance]:
+        out: list[Instance] = []
+        structure = self.structure
+        for j in range(self.N):
+            name = self.model.names[j]
+            if self.appends[j]:
+                for r, rule in enumerate(self.protocol.rules):
+                    out.append(Instance(j, "decide", Place(Op.APPEND, rule.path, 0), f"{name}: decide {rule.path}", rule=r))
+            for place in structure.places:
+                if place.op is Op.APPEND:
+                    out += self._choices(Instance(j, "step", place, f"{name} ({place.path}): {structure.step(place).text}"))
+            for op in (Op.FINISH, Op.CANCEL):
+                if op is Op.CANCEL and not self.scenario.branches[j].may_cancel:
+                    continue
+                program = bounds.places(structure, op)
+                for place in program[1:]:
+                    out += self._choices(Instance(j, "step", place, f"{name} ({op}): {structure.step(place).text}"))
+                out += self._choices(Instance(j, "start", program[0], f"{name} ({op}): {structure.step(program[0]).text}"))
+        for i in range(self.Q):
+            out.append(Instance(None, "complete", None, f"device: complete queue[{i}]", slot=i))
+        return out
+
+    def _choices(self, inst: Instance) -> list[Instance]:
+        """Under `any` reuse an `alloc` may take any free block, each a
+        separate successor (model.block.free_choices): one instance per block
+        id, enabled when that block is free. A constant block id keeps each
+        instance's effect on the state small (it sets one refcount), where a
+        symbolic choice would touch them all. Every other step: itself."""
+        assert inst.place is not None
+        if self.structure.step(inst.place).op != "alloc" or self.scenario.reuse != "any":
+            return [inst]
+        return [inst._replace(choice=b, label=f"{inst.label} [block {b}]") for b in range(self.P)]
+
+    def earliest(self, inst: Instance) -> Optional[int]:
+        """The fewest actions any run from the initial state takes before
+        this instance can fire (None: it never can), from the branches' own
+        programs (cowcheck.symbolic.bounds.earliest). A completion of queue
+        slot i needs i + 1 launches before it."""
+        if inst.branch is None:
+            assert inst.slot is not None
+            first = [e.launch for e in self.earliest_own if e.launch is not None]
+            return min(first) + inst.slot + 1 if first else None
+        own = self.earliest_own[inst.branch]
+        if inst.kind == "decide":
+            assert inst.rule is not None
+            return own.decide.get(inst.rule)
+        assert inst.place is not None
+        return own.steps.get(inst.place)
+
+    # -- scheduling (the structure's) ---------------------------------------------
+    def starts_from(self, op: Op) -> list[int]:
+        """The program counters where a branch may start `op`: between
+        operations, and for a cancel at the structure's cancel places (a
+        finish also needs every append done, see `execute`)."""
+        if op is Op.FINISH:
+            return [0]
+        return [0] + [self.pc_of[place] for place in self.structure.cancel_places]
+
+    def locked(self, s: Sym, j: int) -> Term:
+        """Branch j holds the scheduler lock (the structure's locking places)."""
+        return any_of(s.br[j].pc == self.pc_of[place] for place in self.structure.locking_places)
+
+    def may_act(self, s: Sym, j: int) -> Term:
+        return z3.And(s.br[j].has(Status.RUNNING), all_of(z3.Not(self.locked(s, i)) for i in range(self.N) if i != j))
+
+    def ready(self, s: Sym, i: int) -> Term:
+        """Queue slot i may complete under the scenario's device model."""
+        if i == 0 or self.scenario.device == "async":
+            return s.qlen > i
+        if self.scenario.device == "stream":
+            return z3.BoolVal(False)
+        return z3.And(s.qlen > i, all_of(s.q[m].kind != s.q[i].kind for m in range(i)))
+
+    def in_free(self, s: Sym, b: Term) -> Term:
+        return any_of(z3.And(i < s.flen, s.free[i] == b) for i in range(self.P))
+
+    def target(self, o: SymOp) -> Term:
+        """The block a kernel writes: snapshot[pos // B] (cowcheck.invariants._target)."""
+        kdom = range(self.L, max(max(self.maxpos), self.L + 1))
+        return by_value(o.kpos, kdom, lambda p: o.snap[p // self.B] if p // self.B < self.T else -1)
+
+    # -- executing one action instance ---------------------------------------
+    def execute(self, s: Sym, inst: Instance) -> Executed:
+        if inst.branch is None:
+            assert inst.slot is not None
+            return steps.complete(self, s, inst.slot)
+        j = inst.branch
+        b = s.br[j]
+        if inst.kind == "decide":
+            return self._decide(s, j, inst)
+        assert inst.place is not None
+        if inst.kind == "start":
+            at = any_of(b.pc == pc for pc in self.starts_from(inst.place.op))
+            all_done = b.done >= self.appends[j] if inst.place.op is Op.FINISH else z3.BoolVal(True)
+            guard = z3.And(self.may_act(s, j), at, all_done)
+        else:
+            guard = z3.And(self.may_act(s, j), b.pc == self.pc_of[inst.place])
+        return steps.take(self, s, j, inst.place, guard, inst.choice)
+
+    def _decide(self, s: Sym, j: int, inst: Instance) -> Executed:
+        assert inst.rule is not None and inst.place is not None
+        b = s.br[j]
+        dom = range(self.L, self.maxpos[j] + 1)
+        fill = by_value(b.pos, dom, lambda p: p % self.B)
+        boundary = fill == 0
+        index_ok = by_value(b.pos, dom, lambda p: z3.And(z3.BoolVal(p % self.B != 0), b.wlen > p // self.B))
+        tail = z3.If(index_ok, by_value(b.pos, dom, lambda p: b.wk[p // self.B] if p // self.B < self.T else -1), -1)
+        conds = [self.condition(r.when, boundary, fill, select(s.rc, tail, 0), select(s.hd, tail, 0))
+                 for r in self.protocol.rules]
+        chosen = z3.And(conds[inst.rule], *[z3.Not(c) for c in conds[:inst.rule]])
+        guard = z3.And(self.may_act(s, j), b.pc == 0, b.done < self.appends[j], chosen)
+        post = s.copy()
+        nb = post.br[j]
+        nb.pc, nb.tail, nb.new = self.pc_of[inst.place], tail, -1
+        return Executed(guard, z3.BoolVal(True), post)
+
+    # -- the explicit model's view of an instance ------------------------------
+    def matches(self, inst: Instance, state: State, tr: Transition) -> bool:
+        """Is the explicit transition `tr` from `state` this instance?"""
+        a = tr.action
+        if inst.branch is None:
+            return (a.actor == DEVICE and inst.slot is not None and inst.slot < len(state.queue)
+                    and completion(state.queue[inst.slot], self.B, self.model.names) == a)
+        assert inst.place is not None
+        place = inst.place
+        if a.actor != self.model.names[inst.branch] or a.op != place.op:
+            return False
+        br = state.branches[inst.branch]
+        if inst.kind == "decide":
+            return a.step == "decide" and self._rule_index(state, inst.branch) == inst.rule
+        step = self.structure.step(place)
+        if inst.choice is not None and dict(a.binds).get(step.args[0]) != inst.choice:
+            return False
+        if inst.kind == "start":
+            return br.op != place.op and a.step == step.text
+        return self.model.place(br) == place and a.step != "decide"
+
+    def _rule_index(self, state: State, j: int) -> int:
+        br = state.branches[j]
+        fill = br.pos % self.B
+        index = br.pos // self.B
+        tail = None if fill == 0 or index >= len(br.working) else br.working[index]
+        rule = self.model.choose(state, tail, fill == 0, fill)
+        assert rule is not None
+        return self.protocol.rules.index(rule)

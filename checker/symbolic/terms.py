@@ -1,0 +1,59 @@
+"""Small helpers over z3 terms, shared by the whole symbolic engine."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import z3
+
+Term = Any       # a z3 expression, or a Python int standing for a constant
+
+
+def like(x: Term, value: Term) -> Term:
+    """A Python int as a constant of x's sort (z3 would make it an Int)."""
+    return value if z3.is_expr(value) else z3.BitVecVal(value, x.size())
+
+
+def select(items: list, index: Term, default: Term = -1) -> Term:
+    """items[index] for a symbolic index: an ite chain (default out of range)."""
+    if not z3.is_expr(index):
+        return items[index] if 0 <= index < len(items) else default
+    items = [like(index, v) for v in items]
+    out = like(index, default)
+    for i in reversed(range(len(items))):
+        out = z3.If(index == i, items[i], out)
+    return out
+
+
+def by_value(x: Term, domain: Iterable[int], fn: Callable[[int], Term]) -> Term:
+    """fn(x) for a symbolic x known to lie in `domain`: a case split, which
+    keeps pos // B and pos % B free of non-linear arithmetic."""
+    domain = list(domain)
+    values = [like(x, fn(v)) for v in domain]
+    out = values[-1]
+    for v, value in zip(reversed(domain[:-1]), reversed(values[:-1])):
+        out = z3.If(x == v, value, out)
+    return out
+
+
+def any_of(items: Iterable[Term]) -> Term:
+    items = list(items)
+    return z3.Or(items) if items else z3.BoolVal(False)
+
+
+def all_of(items: Iterable[Term]) -> Term:
+    items = list(items)
+    return z3.And(items) if items else z3.BoolVal(True)
+
+
+def decided(solver: Any, answer: Any) -> Any:
+    """z3's answer, or why it has none: z3 catches Ctrl-C itself while it
+    solves and answers unknown ("interrupted from keyboard", "canceled");
+    that is the user's interrupt, delivered as one. Any other unknown is an
+    error of the engine."""
+    if answer == z3.unknown:
+        reason = solver.reason_unknown()
+        if "interrupt" in reason or "cancel" in reason:
+            raise KeyboardInterrupt(reason)
+        raise RuntimeError(f"z3 answered unknown ({reason})")
+    return answer

@@ -25,7 +25,7 @@ _EXPORTS = {
     "ProtocolModel": "cowcheck.model.system", "TransitionSystem": "cowcheck.model.system",
     "CheckFailed": "cowcheck.api", "Replay": "cowcheck.api", "assert_holds": "cowcheck.api",
     "assert_safe": "cowcheck.api", "assert_violates": "cowcheck.api", "builtin_protocol": "cowcheck.api",
-    "check": "cowcheck.api", "explain": "cowcheck.api", "load_counterexample": "cowcheck.api",
+    "check": "cowcheck.api", "explain": "cowcheck.api", "load_counterexample": "cowcheck.api", "make_protocol": "cowcheck.api",
     "page": "cowcheck.api", "replay": "cowcheck.api", "resolve_protocol": "cowcheck.api",
     "with_overrides": "cowcheck.api",
     "INVARIANTS": "cowcheck.invariants", "Invariant": "cowcheck.invariants",
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from cowcheck.model.system import ProtocolModel, TransitionSystem
 
     from .api import (CheckFailed, Replay, assert_holds, assert_safe, assert_violates, builtin_protocol, check,
-                      explain, load_counterexample, page, replay, resolve_protocol, with_overrides)
+                      explain, load_counterexample, make_protocol, page, replay, resolve_protocol, with_overrides)
     from .invariants import INVARIANTS, Invariant
     from .output import write_result
     from .results import BmcResult, Engine, ExplicitResult, Kind, KindResult, Outcome, Result, Summary, Verdict

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
-from cowcheck.model.protocol import Protocol, load_builtin, load_protocol
+from cowcheck.model.protocol import Protocol, load_builtin, load_protocol, protocol_from_dict
 from cowcheck.model.protocol import load_builtin as builtin_protocol
 from cowcheck.model.scenario import Scenario, load_scenario
 
@@ -33,6 +33,13 @@ from .results import Engine, Outcome, Result
 from .trace import Counterexample
 
 ScenarioLike = Union[Scenario, str, Path]
+
+
+def make_protocol(definition: dict[str, Any], name: str = "protocol") -> Protocol:
+    """A protocol built in code from the same tables a protocol file has
+    (`append` with `rules` and `paths`, optional `cancel` and `finish`),
+    validated like a file."""
+    return protocol_from_dict(definition, f"<protocol {name}>", default_name=name)
 
 
 def as_scenario(scenario: ScenarioLike) -> Scenario:

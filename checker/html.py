@@ -76,7 +76,7 @@ def _change(before: dict, after: dict, block: int, counter: str) -> str:
 
 
 def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict) -> str:
-    """What a branch's step did, in one sentence (DESIGN.md's step table)."""
+    """What a branch's step did, in one sentence (the step table, specs/SEMANTICS.md#steps)."""
     op, *args = step.split()
     arg: list[Any] = [binds.get(a) for a in args]  # block ids, as recorded
     me = after["branches"][who]

@@ -101,8 +101,11 @@ def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complet
             continue
         kinds = (Kind.HARM,) if item == "safe" else (Kind.HARM, Kind.DISCIPLINE)
         broken = [v.invariant for v in verdicts.values() if v.kind in kinds and v.outcome is Outcome.VIOLATED]
+        unjudged = [v.invariant for v in verdicts.values() if v.kind in kinds and v.outcome is Outcome.UNSUPPORTED]
         if broken:
             failures.append(f"expected \"{item}\", but {', '.join(broken)} broke")
+        elif unjudged:
+            failures.append(f"expected \"{item}\", which this engine cannot confirm: it cannot check {', '.join(unjudged)}")
         elif not complete:
             failures.append(f"expected \"{item}\", which a partial run cannot confirm")
     return failures

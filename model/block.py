@@ -1,5 +1,5 @@
 """Reference counting, holds and the free list: the rules that decide when a
-block goes back to the pool (DESIGN.md "Steps": incref, decref, hold, release,
+block goes back to the pool (specs/SEMANTICS.md#steps: incref, decref, hold, release,
 alloc).
 
 They act on a `Draft`, the state being edited by one action, and record what

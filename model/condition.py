@@ -1,7 +1,7 @@
 """Rule conditions: small boolean expressions that choose an append path.
 
 A condition is parsed with Python's own parser and then checked against a
-whitelist of node types and names, so the grammar is exactly DESIGN.md's:
+whitelist of node types and names, so the grammar is exactly the one of specs/SEMANTICS.md#protocols:
 `boundary`, `fill`, `B`, `refcount(X)`, `holds(X)`, `true`, `false`, integers,
 comparisons, `and`, `or`, `not` and parentheses.
 

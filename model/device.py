@@ -1,5 +1,5 @@
 """The device models: which in-flight operation may complete next, and what a
-completion does (DESIGN.md "Device actions").
+completion does (specs/SEMANTICS.md#device-actions).
 
 `async` lets any in-flight op complete; `stream` is one FIFO queue; `streams`
 is a FIFO copy stream beside an independent FIFO compute stream."""

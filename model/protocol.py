@@ -1,5 +1,5 @@
 """Protocols: for each high-level operation of a branch, the ordered steps it
-takes. Loaded from TOML (DESIGN.md "Protocols") and validated up front, so a
+takes. Loaded from TOML (specs/SEMANTICS.md#protocols) and validated up front, so a
 bad file fails before any exploration starts."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Scenarios: the block graph and branch programs a protocol is checked on
-(DESIGN.md "Scenario")."""
+(specs/SEMANTICS.md#scenario)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A state is plain, immutable, hashable data (DESIGN.md "State").
+"""A state is plain, immutable, hashable data (specs/SEMANTICS.md#state).
 
 Named tuples rather than frozen dataclasses: the explorer hashes and compares
 millions of them, and tuples do that in C."""

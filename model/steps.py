@@ -1,4 +1,4 @@
-"""What each protocol step does to the state (DESIGN.md's step table).
+"""What each protocol step does to the state (the step table, specs/SEMANTICS.md#steps).
 
 `choices` says whether a step is enabled and with which free choice (the block
 an `alloc` pops); `apply` performs it on a Draft and returns the branch as the

@@ -141,3 +141,15 @@ def test_no_module_shadows_a_public_name():
     for name in cowcheck.__all__:
         value = getattr(cowcheck, name)
         assert not hasattr(value, "__path__") and type(value).__name__ != "module", name
+
+
+def test_a_protocol_built_in_code_is_checked_like_a_file():
+    spare = cowcheck.make_protocol({
+        "append": {"rules": [{"when": "boundary", "path": "fresh"}, {"when": "true", "path": "in-place"}],
+                   "paths": {"fresh": ["alloc new", "append new", "publish", "write", "wait-kernel"],
+                             "in-place": ["write", "wait-kernel"]}},
+    }, name="spare")
+    scenario = cowcheck.make_scenario(2, 3, [2, 2], spare)
+    assert cowcheck.assert_violates(scenario, "exclusive-write", length=3).scenario.protocol.name == "spare"
+    with pytest.raises(cowcheck.SpecError, match="unknown step 'teleport'"):
+        cowcheck.make_protocol({"append": {"rules": [{"when": "true", "path": "p"}], "paths": {"p": ["teleport", "write"]}}})

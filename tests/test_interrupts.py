@@ -140,3 +140,19 @@ def test_two_runs_into_one_folder_lose_nothing(tmp_path):
     written = {p.name: p.read_bytes() for p in out.glob("*.json")}
     assert written == committed
     no_half_written_file(out)
+
+
+@pytest.mark.parametrize("engine", ["bmc", "kind"])
+def test_ctrl_c_in_a_z3_engine_gives_what_was_decided(tmp_path, engine):
+    """z3 answers "unknown (interrupted)" when Ctrl-C comes while it solves:
+    that is the user's interrupt, so the table so far, exit 130, and --json."""
+    scenario = SCENARIOS / ("premature-decrement.toml" if engine == "bmc" else "cow-two-writers.toml")
+    proc = start(["check", scenario, "--engine", engine, "--depth", "30", "--json", "out.json", "--out", "cx"], tmp_path)
+    time.sleep(6)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    no_trace_of_a_crash(out, err)
+    assert proc.returncode == 130, err
+    (entry,) = json.loads((tmp_path / "out.json").read_text())
+    assert entry["complete"] is False and entry["stopped"] == "interrupted (Ctrl-C)"
+    assert "partial: interrupted (Ctrl-C)" in out

@@ -1,7 +1,7 @@
 """Bounded model checking: unroll the transition relation depth by depth and
 ask z3, for each invariant not yet broken, whether a run of exactly that many
 actions breaks it. Depths are tried in increasing order, so the first
-violation found of an invariant is a shortest one, with DESIGN.md's lengths:
+violation found of an invariant is a shortest one, with the lengths of specs/SEMANTICS.md#traces:
 an action-checked invariant's length includes the action, a state-checked
 one's is the depth of the state.
 

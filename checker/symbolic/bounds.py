@@ -32,7 +32,7 @@ action instance out of the transition relation at the depths where it
 cannot fire yet (a finish, with its costly decref-all, needs every append
 done first), which shrinks the early steps of every unrolling.
 
-Both rely on DESIGN.md's rule that every append path has exactly one
+Both rely on the rule (specs/SEMANTICS.md#decisions) that every append path has exactly one
 `write` (model.protocol checks it): the n-th append of a branch decides at
 pos = L + n, so `rules_at(n)`, the rules that can be chosen there, are
 known up front."""

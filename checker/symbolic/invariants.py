@@ -1,4 +1,4 @@
-"""One z3 encoding per invariant of DESIGN.md, each next to its explicit
+"""One z3 encoding per invariant of specs/SEMANTICS.md#invariants, each next to its explicit
 predicate in cowcheck.invariants, so a reader sees both together.
 
 The encodings are judged the way cowcheck.invariants.Judge judges: an action

@@ -271,7 +271,7 @@ def same_index(lm: Lemmas, f: Formulas) -> Iterator[tuple]:
 def one_locked(lm: Lemmas, f: Formulas) -> Iterator[tuple]:
     """At most one branch holds the scheduler lock (is at a place of the
     structure that locks: inside the non-wait part of an atomic path): while
-    one does, no other branch takes a step (DESIGN.md's scheduling)."""
+    one does, no other branch takes a step (specs/SEMANTICS.md#scheduling)."""
     system = lm.system
     if not system.structure.locking_places:
         return

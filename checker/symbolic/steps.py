@@ -1,7 +1,7 @@
 """What each protocol step and each device completion does to a symbolic
 state: model.steps, model.block and model.device, line by line, on z3 terms.
 
-`take` runs one step: its handler (one per row of DESIGN.md's step table,
+`take` runs one step: its handler (one per row of the step table, specs/SEMANTICS.md#steps,
 in `HANDLERS`) edits a `StepRun`, then the branch advances to its next
 place or, at the end of its operation, back between operations
 (model.system's _advance). `complete` is the device's completion of one

@@ -15,10 +15,6 @@ from types import FrameType
 from typing import Optional
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, delivered as an interrupt so the same code stops cleanly."""
-
-
 #: the exit status an interrupted command ends with
 INTERRUPT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 received: list[int] = []
@@ -36,11 +32,16 @@ def _in_finalizer(frame: Optional[FrameType]) -> bool:
 
 
 def _interrupt(signum: int, frame: Optional[FrameType]) -> None:
+    from . import interrupts
+    received.append(signum)
+    if interrupts.deferring():   # an engine will raise it at its next safe point
+        interrupts.defer(signum)
+        return
     if _in_finalizer(frame):     # deliver it again a moment later, outside the destructor
+        received.pop()
         threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
         return
-    received.append(signum)
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    interrupts.raise_for(signum)
 
 
 def interrupt_status() -> int:

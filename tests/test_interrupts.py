@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "specs" / "scenarios"
@@ -115,9 +115,11 @@ def test_ctrl_c_at_any_moment_of_any_command(tmp_path_factory, which, delay):
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
+    # Python itself was still starting (its site import, before any of
+    # cowcheck runs): what happens then is the interpreter's, not ours
+    assume(proc.returncode != -signal.SIGINT and "init_import_site" not in err)
     no_trace_of_a_crash(out, err)
-    # -SIGINT: the signal came before Python had started (nothing of cowcheck ran yet)
-    assert proc.returncode in (0, 1, 130, -signal.SIGINT), (proc.returncode, err)
+    assert proc.returncode in (0, 1, 130), (proc.returncode, err)
     no_half_written_file(work)
     if writes_json and (work / "out.json").exists():
         results = json.loads((work / "out.json").read_text())

@@ -27,6 +27,7 @@ with a note; the others are checked as usual."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Optional
 
@@ -37,6 +38,7 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import State
 
 from ..explorer import interrupted
+from ..interrupts import deferred, poll
 from ..invariants import INVARIANTS, Invariant, Judge, validate_expect
 from ..results import BmcResult, Kind, Outcome, Verdict
 from ..trace import Counterexample
@@ -202,6 +204,7 @@ def solve(formulas: list) -> Optional[z3.ModelRef]:
     1.7x slower in all. A fresh solver preprocesses the whole query at once
     (solve-eqs, elim-uncnstr): for exclusive-write it drops every slot
     field, which nothing that query asks about reads."""
+    poll()
     solver = z3.Then(*TACTIC).solver()
     solver.add(*formulas)
     answer = decided(solver, solver.check())
@@ -214,7 +217,8 @@ def run_bmc(scenario: Scenario, invariants: tuple[Invariant, ...] = INVARIANTS, 
     actions. Verdicts: violated (with its length and counterexample), holds
     when every run ended within the bound without breaking it, not seen when
     it was not broken within the bound but longer runs exist, unsupported
-    when it has no z3 encoding.
+    when it has no z3 encoding. Interrupted (Ctrl-C, SIGTERM), it returns
+    what was decided so far.
 
     At each depth one query asks whether any open invariant breaks; only when
     one does are more asked, to sort out which (z3's model says). `reduce`
@@ -223,58 +227,74 @@ def run_bmc(scenario: Scenario, invariants: tuple[Invariant, ...] = INVARIANTS, 
     validate_expect(scenario)
     checked, left_out = encoded(invariants)
     verdicts: dict[str, Verdict] = {inv.id: unsupported(inv) for inv in left_out}
-    depth_seconds: list[float] = []
-    exhausted, reached = False, 0
+    deepening = Deepening()
     stopped: Optional[str] = None
-    if checked:
-        u = Unrolling(scenario, checked)
-        reductions = Reductions(u) if reduce else None
-        path = [u.system.init(u.state(0))]
-        init = u.system.model.init_state()
-
-        def hunt(bad: Callable[[str], Term], length: int, prefix: int, by_action: bool) -> None:
-            """Record every open invariant that `bad` can break at this length."""
-            while True:
-                open_ = {inv.id: bad(inv.id) for inv in checked if inv.id not in verdicts}
-                open_ = {i: f for i, f in open_.items() if not z3.is_false(f)}
-                m = solve(path + [z3.Or(list(open_.values()))]) if open_ else None
-                if m is None:
-                    return
-                for inv in checked:
-                    if inv.id in open_ and z3.is_true(m.eval(open_[inv.id], model_completion=True)):
-                        run, witness = u.decode(m, prefix, inv, by_action)
-                        cx = Counterexample.from_run(scenario, init, run, invariant=inv.id, invariant_kind=str(inv.kind),
-                                                     witness=witness)
-                        verdicts[inv.id] = Verdict(inv.id, Kind(inv.kind), Outcome.VIOLATED, length, counterexample=cx,
-                                                   witness=witness)
-
-        try:
-            for d in range(depth + 1):
-                start = time.perf_counter()
-                if d >= 1:
-                    # violations of length d at an action taken from depth d-1 (a
-                    # kernel-table-miss leads nowhere, so ask before requiring a state d)
-                    hunt(partial(u.action_bad, d=d - 1), d, d - 1, True)
-                    path.append(u.step(d - 1))
-                    path += reductions.at(d) if reductions else []
-                    if solve(path) is None:  # no run is d actions long: every run was covered
-                        depth_seconds.append(time.perf_counter() - start)
-                        exhausted = True
-                        break
-                reached = d
-                hunt(partial(u.state_bad, d=d), d, d, False)
-                depth_seconds.append(time.perf_counter() - start)
-                if len(verdicts) == len(invariants):
-                    break
-        except KeyboardInterrupt as interrupt:   # what was decided so far stands; the rest is not seen
-            stopped = interrupted(interrupt)
+    try:
+        with deferred():
+            if checked:
+                _deepen(scenario, checked, depth, reduce, verdicts, deepening)
+    except KeyboardInterrupt as interrupt:   # what was decided so far stands; the rest is not seen
+        stopped = interrupted(interrupt)
     for inv in checked:
         if inv.id not in verdicts:
-            verdicts[inv.id] = Verdict(inv.id, Kind(inv.kind), Outcome.HOLDS if exhausted else Outcome.NOT_SEEN)
+            verdicts[inv.id] = Verdict(inv.id, Kind(inv.kind), Outcome.HOLDS if deepening.exhausted else Outcome.NOT_SEEN)
     verdicts = {inv.id: verdicts[inv.id] for inv in invariants}
     # nothing left open within any bound
-    settled = exhausted or all(verdicts[inv.id].outcome is Outcome.VIOLATED for inv in checked)
+    settled = stopped is None and (deepening.exhausted or all(verdicts[inv.id].outcome is Outcome.VIOLATED for inv in checked))
     if not settled:
         stopped = stopped or f"bmc bound {depth}"
-    return BmcResult(scenario, verdicts, settled, stopped, sum(depth_seconds),
-                     bound=depth, reached=reached, depth_seconds=depth_seconds)
+    return BmcResult(scenario, verdicts, settled, stopped, sum(deepening.seconds),
+                     bound=depth, reached=deepening.reached, depth_seconds=deepening.seconds)
+
+
+@dataclass
+class Deepening:
+    """How far BMC got: the deepest depth decided, whether every run ended
+    within it, and z3's seconds per depth (kept when it is interrupted)."""
+    reached: int = 0
+    exhausted: bool = False
+    seconds: list[float] = field(default_factory=list)
+
+
+def _deepen(scenario: Scenario, checked: tuple[Invariant, ...], depth: int, reduce: bool,
+            verdicts: dict[str, Verdict], deepening: Deepening) -> None:
+    """Deepen the unrolling to `depth`, recording each violation found in
+    `verdicts` and the progress in `deepening`."""
+    u = Unrolling(scenario, checked)
+    reductions = Reductions(u) if reduce else None
+    path = [u.system.init(u.state(0))]
+    init = u.system.model.init_state()
+
+    def hunt(bad: Callable[[str], Term], length: int, prefix: int, by_action: bool) -> None:
+        """Record every open invariant that `bad` can break at this length."""
+        while True:
+            open_ = {inv.id: bad(inv.id) for inv in checked if inv.id not in verdicts}
+            open_ = {i: f for i, f in open_.items() if not z3.is_false(f)}
+            m = solve(path + [z3.Or(list(open_.values()))]) if open_ else None
+            if m is None:
+                return
+            for inv in checked:
+                if inv.id in open_ and z3.is_true(m.eval(open_[inv.id], model_completion=True)):
+                    run, witness = u.decode(m, prefix, inv, by_action)
+                    cx = Counterexample.from_run(scenario, init, run, invariant=inv.id, invariant_kind=str(inv.kind),
+                                                 witness=witness)
+                    verdicts[inv.id] = Verdict(inv.id, Kind(inv.kind), Outcome.VIOLATED, length, counterexample=cx,
+                                               witness=witness)
+
+    for d in range(depth + 1):
+        start = time.perf_counter()
+        if d >= 1:
+            # violations of length d at an action taken from depth d-1 (a
+            # kernel-table-miss leads nowhere, so ask before requiring a state d)
+            hunt(partial(u.action_bad, d=d - 1), d, d - 1, True)
+            path.append(u.step(d - 1))
+            path += reductions.at(d) if reductions else []
+            if solve(path) is None:  # no run is d actions long: every run was covered
+                deepening.seconds.append(time.perf_counter() - start)
+                deepening.exhausted = True
+                return
+        deepening.reached = d
+        hunt(partial(u.state_bad, d=d), d, d, False)
+        deepening.seconds.append(time.perf_counter() - start)
+        if all(inv.id in verdicts for inv in checked):
+            return

@@ -54,6 +54,7 @@ from typing import Optional
 from cowcheck.model.scenario import Scenario
 
 from ..explorer import interrupted
+from ..interrupts import deferred
 from ..invariants import INVARIANTS, Invariant, validate_expect
 from ..results import Kind, KindResult, Outcome, Verdict
 from .bmc import run_bmc
@@ -127,23 +128,29 @@ class KInduction:
         inductive at small k is almost always false for the protocol, and
         larger steps cost more than they find."""
         try:
-            for k in range(1, self.depth + 1):
-                start = time.perf_counter()
-                self.base_case(k)
-                if self.settled():
-                    self.k_seconds.append(time.perf_counter() - start)
-                    break
-                self.lemma_step(k)
-                self.implication()
-                self.invariant_step(k)
-                self.close(k)
-                self.k_seconds.append(time.perf_counter() - start)
-                if self.settled():
-                    break
+            with deferred():
+                self.prove()
         except KeyboardInterrupt as interrupt:    # the proofs closed so far stand; the rest is open
             return self.tally({inv.id: Verdict(inv.id, Kind(inv.kind), Outcome.NOT_SEEN) for inv in self.checked},
                               [], 0, interrupted(interrupt))
         return self.tally(*self.closing_bmc())
+
+    def prove(self) -> None:
+        """k = 1 .. depth: the base case, the lemmas' step, what they imply,
+        the invariants' step; stop once every invariant is settled."""
+        for k in range(1, self.depth + 1):
+            start = time.perf_counter()
+            self.base_case(k)
+            if self.settled():
+                self.k_seconds.append(time.perf_counter() - start)
+                return
+            self.lemma_step(k)
+            self.implication()
+            self.invariant_step(k)
+            self.close(k)
+            self.k_seconds.append(time.perf_counter() - start)
+            if self.settled():
+                return
 
     def closing_bmc(self) -> tuple[dict[str, Verdict], list[float], int, Optional[str]]:
         """BMC to the bound for the invariants left open: (their verdicts,
@@ -195,4 +202,10 @@ def run_kinduction(scenario: Scenario, invariants: tuple[Invariant, ...] = INVAR
     if not encoded(invariants)[0]:     # nothing to prove: no lemmas either
         validate_expect(scenario)
         return KindResult(scenario, {inv.id: unsupported(inv) for inv in invariants}, True, bound=depth)
-    return KInduction(scenario, invariants, depth, lemma_depth).run()
+    try:
+        with deferred():
+            prover = KInduction(scenario, invariants, depth, lemma_depth)
+    except KeyboardInterrupt as interrupt:       # while building the lemmas: nothing decided yet
+        return KindResult(scenario, {inv.id: Verdict(inv.id, Kind(inv.kind), Outcome.NOT_SEEN) for inv in invariants},
+                          False, interrupted(interrupt), bound=depth)
+    return prover.run()

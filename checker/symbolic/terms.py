@@ -6,6 +6,8 @@ from typing import Any, Callable, Iterable
 
 import z3
 
+from ..interrupts import poll
+
 Term = Any       # a z3 expression, or a Python int standing for a constant
 
 
@@ -51,6 +53,7 @@ def decided(solver: Any, answer: Any) -> Any:
     solves and answers unknown ("interrupted from keyboard", "canceled");
     that is the user's interrupt, delivered as one. Any other unknown is an
     error of the engine."""
+    poll()
     if answer == z3.unknown:
         reason = solver.reason_unknown()
         if "interrupt" in reason or "cancel" in reason:

@@ -448,3 +448,26 @@ def test_unicode_names_on_an_ascii_terminal_are_escaped_not_a_crash(tmp_path):
     assert done.returncode == 0, done.stderr.decode("ascii", "replace")
     assert b"Traceback" not in done.stderr
     assert b"pr\\xe4fix-w\\xe4rme" in done.stdout
+
+
+def test_the_readme_override_examples_behave_as_it_says(tmp_path):
+    """Under an override the files' expect is not judged: premature-decrement
+    on one stream is safe but undisciplined (exit 0), and an unchanged copy of
+    cow over every shipped scenario has exactly one unsafe scenario (the tight
+    pool's deadlock), so exit 1 and a count across scenarios; the files go to
+    counterexamples/overrides/."""
+    import shutil
+    import subprocess
+    import sys
+    exe = shutil.which("cowcheck", path=str(Path(sys.executable).parent)) or "cowcheck"
+    one = subprocess.run([exe, "check", str(ROOT / "specs" / "scenarios" / "premature-decrement.toml"), "--device", "stream"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert "safe but undisciplined" in one.stdout and "expect NOT met" not in one.stdout
+    shutil.copy(ROOT / "specs" / "protocols" / "cow.toml", tmp_path / "my-change.toml")
+    every = subprocess.run([exe, "check", str(ROOT / "specs" / "scenarios"), "--protocol", "my-change.toml", "--device", "stream"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert every.returncode == 1, every.stdout + every.stderr
+    assert "1 unsafe, 0 safe but undisciplined, 24 safe and disciplined" in " ".join(every.stdout.split())
+    written = {p.parent for p in tmp_path.rglob("*.json")}
+    assert written == {tmp_path / "counterexamples" / "overrides"}

@@ -34,6 +34,8 @@ _EXPORTS = {
     "Kind": "cowcheck.results", "KindResult": "cowcheck.results", "Outcome": "cowcheck.results",
     "Result": "cowcheck.results", "Summary": "cowcheck.results", "Verdict": "cowcheck.results",
     "Counterexample": "cowcheck.trace",
+    "sweep": "cowcheck.sweeps", "Sweep": "cowcheck.sweeps", "load_grid": "cowcheck.sweeps",
+    "shrink": "cowcheck.shrinking", "Shrunk": "cowcheck.shrinking",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -63,3 +65,5 @@ if TYPE_CHECKING:
     from .output import write_result
     from .results import BmcResult, Engine, ExplicitResult, Kind, KindResult, Outcome, Result, Summary, Verdict
     from .trace import Counterexample
+    from .sweeps import Sweep, load_grid, sweep
+    from .shrinking import Shrunk, shrink

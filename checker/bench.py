@@ -10,6 +10,7 @@ import multiprocessing
 import resource
 import sys
 import time
+from typing import Optional
 
 from rich.console import Console
 from rich.markup import escape
@@ -117,16 +118,131 @@ def _measure_symbolic(args, conn) -> None:
     conn.close()
 
 
-def _in_child(target, args) -> dict:
-    """Run target(args, conn) in a fresh process and return what it sends."""
+def _in_child(target, args, limit: Optional[float] = None) -> Optional[dict]:
+    """Run target(args, conn) in a fresh process and return what it sends;
+    None when `limit` seconds pass first (the child is then killed)."""
     ctx = multiprocessing.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=target, args=(args, send))
     proc.start()
     send.close()
+    if limit is not None and not receive.poll(limit):
+        proc.kill()
+        proc.join()
+        return None
     row = receive.recv()
     proc.join()
     return row
+
+
+# -- symmetry as branches grow (--branches) and where the time goes (--profile)
+#: (branches, appends each) for `--branches`: cow, B=4, L=6, async
+BRANCH_SHAPES = tuple((n, 1) for n in range(2, 9)) + tuple((n, 2) for n in range(2, 7))
+#: the per-row limit in seconds when none is given
+ROW_LIMIT = 60.0
+#: (branches, appends each) for `--profile`
+PROFILE_SHAPES = ((4, 2), (5, 2), (6, 1), (8, 1))
+
+
+def _branch_label(n: int, appends: int) -> str:
+    return f"cow B=4 L=6 {n}x{appends}"
+
+
+def _measure_branches(args, conn) -> None:
+    from .explicit import explore
+    n, appends, por = args
+    scenario = make_scenario(4, 6, [(appends, False)] * n, "cow", name=_branch_label(n, appends))
+    result = explore(scenario, symmetry=True, por=por)
+    x = result.x
+    conn.send({"benchmark": _branch_label(n, appends), "branches": n, "appends": appends,
+               "reductions": "symmetry + partial-order" if por else "symmetry",
+               "states": x.states, "transitions": x.transitions, "complete": x.complete,
+               "explore_seconds": round(x.seconds, 2), "states_per_second": round(x.rate)})
+    conn.close()
+
+
+def _measure_profile(args, conn) -> None:
+    """One search with the explorer's profiling on: seconds per part."""
+    from cowcheck.model.state import allocated
+    from cowcheck.model.symmetry import Symmetry
+    from cowcheck.model.system import ProtocolModel
+
+    from .explorer import Explorer
+    from .invariants import INVARIANTS
+    n, appends = args
+    scenario = make_scenario(4, 6, [(appends, False)] * n, "cow", name=_branch_label(n, appends))
+    model = ProtocolModel(scenario)
+    explorer = Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+                        representative=Symmetry(scenario).representative, reductions=("symmetry",), profile=True)
+    x = explorer.run()
+    assert explorer.times is not None
+    conn.send({"benchmark": _branch_label(n, appends), "states": x.states, "transitions": x.transitions,
+               "complete": x.complete, "explore_seconds": round(x.seconds, 2),
+               "seconds": {part: round(t, 3) for part, t in explorer.times.items()},
+               "rest_seconds": round(x.seconds - sum(explorer.times.values()), 3)})
+    conn.close()
+
+
+def run_branches(console: Console, as_json: bool, limit: float = ROW_LIMIT) -> list[dict]:
+    """Distinct states, seconds and states/s as branches are added, with
+    symmetry and with symmetry + partial-order reduction, a row per child
+    process, each stopped after `limit` seconds."""
+    rows: list[dict] = []
+    for n, appends in BRANCH_SHAPES:
+        for por in (False, True):
+            row = _in_child(_measure_branches, (n, appends, por), limit)
+            if row is None:
+                row = {"benchmark": _branch_label(n, appends), "branches": n, "appends": appends,
+                       "reductions": "symmetry + partial-order" if por else "symmetry", "over_seconds": limit}
+            rows.append(row)
+            if not as_json:
+                done = f"{row['states']:,} states in {row['explore_seconds']} s" if "states" in row else f"over {limit:g} s"
+                console.print(f"  {escape(row['benchmark'])} {escape('[' + row['reductions'] + ']')}: {done}", style="dim")
+    if as_json:
+        json.dump({"format": FORMAT, "branches": rows, "limit_seconds": limit}, sys.stdout, indent=2)
+        print()
+        return rows
+    table = Table(title=f"symmetry as branches grow (python {sys.version.split()[0]}, {limit:g} s a row)", title_justify="left")
+    for col in ("benchmark", "reductions", "states", "seconds", "states/s"):
+        table.add_column(col, justify="left" if col in ("benchmark", "reductions") else "right")
+    for r in rows:
+        if "states" in r:
+            table.add_row(r["benchmark"], r["reductions"], f"{r['states']:,}", str(r["explore_seconds"]),
+                          f"{r['states_per_second']:,}")
+        else:
+            table.add_row(r["benchmark"], r["reductions"], "-", f"over {limit:g} s", "-")
+    console.print(table)
+    return rows
+
+
+def run_profile(console: Console, as_json: bool, limit: float = ROW_LIMIT) -> list[dict]:
+    """Where a search's time goes, per stored state: successor generation,
+    invariants, canonical form, hashing and storage, measures."""
+    from .explorer import Explorer
+    rows: list[dict] = []
+    for n, appends in PROFILE_SHAPES:
+        row = _in_child(_measure_profile, (n, appends), limit)
+        rows.append(row if row is not None else {"benchmark": _branch_label(n, appends), "over_seconds": limit})
+    if as_json:
+        json.dump({"format": FORMAT, "profile": rows, "limit_seconds": limit}, sys.stdout, indent=2)
+        print()
+        return rows
+    parts = [p for p in Explorer.PARTS if p != "partial-order"]
+    table = Table(title="where the time goes (symmetry on), microseconds per stored state", title_justify="left")
+    table.add_column("benchmark")
+    for col in ("states", "seconds", *parts, "rest", "canonical / successors"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        if "states" not in r:
+            table.add_row(r["benchmark"], "-", f"over {limit:g} s", *["-"] * (len(parts) + 2))
+            continue
+        per = [r["seconds"][p] / r["states"] * 1e6 for p in parts]
+        ratio = r["seconds"]["canonical form"] / r["seconds"]["successors"] if r["seconds"]["successors"] else 0.0
+        table.add_row(r["benchmark"], f"{r['states']:,}", str(r["explore_seconds"]), *(f"{v:.1f}" for v in per),
+                      f"{r['rest_seconds'] / r['states'] * 1e6:.1f}", f"{ratio:.2f}")
+    console.print(table)
+    console.print("[dim](timing each part adds its own cost: the seconds here are longer than in a plain run)[/]")
+    return rows
 
 
 def _end_to_end(label: str) -> dict:
@@ -154,11 +270,13 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     for label, reductions, heavy in RUNS:
         if heavy and not full:
             continue
-        rows.append(_in_child(_measure, (label, reductions)))
+        row = _in_child(_measure, (label, reductions))
+        assert row is not None      # no limit
+        rows.append(row)
         if not as_json:
             console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')}: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
-    symbolic = [_in_child(_measure_symbolic, (label, invariant)) for label, invariant, heavy in SYMBOLIC_RUNS
-                if full or not heavy]
+    symbolic = [row for label, invariant, heavy in SYMBOLIC_RUNS if full or not heavy
+                if (row := _in_child(_measure_symbolic, (label, invariant))) is not None]
     end_to_end = _end_to_end("cow B=4 L=6 4x2")
     replays = replay_figures(traces)
     if as_json:
@@ -235,3 +353,9 @@ def replay_figures(traces: list) -> dict:
         "long_trace_actions": len(actions),
         "long_trace_pool_seconds": round(long_seconds, 4),
     }
+
+
+def run_sweep_benchmarks(console: Console, as_json: bool) -> dict:
+    """`cowcheck bench --sweep`: sweeps on Dask against the serial loop (cowcheck.sweep_bench)."""
+    from .sweep_bench import run_sweep_benchmarks as run
+    return run(console, as_json)

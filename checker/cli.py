@@ -68,13 +68,15 @@ def _writable_folder(folder: Path, flag: str) -> None:
 
 def scenario_files(paths: tuple[str, ...]) -> list[Path]:
     """Scenario files named on the command line, or found in folders. In a
-    folder, TOML files with an [append] table are protocols and are skipped."""
+    folder, TOML files with an [append] table are protocols and those with a
+    [grid] table are grids (cowcheck sweep); both are skipped."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             for candidate in sorted(path.rglob("*.toml")):
-                if "append" not in read_toml(candidate):
+                data = read_toml(candidate)
+                if "append" not in data and "grid" not in data:
                     out.append(candidate)
         elif path.exists():
             if path.suffix == ".toml" and "append" in read_toml(path):
@@ -322,18 +324,29 @@ def list_() -> None:
 @click.option("--counterexamples", "folder", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
               help="Whose files the replay line replays.")
 @click.option("--full", is_flag=True, help="Also run the slow ones: 4x2 unreduced (3.3 million states) and 5x2.")
-def bench(as_json, folder, full) -> None:
+@click.option("--branches", is_flag=True, help="Instead: symmetry as branches grow (cow B=4 L=6, 2-8 x 1 and 2-6 x 2 appends).")
+@click.option("--profile", is_flag=True, help="Instead: where the time goes per state (successors, invariants, canonical form, storage).")
+@click.option("--limit", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds a --branches or --profile row may take before it is stopped.")
+def bench(as_json, folder, full, branches, profile, limit) -> None:
     """Measure exploration and replay speed on fixed benchmarks, with and
     without reductions, and z3 BMC's time to a shortest violation next to
     the explorer's."""
-    from .bench import run_benchmarks
+    from .bench import run_benchmarks, run_branches, run_profile
     try:
+        if branches or profile:
+            if branches:
+                run_branches(console, as_json, limit)
+            if profile:
+                run_profile(console, as_json, limit)
+            return
         run_benchmarks(console, as_json, folder, full)
     except SpecError as error:
         fail(error)
 
 
 register(main)  # html, graph, lab (cowcheck.pages_cli)
+__import__("cowcheck.sweep_cli").sweep_cli.register(main)  # sweep, shrink (cowcheck.sweep_cli)
 
 
 def run() -> None:

@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional
 
 from cowcheck.model.system import TransitionSystem
 
+from .interrupts import Terminated
 from .invariants import Invariant, Judge
 
 
@@ -114,7 +115,7 @@ class Explorer:
                  ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None, fingerprints: bool = False,
                  progress: Optional[Callable[["Explorer", int], None]] = None,
-                 max_memory: Optional[int] = None):
+                 max_memory: Optional[int] = None, profile: bool = False):
         self.model = model
         self.invariants = invariants
         self.max_states = max_states
@@ -143,6 +144,12 @@ class Explorer:
         self.final = bytearray()
         self.result = Exploration(reductions=reductions, fingerprints=fingerprints,
                                   encoding="fixed-width" if encode is not None else None)
+        # seconds per part of the search (`cowcheck bench --profile`); None
+        # unless asked for, and then the parts are timed by wrappers that
+        # `_instrument` puts in place, so the loop itself is the same code
+        self.times: Optional[dict[str, float]] = None
+        if profile:
+            self._instrument()
 
     @property
     def count(self) -> int:
@@ -158,6 +165,50 @@ class Explorer:
         if self.encode is not None:
             rep = self.encode(rep)
         return hash(rep) if self.fingerprints else rep
+
+    # -- profiling ------------------------------------------------------------
+    #: the parts `times` splits a search into
+    PARTS = ("successors", "invariants", "canonical form", "hashing and storage", "partial-order", "measures")
+
+    def _instrument(self) -> None:
+        """Time each part of the search with time.perf_counter around the
+        calls: the model's successors and is_final, the judge, the
+        representative, the visited set (encoding, hashing, look-up and
+        insertion), the ample set and the measures. Whatever the loop spends
+        outside them is the rest (`seconds` minus their sum)."""
+        times = self.times = dict.fromkeys(self.PARTS, 0.0)
+        clock = time.perf_counter
+
+        def timed(part: str, fn: Callable) -> Callable:
+            def call(*args, **kwargs):
+                start = clock()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    times[part] += clock() - start
+            return call
+
+        self.model = _TimedModel(self.model, timed)  # type: ignore[assignment]  # a proxy with the same interface
+        judge = self.judge
+        self.judge = _TimedJudge(judge, times)  # type: ignore[assignment]
+        if self.representative is not None:
+            self.representative = timed("canonical form", self.representative)
+        if self.ample is not None:
+            self.ample = timed("partial-order", self.ample)
+        for name in ("gauge", "steady", "cost"):
+            if getattr(self, name) is not None:
+                setattr(self, name, timed("measures", getattr(self, name)))
+        self._stored = timed("hashing and storage", self._stored)  # type: ignore[method-assign]
+        self.index = _TimedIndex(times)
+        add = self._add
+
+        def timed_add(*args):
+            start, measured = clock(), times["measures"]      # the gauge inside counts as a measure
+            try:
+                return add(*args)
+            finally:
+                times["hashing and storage"] += clock() - start - (times["measures"] - measured)
+        self._add = timed_add  # type: ignore[method-assign]
 
     # -- search ---------------------------------------------------------------
     def _add(self, key, state, parent: int, depth: int) -> int:
@@ -331,8 +382,56 @@ class Explorer:
 def interrupted(interrupt: KeyboardInterrupt) -> str:
     """Why a run stopped early: Ctrl-C, or SIGTERM (delivered as an interrupt
     by the command line, cowcheck.__main__)."""
-    return "interrupted (SIGTERM)" if type(interrupt).__name__ == "Terminated" else "interrupted (Ctrl-C)"
+    return "interrupted (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted (Ctrl-C)"
 
 
 class _Stop(Exception):
     pass
+
+
+class _TimedModel:
+    """The model as the profiled explorer sees it: successors and is_final
+    timed, everything else passed through."""
+
+    def __init__(self, model: TransitionSystem, timed: Callable[[str, Callable], Callable]):
+        self._model = model
+        self.successors = timed("successors", model.successors)
+        self.is_final = timed("successors", model.is_final)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+
+class _TimedJudge:
+    """The judge with each call timed (its generators run to the end inside
+    the timing)."""
+
+    def __init__(self, judge: Judge, times: dict[str, float]):
+        self._judge, self._times = judge, times
+
+    def state(self, *args) -> list:
+        start = time.perf_counter()
+        out = list(self._judge.state(*args))
+        self._times["invariants"] += time.perf_counter() - start
+        return out
+
+    def action(self, *args) -> list:
+        start = time.perf_counter()
+        out = list(self._judge.action(*args))
+        self._times["invariants"] += time.perf_counter() - start
+        return out
+
+
+class _TimedIndex(dict):
+    """The visited set's index with its look-ups (hashing included) timed."""
+
+    def __init__(self, times: dict[str, float]):
+        super().__init__()
+        self._times = times
+
+    def get(self, key, default=None):
+        start = time.perf_counter()
+        try:
+            return dict.get(self, key, default)
+        finally:
+            self._times["hashing and storage"] += time.perf_counter() - start

@@ -5,7 +5,10 @@
   (all three engines);
 - counterexample.schema.json: a counterexample or peak trace file
   (<out>/<scenario>.<invariant>.json, <out>/<scenario>.peak.json);
-- replay.schema.json: what `cowcheck replay --json` prints.
+- replay.schema.json: what `cowcheck replay --json` prints;
+- sweep.schema.json: what `cowcheck sweep --json` writes (each checked
+  cell is also a result.schema.json object once its place in the grid,
+  `cell`, `grid` and `coordinates`, is set aside).
 
 Read one with `load("result")`, or as data with
 `importlib.resources.files("cowcheck.schemas") / "result.schema.json"`.
@@ -17,7 +20,7 @@ import json
 from importlib import resources
 from typing import Any
 
-NAMES = ("result", "counterexample", "replay")
+NAMES = ("result", "counterexample", "replay", "sweep")
 
 
 def load(name: str) -> dict[str, Any]:

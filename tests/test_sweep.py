@@ -1,0 +1,287 @@
+"""Sweeps (README "Sweeps"): grids expand in the documented order, each cell
+is checked by the same code as `cowcheck check`, and the results are the
+same serially, on an embedded LocalCluster of processes, and on a separate
+`dask scheduler` with two `dask worker` processes; resuming, Ctrl-C, a
+worker that dies, the HTML page, and bad input. Real Dask throughout."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import cowcheck
+from cowcheck.cli import scenario_files
+from cowcheck.model.errors import SpecError
+from cowcheck.sweeps import AXES, Runner, expand, grid_from_dict, load_grid, read_done, run_cell, task_for
+
+ROOT = Path(__file__).resolve().parent.parent
+#: what differs from run to run (timings, memory)
+VOLATILE = ("seconds", "states_per_second", "bytes_per_state")
+
+SMALL = """[grid]
+name = "small"
+protocol = ["cow", "premature-decrement"]
+device = ["async", "stream"]
+block_size = 2
+prompt = 3
+branches = 2
+appends = [1, 2]
+[budget]
+max_states = 100000
+"""
+
+
+def stable(cells: list[dict]) -> list[dict]:
+    return [{k: v for k, v in c.items() if k not in VOLATILE} for c in cells]
+
+
+def cowcheck_cmd(*args: str, cwd: Path, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cowcheck", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL)
+    return path
+
+
+# -- grids ----------------------------------------------------------------------------
+def test_expansion_order_and_names(small):
+    grid = load_grid(small)
+    cells = expand([grid])
+    assert len(cells) == 8 and [c.index for c in cells] == list(range(8))
+    # the axes in AXES order, the last varying fastest
+    order = [(c.coordinates["protocol"], c.coordinates["device"], c.coordinates["appends"]) for c in cells]
+    assert order == [(p, d, a) for p in ("cow", "premature-decrement") for d in ("async", "stream") for a in (1, 2)]
+    assert list(cells[0].coordinates) == list(AXES)
+    assert cells[3].name == "small~cow-stream-lifo-B2-L3-2x2"
+    assert cells[3].scenario is not None and cells[3].scenario.pool == 2 + 4 * 1     # the default pool
+
+
+def test_ranges_lists_and_per_branch_appends():
+    grid = grid_from_dict({"grid": {"block_size": {"from": 1, "to": 5, "step": 2}, "prompt": [3, 1],
+                                    "appends": [[2, 1], [0, 0]], "may_cancel": [0, 1], "pool": ["default", 4]}},
+                          "g.toml", Path("."), "g")
+    assert grid.axes["block_size"] == [1, 3, 5] and grid.axes["prompt"] == [3, 1]
+    cells = expand([grid])
+    assert len(cells) == 3 * 2 * 2 * 2 * 2
+    assert cells[0].name == "g~cow-async-lifo-B1-L3-2+1"
+    assert cells[3].name == "g~cow-async-lifo-B1-L3-2+1-c1-p4"
+    assert [b.may_cancel for b in cells[3].scenario.branches] == [False, True]     # the last k branches
+
+
+@pytest.mark.parametrize("data, key, words", [
+    ({"grid": {"block_size": 2, "prompt": 3, "colour": 1}}, "grid.colour", "unknown key"),
+    ({"grid": {"block_size": 2, "prompt": 3}, "cells": 1}, "cells", "unknown key"),
+    ({"grid": {"block_size": 2, "prompt": {"from": 4, "to": 3}}}, "grid.prompt", "empty range"),
+    ({"grid": {"block_size": [], "prompt": 3}}, "grid.block_size", "empty list"),
+    ({"grid": {"block_size": 2, "prompt": 3, "device": ["async", "gpu"]}}, "grid.device[1]", "unknown value 'gpu'"),
+    ({"grid": {"block_size": 2, "prompt": 3, "protocol": "nope"}}, "grid.protocol", "unknown built-in protocol"),
+    ({"grid": {"block_size": 2, "prompt": 3}, "budget": {"seconds": 0}}, "budget.seconds", "above 0"),
+    ({"grid": {"block_size": 2, "prompt": 3}, "budget": {"states": 5}}, "budget.states", "unknown key"),
+    ({"grid": {"block_size": 2}}, "grid.prompt", "missing"),
+    ({"grid": {"block_size": [2, 2], "prompt": 3}}, "grid.block_size[1]", "listed twice"),
+    ({"block_size": 2}, "grid", "missing"),
+])
+def test_bad_grids_name_the_key(data, key, words):
+    with pytest.raises(SpecError) as err:
+        grid_from_dict(data, "g.toml", Path("."), "g")
+    assert err.value.key == key and words in err.value.message and err.value.source == "g.toml"
+
+
+def test_check_skips_grid_files():
+    found = scenario_files((str(ROOT / "specs"),))
+    assert found and not any("grids" in p.parts for p in found)
+    assert list((ROOT / "specs" / "grids").glob("*.toml"))
+
+
+# -- one cell is one `cowcheck check` -------------------------------------------------------
+def test_a_cell_is_the_result_check_gives(small):
+    cell = expand([load_grid(small)])[5]          # premature-decrement async 2x2
+    answer = run_cell(task_for(cell.scenario, {}))
+    direct = cowcheck.check(cell.scenario)
+    assert stable([answer["result"]]) == stable([direct.to_json()])
+    assert set(answer["counterexamples"]) == {"faithful-output", "exclusive-write", "no-use-after-free"}
+    assert answer["counterexamples"]["faithful-output"] == direct.verdicts["faithful-output"].counterexample.to_json()
+
+
+def test_the_api_and_its_json(small, tmp_path):
+    assert callable(cowcheck.sweep) and callable(cowcheck.shrink)
+    result = cowcheck.sweep(small, workers=0, json_path=tmp_path / "r.json", out=tmp_path / "cx")
+    assert result.complete and not result.interrupted and len(result.cells) == 8
+    cell = result.cells[5]
+    assert cell.verdict == "unsafe" and cell.broken() == {"faithful-output": 27, "exclusive-write": 7, "no-use-after-free": 8}
+    assert cell.verdicts["faithful-output"].outcome is cowcheck.Outcome.VIOLATED
+    assert cowcheck.replay(cell.counterexample("faithful-output")).ok
+    count, smallest = result.by_invariant()["exclusive-write"]
+    assert count == 4 and smallest.name == "small~premature-decrement-stream-lifo-B2-L3-2x1"   # stream before async
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["format"] == 1 and data["kind"] == "sweep" and data["complete"] and len(data["cells"]) == 8
+    # every cell is check --json's object (the result schema) plus its coordinates
+    from jsonschema import Draft202012Validator
+    from cowcheck.schemas import load
+    validator = Draft202012Validator(load("result"))
+    for entry in data["cells"]:
+        assert entry["coordinates"]["protocol"] in ("cow", "premature-decrement")
+        plain = {k: v for k, v in entry.items() if k not in ("cell", "grid", "coordinates")}
+        assert not list(validator.iter_errors(plain))
+        for v in entry["verdicts"].values():
+            assert v["counterexample"] is None or Path(v["counterexample"]).is_file()
+
+
+def test_an_invalid_cell_is_reported_and_the_others_run(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text('[grid]\nblock_size = 2\nprompt = 4\nbranches = 2\nmay_cancel = [0, 3]\npool = [1, "default"]\n')
+    result = cowcheck.sweep(path, workers=0)
+    verdicts = [c.verdict for c in result.cells]
+    assert verdicts == ["invalid", "safe and disciplined", "invalid", "invalid"]
+    assert "pool" in result.cells[0].error and "cannot hold the prompt" in result.cells[0].error
+    assert "may_cancel" in result.cells[2].error and "the cell has 2" in result.cells[2].error
+    run = cowcheck_cmd("sweep", str(path), "--workers", "0", cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.startswith("cowcheck: error:")]
+    assert len(lines) == 3 and "cell 0 (g~cow-async-lifo-B2-L4-2x1-p1)" in lines[0]
+
+
+def test_resume_skips_the_cells_already_done(small, tmp_path):
+    out = tmp_path / "r.json"
+    first = cowcheck.sweep(small, workers=0, json_path=out)
+    data = json.loads(out.read_text())
+    data["cells"] = data["cells"][:5]
+    out.write_text(json.dumps(data))
+    again = cowcheck.sweep(small, workers=0, json_path=out)
+    assert [c.resumed for c in again.cells] == [True] * 5 + [False] * 3
+    assert stable([c.data for c in again.cells]) == stable([c.data for c in first.cells])
+    out.write_text("[1, 2]")
+    with pytest.raises(SpecError, match="not the --json of a sweep"):
+        cowcheck.sweep(small, workers=0, json_path=out)
+
+
+# -- Dask ---------------------------------------------------------------------------------------
+def test_a_local_cluster_of_processes_gives_the_serial_results(small, tmp_path):
+    serial = cowcheck.sweep(small, workers=0)
+    with Runner(workers=2) as runner:
+        parallel = cowcheck.sweep(small, runner=runner)
+        pids = set(runner.client.run(os.getpid).values())
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert stable([c.data for c in parallel.cells]) == stable([c.data for c in serial.cells])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_external_scheduler_and_two_workers(small, tmp_path):
+    """`dask scheduler` and two `dask worker` processes on 127.0.0.1, a
+    sweep through --scheduler, the same results as the serial run."""
+    dask = str(Path(sys.executable).parent / "dask")
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                              stdout=subprocess.DEVNULL, stderr=open(logs / "scheduler", "w"), cwd=tmp_path)]
+    try:
+        for i in range(2):
+            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+                                          stdout=subprocess.DEVNULL, stderr=open(logs / f"worker{i}", "w"), cwd=tmp_path))
+        from distributed import Client
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=60)
+        run = cowcheck_cmd("sweep", str(small), "--scheduler", address, "--json", "remote.json", cwd=tmp_path)
+        assert run.returncode == 1, run.stderr        # premature-decrement is unsafe
+        assert "Traceback" not in run.stderr
+        remote = json.loads((tmp_path / "remote.json").read_text())["cells"]
+        serial = cowcheck.sweep(small, workers=0)
+        assert stable(remote) == stable([c.data for c in serial.cells])
+        assert "scheduler tcp://127.0.0.1" in run.stdout
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_an_unreachable_scheduler_is_one_line(small, tmp_path):
+    start = time.perf_counter()
+    run = cowcheck_cmd("sweep", str(small), "--scheduler", f"tcp://127.0.0.1:{_free_port()}", cwd=tmp_path)
+    assert time.perf_counter() - start < 20
+    assert run.returncode == 2 and run.stdout == "" or "cell" not in run.stdout
+    errors = [line for line in run.stderr.splitlines() if "cowcheck: error:" in line]
+    assert len(errors) == 1 and "cannot reach the Dask scheduler" in errors[0], run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_worker_that_dies_has_its_cells_rerun(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text('[grid]\nname = "w"\nprotocol = ["cow", "premature-decrement"]\nblock_size = 2\nprompt = 3\n'
+                    'appends = [1, 2]\nmay_cancel = [0, 1]\ndevice = ["async", "streams"]\n')
+    killed: list[int] = []
+    with Runner(workers=2) as runner:
+        def kill_one(result, cell) -> None:
+            if not killed:
+                pid = next(iter(runner.client.run(os.getpid).values()))
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        parallel = cowcheck.sweep(path, runner=runner, progress=kill_one)
+    assert killed and parallel.complete and all(c.verdict != "failed" for c in parallel.cells)
+    serial = cowcheck.sweep(path, workers=0)
+    assert stable([c.data for c in parallel.cells]) == stable([c.data for c in serial.cells])
+
+
+def test_ctrl_c_writes_what_finished_and_a_rerun_goes_on(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text('[grid]\nname = "slow"\nprotocol = "cow"\nblock_size = 2\nprompt = 3\nbranches = 3\n'
+                    'appends = 1\nmay_cancel = [0, 1, 2]\ndevice = ["async", "stream", "streams"]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "cowcheck", "sweep", str(path), "--workers", "2", "--json", "r.json"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:          # wait until some cells are written
+        time.sleep(0.3)
+        try:
+            if len(json.loads((tmp_path / "r.json").read_text())["cells"]) >= 2:
+                break
+        except (OSError, ValueError):
+            pass
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in out
+    done = json.loads((tmp_path / "r.json").read_text())
+    assert done["interrupted"] and not done["complete"] and 2 <= len(done["cells"]) < 9
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    # a rerun with the same file keeps every finished cell
+    assert len(read_done(tmp_path / "r.json", [load_grid(path)])) == len(done["cells"])
+
+
+# -- the page ----------------------------------------------------------------------------------
+def test_the_html_page_labels_every_cell_and_links_the_violations(small, tmp_path):
+    (tmp_path / "page").mkdir()
+    run = cowcheck_cmd("sweep", str(small), "--workers", "0", "--html", "page/grid.html", cwd=tmp_path)
+    assert run.returncode == 1, run.stderr
+    text = (tmp_path / "page" / "grid.html").read_text()
+    assert "Content-Security-Policy" in text and "<script src" not in text
+    for label in ("UNSAFE", "UNDISCIPLINED", "SAFE"):
+        assert f'<span class="tag">{label}</span>' in text
+    import re
+    links = re.findall(r'href="([^"]+\.html)"', text)
+    assert len(links) == 4            # the four premature-decrement cells
+    for link in links:
+        page = tmp_path / "page" / link
+        assert page.is_file() and "cowcheck-data" in page.read_text()
+    assert (tmp_path / "page" / "grid" / "small~premature-decrement-async-lifo-B2-L3-2x2.faithful-output.json").is_file()

@@ -1,0 +1,127 @@
+"""The refined representative (classes of more than three branches): it is
+canonical at up to eight branches, agrees with the unreduced search, and
+never falls back to trying every order on the benchmark's states; the
+explorer's profiling hook changes nothing but the timing."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cowcheck import check
+from cowcheck.bench import _in_child
+from cowcheck.explorer import Explorer
+from cowcheck.invariants import INVARIANTS
+from cowcheck.model import symmetry as symmetry_module
+from cowcheck.model.protocol import builtin_names
+from cowcheck.model.scenario import DEVICES, make_scenario
+from cowcheck.model.state import allocated
+from cowcheck.model.symmetry import Symmetry
+from cowcheck.model.system import ProtocolModel
+from test_reductions import measures, scramble
+
+
+@st.composite
+def wide_scenarios(draw):
+    """Four to eight branches with one program (and perhaps one more branch)."""
+    spec = (draw(st.integers(0, 2)), draw(st.booleans()))
+    branches = [spec] * draw(st.integers(4, 8)) + [(draw(st.integers(0, 1)), False)] * draw(st.integers(0, 1))
+    return make_scenario(draw(st.integers(1, 4)), draw(st.integers(0, 6)), branches, draw(st.sampled_from(builtin_names())),
+                         device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wide_scenarios(), st.randoms(use_true_random=False))
+def test_refined_representative_is_canonical_up_to_eight_branches(scenario, rnd):
+    model, sym = ProtocolModel(scenario), Symmetry(scenario)
+    assert not sym.exhaustive
+    state = model.init_state()
+    for _ in range(60):
+        rep = sym.representative(state)
+        assert sym.representative(rep) == rep
+        for _ in range(2):
+            assert Symmetry(scenario).representative(scramble(state, scenario, rnd)) == rep
+        options = [t for t in model.successors(state) if t.state is not None]
+        if not options:
+            break
+        state = rnd.choice(options).state
+
+
+def test_eight_identical_branches_at_the_fork_cost_one_relabelling(monkeypatch):
+    scenario = make_scenario(4, 6, [(1, False)] * 8, "cow")
+    sym = Symmetry(scenario)
+    calls = []
+    relabel = sym._relabel
+    monkeypatch.setattr(sym, "_relabel", lambda state, order: calls.append(order) or relabel(state, order))
+    state = ProtocolModel(scenario).init_state()
+    assert sym.representative(state) == state
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("protocol, branches, pool, device", [
+    ("cow", [(1, False)] * 4, 3, "async"),
+    ("cow", [(0, True)] * 5, None, "async"),
+    ("premature-decrement", [(1, False)] * 4, 2, "async"),
+    ("premature-decrement", [(1, False)] * 3 + [(1, True)], 2, "streams"),
+])
+def test_wide_scenarios_agree_with_the_unreduced_search(protocol, branches, pool, device):
+    scenario = make_scenario(2, 1, branches, protocol, pool=pool, device=device)
+    plain = check(scenario, symmetry=False)
+    reduced = check(scenario, symmetry=True)
+    ordered = check(scenario, symmetry=True, por=True)
+    assert plain.exploration.complete and reduced.exploration.complete
+    assert measures(reduced) == measures(plain) == measures(ordered)
+    assert reduced.exploration.states < plain.exploration.states
+
+
+def test_no_fallback_to_enumeration_on_the_benchmark_states(monkeypatch):
+    """Every tie that the signatures and anchors leave is a run of twins on
+    6 branches x 1 append (random walks): nothing is enumerated."""
+    monkeypatch.setattr(symmetry_module, "_arrangements", lambda classes: pytest.fail(f"enumerated {classes}"))
+    scenario = make_scenario(4, 6, [(1, False)] * 6, "cow")
+    model, sym, rnd = ProtocolModel(scenario), Symmetry(scenario), random.Random(0)
+    for _ in range(20):
+        state = model.init_state()
+        while True:
+            sym.representative(state)
+            options = [t.state for t in model.successors(state) if t.state is not None]
+            if not options:
+                break
+            state = rnd.choice(options)
+
+
+def test_profiling_changes_nothing_but_the_timing():
+    scenario = make_scenario(2, 3, [(1, False)] * 5, "cow", pool=3)
+    model = ProtocolModel(scenario)
+
+    def run(profile):
+        explorer = Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+                            representative=Symmetry(scenario).representative, profile=profile)
+        return explorer, explorer.run()
+
+    plain_explorer, plain = run(False)
+    profiled_explorer, profiled = run(True)
+    assert plain_explorer.times is None
+    assert (profiled.states, profiled.transitions, profiled.peak, profiled.cost_range) == \
+        (plain.states, plain.transitions, plain.peak, plain.cost_range)
+    times = profiled_explorer.times
+    assert times is not None and set(times) == set(Explorer.PARTS)
+    assert times["successors"] > 0 and times["canonical form"] > 0 and times["invariants"] > 0
+    assert sum(times.values()) <= profiled.seconds
+    assert profiled_explorer.path_to(profiled.peak_state) == plain_explorer.path_to(plain.peak_state)
+
+
+def _sleep(args, conn):
+    time.sleep(args)
+    conn.send({"slept": args})
+
+
+def test_a_bench_row_over_its_limit_is_stopped():
+    assert _in_child(_sleep, 0.0, limit=5) == {"slept": 0.0}
+    start = time.perf_counter()
+    assert _in_child(_sleep, 30.0, limit=1) is None
+    assert time.perf_counter() - start < 10

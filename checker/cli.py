@@ -8,9 +8,10 @@ import signal
 import sys
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 import click
 from rich.console import Console
@@ -215,13 +216,33 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
 DEFAULT_OUT, OVERRIDE_OUT = Path("counterexamples"), Path("counterexamples") / "overrides"
 
 
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """While the results of a run are written, a further Ctrl-C or SIGTERM
+    waits: the files come out whole and the exit status says it was interrupted."""
+    held = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, held[0])
+        signal.signal(signal.SIGTERM, held[1])
+
+
+def emit_json(data: Any, json_path: str) -> None:
+    """--json: to stdout for '-', else written atomically."""
+    payload = json.dumps(data, indent=2)
+    if json_path == "-":
+        click.echo(payload)
+    else:
+        atomic.write_text(Path(json_path), payload + "\n")
+
+
 def _finish(results: list[Result], out: Console, json_path: Optional[str], html_dir: Optional[str],
             overridden: bool, interrupted: bool) -> int:
     """The closing summary and the JSON and HTML of what was checked, with
     further interrupts held off until they are written. Returns the exit status."""
     from .__main__ import interrupt_status
-    held = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
+    with interrupts_held():
         by_summary = Counter(r.summary for r in results)
         tally = ", ".join(f"{by_summary[s]} {s}" for s in Summary)
         if interrupted:
@@ -237,14 +258,7 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
         if html_dir:
             write_check_pages(results, Path(html_dir))
         if json_path:
-            payload = json.dumps([r.to_json() for r in results], indent=2)
-            if json_path == "-":
-                click.echo(payload)
-            else:
-                atomic.write_text(Path(json_path), payload + "\n")
-    finally:
-        signal.signal(signal.SIGINT, held[0])
-        signal.signal(signal.SIGTERM, held[1])
+            emit_json([r.to_json() for r in results], json_path)
     if interrupted:
         return interrupt_status()
     if overridden:

@@ -27,7 +27,7 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
 from cowcheck.model.scenario import BranchSpec, Scenario, default_pool, scenario_from_dict
 
-from . import atomic
+from . import atomic, trace
 from .sweeps import DEVICE_RANK, REUSE_RANK, Runner, size_key, task_for
 from .trace import Counterexample
 
@@ -115,18 +115,6 @@ class Shrunk:
                 "seconds": round(self.seconds, 3), "files": self.paths}
 
 
-def _load_from_json(data: dict[str, Any]) -> Counterexample:
-    import tempfile
-
-    from . import trace
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "cx.json"
-        trace.write(path, data)
-        cx = trace.load(path)
-    cx.loaded_from = ""
-    return cx
-
-
 def _start(start: Union[Counterexample, str, Path, Scenario], invariant: Optional[str]) -> tuple[Scenario, str, Optional[int]]:
     from .invariants import BY_ID, IDS
     if isinstance(start, Scenario):
@@ -212,7 +200,7 @@ def _first_breaking(pool: list[Scenario], invariant: str, budget: dict[str, Any]
                 raise SpecError(scenario.source, "", f"candidate {_label(scenario)} could not be checked: {reason}")
             verdict = answer["result"]["verdicts"][invariant]
             if verdict["outcome"] == "violated":
-                return scenario, _load_from_json(answer["counterexamples"][invariant])
+                return scenario, trace.from_json(answer["counterexamples"][invariant])
             if not answer["result"]["complete"] and undecided:
                 result.undecided.append(_label(scenario))
         at += len(chunk)

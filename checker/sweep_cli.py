@@ -5,7 +5,6 @@ and the sweep's HTML page. checker/cli.py adds the commands with
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from html import escape
 from pathlib import Path
@@ -291,8 +290,7 @@ def _finish(result: Sweep, json_path: Optional[str], html_path: Optional[str], o
     from .__main__ import interrupt_status
     cli = _cli()
     out = cli.console
-    held = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
+    with cli.interrupts_held():
         show_summary(result, out)
         if result.interrupted:
             out.print(f"[bold yellow]interrupted[/]: {sum(1 for c in result.cells if c.done)} of {len(result.cells)} cell(s) done"
@@ -303,9 +301,6 @@ def _finish(result: Sweep, json_path: Optional[str], html_path: Optional[str], o
             out.print(f"wrote {markup(html_path)} ({len(links)} counterexample page(s) in {markup(str(pages))})")
         if json_path:
             out.print(f"wrote {markup(json_path)}")
-    finally:
-        signal.signal(signal.SIGINT, held[0])
-        signal.signal(signal.SIGTERM, held[1])
     if result.interrupted:
         return interrupt_status()
     if any(c.verdict == INVALID for c in result.cells):
@@ -400,8 +395,7 @@ def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidate
         sys.exit(interrupt_status())
     bar.stop()
     runner.close()
-    held = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
+    with cli.interrupts_held():
         write_shrunk(result, Path(out_dir))
         out = cli.console if json_path != "-" else cli.err_console
         if result.counterexample is None:
@@ -410,14 +404,7 @@ def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidate
         else:
             _show_shrunk(result, out)
         if json_path:
-            payload = json.dumps(result.to_json(), indent=2)
-            if json_path == "-":
-                click.echo(payload)
-            else:
-                atomic.write_text(Path(json_path), payload + "\n")
-    finally:
-        signal.signal(signal.SIGINT, held[0])
-        signal.signal(signal.SIGTERM, held[1])
+            cli.emit_json(result.to_json(), json_path)
     sys.exit(0 if result.counterexample is not None else 1)
 
 

@@ -337,19 +337,13 @@ class Cell:
         """The shortest counterexample of `invariant` as a Counterexample
         object (from this run's task; a resumed cell has only its file)."""
         from . import trace
-        import tempfile
         data = self.counterexamples.get(invariant)
         if data is None:
             path = self.data and self.data.get("verdicts", {}).get(invariant, {}).get("counterexample")
             if path:
                 return trace.load(Path(path))
             return None
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "cx.json"
-            trace.write(path, data)
-            cx = trace.load(path)
-        cx.loaded_from = ""
-        return cx
+        return trace.from_json(data)
 
 
 def size_key(scenario: Scenario) -> tuple[Any, ...]:

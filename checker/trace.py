@@ -116,6 +116,15 @@ def load(path: Path) -> Counterexample:
         raise SpecError(source, "", f"invalid JSON ({err}); expected a counterexample file written by cowcheck") from None
     except (RecursionError, MemoryError):
         raise SpecError(source, "", "nested too deeply to read; expected a counterexample file written by cowcheck") from None
+    cx = from_json(data, source)
+    cx.loaded_from = source
+    return cx
+
+
+def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
+    """A counterexample from its JSON (a file's content, or what a sweep's
+    worker sent back); anything malformed is a SpecError naming `source`
+    and the key."""
     if not isinstance(data, dict) or data.get("cowcheck") != FORMAT:
         raise SpecError(source, "cowcheck", f"not a cowcheck counterexample file (format {FORMAT} expected)")
     try:
@@ -149,7 +158,6 @@ def load(path: Path) -> Counterexample:
             peak=data.get("peak_blocks"),
             origin=origin,
             invariant_kind=data.get("invariant_kind"),
-            loaded_from=source,
         )
     except SpecError:
         raise

@@ -508,7 +508,7 @@ class Runner:
             try:
                 self.cluster = LocalCluster(n_workers=max(1, min(self.workers, needed)), threads_per_worker=1,
                                             processes=True, dashboard_address=None, memory_limit=0,
-                                            silence_logs=logging.ERROR, scheduler_port=0, host="127.0.0.1")
+                                            silence_logs=logging.CRITICAL, scheduler_port=0, host="127.0.0.1")
                 self.client = Client(self.cluster)
             finally:
                 if held is not None:
@@ -545,6 +545,11 @@ class Runner:
             raise
 
     def close(self) -> None:
+        """Stop the client and an embedded cluster. Workers going away while
+        a heartbeat is in flight make Dask log tracebacks that say nothing
+        about the sweep (its failures come back through the futures), so its
+        logs are silenced from here on."""
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
         held = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
         try:
             if self.client is not None:

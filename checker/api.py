@@ -27,7 +27,7 @@ from . import explicit as _explicit
 from .executor import PoolReplay, replay_on_pool
 from .narrate import explain_text
 from .explorer import default_max_memory
-from .invariants import INVARIANTS, Invariant, validate_expect
+from .invariants import INVARIANTS, Invariant
 from .rerun import Replayed, replay as _replay_model
 from .results import Engine, Outcome, Result
 from .trace import Counterexample
@@ -75,22 +75,24 @@ def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICI
           invariants: tuple[Invariant, ...] = INVARIANTS, depth: int = 20,
           max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
           symmetry: bool = True, por: bool = False, compact: bool = False, fingerprints: bool = False,
-          progress: Optional[Callable[..., None]] = None, max_memory_mib: Optional[int] = None) -> Result:
+          progress: Optional[Callable[..., None]] = None, max_memory_mib: Optional[int] = None,
+          max_seconds: Optional[float] = None) -> Result:
     """Check a scenario (an object or a path) with one engine and return its
     result: a verdict per invariant (each violated one with its shortest
     counterexample), the summary, whether `expect` is met, and the engine's
     figures. `depth` bounds the z3 engines; the explorer's options are the
     command line's. `max_memory_mib` stops the explorer, with a partial
     result, once the process holds that much memory (None: the machine's
-    available memory at the start, less a fifth; 0: no bound). Writes nothing."""
-    scenario = as_scenario(scenario)
-    validate_expect(scenario)
+    available memory at the start, less a fifth; 0: no bound), and
+    `max_seconds` once it has searched that long. Writes nothing."""
+    scenario = as_scenario(scenario)     # each engine validates its `expect` against the invariants
     engine = Engine(engine)
     if engine is Engine.EXPLICIT:
         return _explicit.explore(scenario, invariants=invariants, max_states=max_states, max_depth=max_depth,
                                  first=first, symmetry=symmetry, por=por, compact=compact,
                                  fingerprints=fingerprints, progress=progress,
-                                 max_memory=default_max_memory() if max_memory_mib is None else (max_memory_mib << 20) or None)
+                                 max_memory=default_max_memory() if max_memory_mib is None else (max_memory_mib << 20) or None,
+                                 max_seconds=max_seconds)
     from . import symbolic   # z3 loads only for the engines that use it
     run = symbolic.run_bmc if engine is Engine.BMC else symbolic.run_kinduction
     return run(scenario, invariants, depth)

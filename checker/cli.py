@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import click
 from rich.console import Console
@@ -23,7 +21,7 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin, read_toml
 from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
 
-from . import api, atomic, output
+from . import api, atomic, interrupts, output
 from . import invariants as invs
 from .narrate import explain as explain_trace
 from .output import write_result
@@ -216,18 +214,6 @@ def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_
 DEFAULT_OUT, OVERRIDE_OUT = Path("counterexamples"), Path("counterexamples") / "overrides"
 
 
-@contextmanager
-def interrupts_held() -> Iterator[None]:
-    """While the results of a run are written, a further Ctrl-C or SIGTERM
-    waits: the files come out whole and the exit status says it was interrupted."""
-    held = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, held[0])
-        signal.signal(signal.SIGTERM, held[1])
-
-
 def emit_json(data: Any, json_path: str) -> None:
     """--json: to stdout for '-', else written atomically."""
     payload = json.dumps(data, indent=2)
@@ -242,7 +228,7 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
     """The closing summary and the JSON and HTML of what was checked, with
     further interrupts held off until they are written. Returns the exit status."""
     from .__main__ import interrupt_status
-    with interrupts_held():
+    with interrupts.held():     # a further Ctrl-C waits until the results are written whole
         by_summary = Counter(r.summary for r in results)
         tally = ", ".join(f"{by_summary[s]} {s}" for s in Summary)
         if interrupted:

@@ -22,7 +22,8 @@ from .trace import Counterexample
 def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS,
           max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
           symmetry: bool = True, por: bool = False, compact: bool = False, fingerprints: bool = False,
-          progress: Optional[Callable] = None, max_memory: Optional[int] = None) -> ExplicitResult:
+          progress: Optional[Callable] = None, max_memory: Optional[int] = None,
+          max_seconds: Optional[float] = None) -> ExplicitResult:
     """Explore the scenario with the reductions asked for. Partial-order
     reduction applies only to exhaustive runs (without --max-depth, whose
     meaning it would change); when it finds violations, a second search
@@ -40,7 +41,7 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
                             cost=model.is_copy_launch, representative=orbits.representative if orbits else None,
                             ample=ample if ample and ample.enabled else None, reductions=tuple(reductions),
                             encode=Compact(scenario).encode if compact else None, fingerprints=fingerprints,
-                            progress=progress, max_memory=max_memory, **limits)
+                            progress=progress, max_memory=max_memory, max_seconds=max_seconds, **limits)
         explorer.run()
         return explorer
 

@@ -84,18 +84,23 @@ class Exploration:
         return self.states / self.seconds if self.seconds > 0 else 0.0
 
 
-def default_max_memory() -> Optional[int]:
-    """The memory bound when none is given: what this process holds now plus
-    80% of what the machine has available, so a search stops with its
-    results before the machine starts swapping or the kernel kills it
-    (None where /proc/meminfo cannot be read)."""
+def available_memory() -> Optional[int]:
+    """Bytes the machine has available now (None where /proc/meminfo cannot
+    be read)."""
     try:
         with open("/proc/meminfo") as handle:
             fields = dict(line.split(":", 1) for line in handle)
-        available = int(fields["MemAvailable"].split()[0]) * 1024
+        return int(fields["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
         return None
-    return _resident_bytes() + available * 4 // 5
+
+
+def default_max_memory() -> Optional[int]:
+    """The memory bound when none is given: what this process holds now plus
+    80% of what the machine has available, so a search stops with its
+    results before the machine starts swapping or the kernel kills it."""
+    available = available_memory()
+    return None if available is None else _resident_bytes() + available * 4 // 5
 
 
 def _resident_bytes() -> int:
@@ -115,11 +120,12 @@ class Explorer:
                  ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None, fingerprints: bool = False,
                  progress: Optional[Callable[["Explorer", int], None]] = None,
-                 max_memory: Optional[int] = None, profile: bool = False):
+                 max_memory: Optional[int] = None, max_seconds: Optional[float] = None, profile: bool = False):
         self.model = model
         self.invariants = invariants
         self.max_states = max_states
         self.max_memory = max_memory       # bytes of resident memory; None: no bound
+        self.max_seconds = max_seconds     # seconds of searching; None: no bound
         self.max_depth = max_depth
         self.stop_at_first = stop_at_first
         self.stop_after = stop_after
@@ -286,6 +292,8 @@ class Explorer:
                 if not sid & 0xFFF:
                     if self.max_memory is not None and _resident_bytes() > self.max_memory:
                         raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")
+                    if self.max_seconds is not None and time.perf_counter() - start > self.max_seconds:
+                        raise _Stop(f"max_seconds {self.max_seconds:g}")
                     if self.progress is not None:
                         self.progress(self, len(queue))
         except _Stop as stop:

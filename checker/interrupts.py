@@ -14,6 +14,7 @@ as the same interrupt."""
 from __future__ import annotations
 
 import signal
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -42,6 +43,23 @@ def poll() -> None:
     """Raise a signal that arrived while deferred, now that it is safe."""
     if _pending:
         raise_for(_pending.pop())
+
+
+@contextmanager
+def held(*signums: int) -> Iterator[None]:
+    """The signals (SIGINT and SIGTERM if none are named) are ignored while
+    inside: for writing a run's results, so the files come out whole, and
+    for starting worker processes, which inherit an ignored SIGINT. Only
+    the main thread can change signal handlers; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signums or (signal.SIGINT, signal.SIGTERM))]
+    try:
+        yield
+    finally:
+        for s, handler in previous:
+            signal.signal(s, handler)
 
 
 @contextmanager

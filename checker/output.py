@@ -63,9 +63,12 @@ def _written_for(path: Path, scenario: Scenario) -> bool:
         {k: v for k, v in mine.items() if k not in ("name", "source")}
 
 
-def _inside(out_dir: Path, name: str) -> Path:
-    path = out_dir / name
-    if path.resolve().parent != out_dir.resolve():
+def file_for(out_dir: Path, scenario_name: str, what: str) -> Path:
+    """The file `<scenario>.<what>.json` (what: an invariant id, or peak)
+    in `out_dir`, both names made safe; never outside the folder."""
+    name = f"{safe_name(scenario_name)}.{safe_name(what)}.json"
+    path = Path(out_dir) / name
+    if path.resolve().parent != Path(out_dir).resolve():
         raise SpecError(str(out_dir), "", f"refusing to write {name!r} outside the output folder")
     return path
 
@@ -75,13 +78,12 @@ def write_result(result: Result, out_dir: Path) -> None:
     recording each path in its verdict; remove this scenario's files of
     invariants that a complete run found to hold."""
     out_dir = Path(out_dir)
-    name = safe_name(result.scenario.name)
     for verdict in result.verdicts.values():
-        path = _inside(out_dir, f"{name}.{safe_name(verdict.invariant)}.json")
+        path = file_for(out_dir, result.scenario.name, verdict.invariant)
         cx = verdict.counterexample
         if cx is not None:
             verdict.path = str(cx.write(path))
         elif verdict.outcome is Outcome.HOLDS and path.is_file() and _written_for(path, result.scenario):
             path.unlink(missing_ok=True)
     if isinstance(result, ExplicitResult) and result.peak_trace is not None:
-        result.peak_path = str(result.peak_trace.write(_inside(out_dir, f"{name}.{trace.PEAK}.json")))
+        result.peak_path = str(result.peak_trace.write(file_for(out_dir, result.scenario.name, trace.PEAK)))

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
-from cowcheck.model.scenario import BranchSpec, Scenario, default_pool, scenario_from_dict
+from cowcheck.model.scenario import BranchSpec, Scenario, default_pool, load_scenario
 
 from . import atomic, trace
 from .sweeps import DEVICE_RANK, REUSE_RANK, Runner, size_key, task_for
@@ -248,25 +248,20 @@ def write_shrunk(shrunk: Shrunk, out_dir: Union[str, Path]) -> list[Path]:
     """Write the smallest scenario as `<name>.toml` and its shortest
     counterexample as `<name>.<invariant>.json` (what `cowcheck check` on the
     TOML names it), where name is `<original>-shrunk-<invariant>`."""
-    from .output import safe_name
+    from .output import file_for, safe_name
     if shrunk.counterexample is None:
         return []
     out_dir = Path(out_dir)
     stem = safe_name(f"{shrunk.original.name}-shrunk-{shrunk.invariant}")
     toml_path = out_dir / f"{stem}.toml"
-    cx_path = out_dir / f"{stem}.{safe_name(shrunk.invariant)}.json"
+    cx_path = file_for(out_dir, stem, shrunk.invariant)
     description = (f"Shrunk by `cowcheck shrink` from {shrunk.original.name} ({shrunk.describe(shrunk.original)}, "
                    f"{shrunk.invariant} in {shrunk.original_length} actions) to the smallest scenario that still breaks it "
                    f"({shrunk.counterexample.length} actions here).")
     atomic.write_text(toml_path, scenario_toml(shrunk.scenario, description, f"violates {shrunk.invariant}"))
-    scenario = scenario_from_dict(_read(toml_path), str(toml_path), toml_path.parent, stem)   # as `check` will read it
+    scenario = load_scenario(toml_path)      # as `check` will read it
     cx = shrunk.counterexample
     renamed = replace(cx, scenario=scenario, origin=str(toml_path))
     renamed.write(cx_path)
     shrunk.paths = [str(toml_path), str(cx_path)]
     return [toml_path, cx_path]
-
-
-def _read(path: Path) -> dict[str, Any]:
-    from cowcheck.model.protocol import read_toml
-    return read_toml(path)

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from cowcheck.model.errors import SpecError
 
-from . import atomic
+from . import atomic, interrupts
 from .shrinking import DEFAULT_BUDGET, DEFAULT_MAX_CANDIDATES, Shrunk, write_shrunk
 from .sweeps import FAILED, INVALID, PARTIAL, Cell, Runner, Sweep, grid_files, load_grid, size_key, sweep as run_sweep
 
@@ -290,7 +290,7 @@ def _finish(result: Sweep, json_path: Optional[str], html_path: Optional[str], o
     from .__main__ import interrupt_status
     cli = _cli()
     out = cli.console
-    with cli.interrupts_held():
+    with interrupts.held():
         show_summary(result, out)
         if result.interrupted:
             out.print(f"[bold yellow]interrupted[/]: {sum(1 for c in result.cells if c.done)} of {len(result.cells)} cell(s) done"
@@ -395,7 +395,7 @@ def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidate
         sys.exit(interrupt_status())
     bar.stop()
     runner.close()
-    with cli.interrupts_held():
+    with interrupts.held():
         write_shrunk(result, Path(out_dir))
         out = cli.console if json_path != "-" else cli.err_console
         if result.counterexample is None:

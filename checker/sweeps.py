@@ -25,6 +25,7 @@ and a worker needs only cowcheck installed, not the grid's files."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -39,7 +40,8 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol, read_toml
 from cowcheck.model.scenario import BRANCH_NAMES, DEVICES, MAXIMA, REUSES, Scenario, scenario_from_dict
 
-from .results import FORMAT, Kind, Outcome, Summary, Verdict
+from . import interrupts
+from .results import FORMAT, ExplicitResult, Kind, Outcome, Summary, Verdict
 
 #: the axes, in the order cells are expanded (the last varies fastest). A
 #: future `program` axis (branch programs: forks, speculation) takes the
@@ -73,14 +75,8 @@ class Grid:
         """Every cell's coordinates, in the documented order: the product of
         the axes in AXES order, the last axis varying fastest, each axis's
         values in the order the file gives them (ranges ascending)."""
-        def product(i: int, partial: dict[str, Any]) -> Iterator[dict[str, Any]]:
-            if i == len(AXES):
-                yield dict(partial)
-                return
-            for value in self.axes[AXES[i]]:
-                partial[AXES[i]] = value
-                yield from product(i + 1, partial)
-        yield from product(0, {})
+        for values in itertools.product(*(self.axes[axis] for axis in AXES)):
+            yield dict(zip(AXES, values))
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "description": self.description,
@@ -140,13 +136,10 @@ def _check_value(axis: str, value: Any, source: str, key: str) -> Any:
     if axis == "pool":
         if value == "default":
             return value
-        return integer(0, MAXIMA["pool"]) if type(value) is int else \
-            _raise(SpecError(source, key, f"must be \"default\" or an integer from 0 to {MAXIMA['pool']}, got {value!r}"))
+        if type(value) is not int:
+            raise SpecError(source, key, f"must be \"default\" or an integer from 0 to {MAXIMA['pool']}, got {value!r}")
+        return integer(0, MAXIMA["pool"])
     raise AssertionError(axis)
-
-
-def _raise(error: Exception) -> Any:
-    raise error
 
 
 def grid_from_dict(data: Any, source: str, base: Path, name: str) -> Grid:
@@ -394,11 +387,6 @@ def task_for(scenario: Scenario, budget: dict[str, Any], invariants: Optional[li
             "max_states": budget.get("max_states"), "seconds": budget.get("seconds"), "max_memory_mib": memory}
 
 
-class _OverBudget(KeyboardInterrupt):
-    """The cell's seconds ran out: the explorer stops as it does on Ctrl-C,
-    with a partial result, which is then labelled with the budget."""
-
-
 def run_cell(task: dict[str, Any]) -> dict[str, Any]:
     """Check one scenario with `cowcheck.api.check`, the code `cowcheck
     check` runs. Returns the result's JSON and its counterexamples' JSON;
@@ -406,28 +394,21 @@ def run_cell(task: dict[str, Any]) -> dict[str, Any]:
     from . import api
     from .invariants import select
     seconds = task.get("seconds")
-    start = time.perf_counter()
-    over = []
-
-    def deadline(explorer: Any, queued: int) -> None:
-        if seconds is not None and time.perf_counter() - start > seconds:
-            over.append(True)
-            raise _OverBudget()
-
     try:
         scenario = scenario_from_dict(task["scenario"], task["source"], Path(task["source"]).parent, task["name"])
         result = api.check(scenario, invariants=select(task.get("invariants")), max_states=task.get("max_states"),
-                           first=task.get("first", False), progress=deadline, max_memory_mib=task.get("max_memory_mib"))
+                           first=task.get("first", False), max_memory_mib=task.get("max_memory_mib"),
+                           max_seconds=seconds)
     except SpecError as err:
         return {"error": str(err), "pid": os.getpid()}
-    if over:
-        result.stopped = f"budget: {seconds:g} s"
-        if getattr(result, "exploration", None) is not None:
-            result.exploration.stopped = result.stopped   # type: ignore[attr-defined]
-    elif result.interrupted:
+    if result.interrupted:
         return {"interrupted": True, "pid": os.getpid()}
+    if result.stopped and result.stopped.startswith("max_seconds"):      # the budget's labels
+        result.stopped = f"budget: {seconds:g} s"
     elif result.stopped and result.stopped.startswith("--max-states"):
         result.stopped = f"budget: {result.stopped.removeprefix('--')}"
+    if isinstance(result, ExplicitResult) and result.exploration is not None:
+        result.exploration.stopped = result.stopped
     return {"result": result.to_json(), "pid": os.getpid(),
             "counterexamples": {v.invariant: v.counterexample.to_json() for v in result.verdicts.values()
                                 if v.counterexample is not None}}
@@ -436,15 +417,6 @@ def run_cell(task: dict[str, Any]) -> dict[str, Any]:
 # -- running tasks: serially or on Dask ---------------------------------------------------------
 def default_workers() -> int:
     return os.cpu_count() or 1
-
-
-def _available_mib() -> Optional[int]:
-    try:
-        with open("/proc/meminfo") as handle:
-            fields = dict(line.split(":", 1) for line in handle)
-        return int(fields["MemAvailable"].split()[0]) // 1024
-    except (OSError, KeyError, ValueError):
-        return None
 
 
 class Runner:
@@ -472,8 +444,9 @@ class Runner:
         share the machine); elsewhere the check's own default."""
         if self.scheduler is not None or self.serial:
             return None
-        available = _available_mib()
-        return None if available is None else max(available * 4 // 5 // max(self.workers, 1), 256)
+        from .explorer import available_memory
+        available = available_memory()
+        return None if available is None else max((available >> 20) * 4 // 5 // max(self.workers, 1), 256)
 
     def __enter__(self) -> "Runner":
         return self
@@ -504,15 +477,11 @@ class Runner:
             # The workers are started with SIGINT ignored (inherited across
             # exec): Ctrl-C in a terminal reaches the whole process group,
             # and only this process should act on it.
-            held = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
-            try:
+            with interrupts.held(signal.SIGINT):
                 self.cluster = LocalCluster(n_workers=max(1, min(self.workers, needed)), threads_per_worker=1,
                                             processes=True, dashboard_address=None, memory_limit=0,
                                             silence_logs=logging.CRITICAL, scheduler_port=0, host="127.0.0.1")
                 self.client = Client(self.cluster)
-            finally:
-                if held is not None:
-                    signal.signal(signal.SIGINT, held)
         self.started = time.perf_counter() - start
 
     def run(self, tasks: list[dict[str, Any]], done: Callable[[int, dict[str, Any]], None]) -> None:
@@ -550,23 +519,16 @@ class Runner:
         about the sweep (its failures come back through the futures), so its
         logs are silenced from here on."""
         logging.getLogger("distributed").setLevel(logging.CRITICAL)
-        held = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
-        try:
-            if self.client is not None:
-                self.client.close()
-            if self.cluster is not None:
-                self.cluster.close()
-        except Exception:         # closing a cluster that is going away anyway
-            pass
-        finally:
-            self.client = self.cluster = None
-            if held is not None:
-                signal.signal(signal.SIGINT, held)
-
-
-def _main_thread() -> bool:
-    import threading
-    return threading.current_thread() is threading.main_thread()
+        with interrupts.held(signal.SIGINT):
+            try:
+                if self.client is not None:
+                    self.client.close()
+                if self.cluster is not None:
+                    self.cluster.close()
+            except Exception:         # closing a cluster that is going away anyway
+                pass
+            finally:
+                self.client = self.cluster = None
 
 
 # -- a sweep -------------------------------------------------------------------------------
@@ -714,12 +676,8 @@ def sweep(grids: Union[str, Path, Grid, list[Any]], *, workers: Optional[int] = 
         if own:
             runner.close()
     if json_file is not None:
-        held = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
-        try:
+        with interrupts.held(signal.SIGINT):
             write_json(result, json_file)
-        finally:
-            if held is not None:
-                signal.signal(signal.SIGINT, held)
     return result
 
 
@@ -727,9 +685,9 @@ def write_counterexamples(cell: Cell, out_dir: Path) -> None:
     """Write a cell's counterexamples as `cowcheck check` names them
     (<scenario>.<invariant>.json) and record their paths in its JSON."""
     from . import trace
-    from .output import safe_name
+    from .output import file_for
     for inv, data in cell.counterexamples.items():
-        path = out_dir / f"{safe_name(cell.name)}.{safe_name(inv)}.json"
+        path = file_for(out_dir, cell.name, inv)
         trace.write(path, data)
         assert cell.data is not None
         cell.data["verdicts"][inv]["counterexample"] = str(path)

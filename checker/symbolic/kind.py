@@ -67,7 +67,6 @@ class KInduction:
     so far, and the k that closed each invariant's proof."""
 
     def __init__(self, scenario: Scenario, invariants: tuple[Invariant, ...], depth: int, lemma_depth: int = 2):
-        validate_expect(scenario)
         self.scenario, self.invariants, self.depth, self.lemma_depth = scenario, invariants, depth, lemma_depth
         self.checked, self.left_out = encoded(invariants)
         self.prover = Prover(scenario, self.checked)
@@ -199,8 +198,8 @@ def run_kinduction(scenario: Scenario, invariants: tuple[Invariant, ...] = INVAR
     """k-induction for k = 1 .. depth, then BMC to depth for what is left
     open (KInduction). `closed_at` maps each invariant to the k that closed
     its proof (None: not closed within the bound)."""
+    validate_expect(scenario)
     if not encoded(invariants)[0]:     # nothing to prove: no lemmas either
-        validate_expect(scenario)
         return KindResult(scenario, {inv.id: unsupported(inv) for inv in invariants}, True, bound=depth)
     try:
         with deferred():

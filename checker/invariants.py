@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 from cowcheck.model.block import CopyDone, Fact, Freed, KernelDone, OutputChecked, TableMiss, Underflow
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import Copy, Kernel, State, Status
+from cowcheck.model.state import Branch, Copy, Kernel, State, Status
 from cowcheck.model.action import Transition
 from cowcheck.model.system import TransitionSystem
 
@@ -43,8 +43,7 @@ class Invariant:
 
 
 # -- faithful-output --------------------------------------------------------
-def _compare(model: TransitionSystem, branch: int, reads: tuple, via: str, **extra) -> Optional[dict]:
-    expected = model.tokens[branch][:len(reads)]
+def _compare(model: TransitionSystem, branch: int, reads: tuple, expected: tuple, via: str, **extra) -> Optional[dict]:
     if reads == expected:
         return None
     position = next(p for p, (r, e) in enumerate(zip(reads, expected)) if r != e)
@@ -54,12 +53,12 @@ def _compare(model: TransitionSystem, branch: int, reads: tuple, via: str, **ext
 
 def faithful_kernel(model, before, tr, fact):
     kernel, reads = fact
-    return _compare(model, kernel.branch, reads, "kernel", pos=kernel.pos, snapshot=list(kernel.snapshot))
+    return _compare(model, kernel.branch, reads, kernel.expected, "kernel", pos=kernel.pos, snapshot=list(kernel.snapshot))
 
 
 def faithful_check(model, before, tr, fact):
-    branch, reads = fact
-    return _compare(model, branch, reads, "check-output", table=list(before.branches[branch].working))
+    branch, reads, expected = fact
+    return _compare(model, branch, reads, expected, "check-output", table=list(before.branches[branch].working))
 
 
 # -- no-underflow / kernel-table-miss -----------------------------------------
@@ -73,6 +72,16 @@ def table_miss(model, before, tr, fact):
     table = before.branches[branch].published
     return {"branch": model.names[branch], "pos": pos, "published": list(table),
             "message": f"position {pos} needs table index {pos // model.B}, the published table has {len(table)} blocks"}
+
+
+# -- which tables count as uses ----------------------------------------------
+def tables(model: TransitionSystem, br: Branch) -> tuple[tuple[str, tuple[int, ...]], tuple[str, tuple[int, ...]]]:
+    """A branch's tables as uses: the working table whole, the published
+    one below ceil(pos / B). Entries past that hold none of its sequence and
+    no correct path launches through them (a rollback's `trim` frees a
+    rejected draft's block one action before `publish` drops it), so they
+    are not uses (specs/SEMANTICS.md#branch-programs)."""
+    return ("working", br.working), ("published", br.published[:-(-br.pos // model.B)])
 
 
 # -- kernel-complete discipline --------------------------------------------
@@ -92,7 +101,7 @@ def exclusive_write(model, before, tr, fact):
     target = _target(model, kernel)
     for j, br in enumerate(before.branches):
         if j != kernel.branch and br.status is Status.RUNNING:
-            for name, table in (("working", br.working), ("published", br.published)):
+            for name, table in tables(model, br):
                 if target in table:
                     return {"block": target, "message": f"block {target} is in branch {model.names[j]}'s {name} table {list(table)}"}
     for op in _others(before.queue, kernel):
@@ -142,7 +151,7 @@ def uaf_kernel(model, before, tr, fact):
 def uaf_freed(model, before, tr, fact):
     block, after = fact.block, tr.state
     for j, br in enumerate(after.branches):
-        for name, table in (("working", br.working), ("published", br.published)):
+        for name, table in tables(model, br):
             if block in table:
                 return {"block": block, "message": f"block {block} was freed while branch {model.names[j]}'s {name} table {list(table)} maps it"}
     for op in after.queue:
@@ -158,7 +167,7 @@ def uaf_state(model, state, final, stuck):
         return None
     free = set(state.free)
     for j, br in enumerate(state.branches):
-        for name, table in (("working", br.working), ("published", br.published)):
+        for name, table in tables(model, br):
             for b in table:
                 if b in free:
                     return {"block": b, "message": f"branch {model.names[j]}'s {name} table {list(table)} maps block {b}, which is free"}
@@ -204,7 +213,7 @@ def no_deadlock(model, state, final, stuck):
 
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("faithful-output", HARM, "each kernel-complete (cancelled branches' kernels too) and check-output",
-              "every position read equals the branch's reference sequence",
+              "every position read equals the branch's sequence (a kernel's: the one its branch had right after its write)",
               on_facts={KernelDone: faithful_kernel, OutputChecked: faithful_check}),
     Invariant("no-underflow", HARM, "each decref / release", "the counter was > 0 (a double free crashes a real engine)",
               on_facts={Underflow: underflow}),
@@ -213,7 +222,7 @@ INVARIANTS: tuple[Invariant, ...] = (
               "some action is enabled (a full pool with everyone waiting is an out-of-memory deadlock)", on_state=no_deadlock),
     Invariant("kernel-table-miss", HARM, "each write", "the published table covers the position", on_facts={TableMiss: table_miss}),
     Invariant("exclusive-write", DISCIPLINE, "each kernel-complete, judged before the write",
-              "the target block is not in another running branch's tables, another in-flight kernel's snapshot, or the source of an in-flight copy",
+              "the target block is not in another running branch's tables (published: below ceil(pos/B)), another in-flight kernel's snapshot, or the source of an in-flight copy",
               on_facts={KernelDone: exclusive_write}),
     Invariant("refcount-write", DISCIPLINE, "each kernel-complete", "the target's refcount is 1 and its holds 0",
               on_facts={KernelDone: refcount_write}),

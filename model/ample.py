@@ -24,8 +24,12 @@ in ways no invariant of another actor reads, disables nothing and cannot be
 disabled. Two more exclusions keep that true: a branch with alternatives (one
 between operations: decide, finish, cancel; a `may_cancel` branch at an
 append's wait-kernel) is never reduced, and neither is any protocol with an
-atomic path (a branch entering one takes the scheduler lock and so disables
-the others).
+atomic path or an atomic [fork] or [rollback] (a branch entering one takes
+the scheduler lock and so disables the others). The steps of branch
+programs (`incref-all`, `share`, `rewind`, `trim`) and `verify` are never
+in an ample set: they change counters, another branch's tables, or choose
+among successors. A `wait-kernel` inside a fork or rollback qualifies like
+an append's (no cancel can start there).
 
 So the ample set {the branch's enabled actions} meets Peled's conditions: C0
 (non-empty), C1 (every action outside it, on any path from the state that
@@ -63,7 +67,7 @@ class Ample:
 
     def __init__(self, model: ProtocolModel):
         self.model = model
-        self.enabled = not any(path.atomic for path in model.protocol.paths.values())
+        self.enabled = not model.structure.any_atomic
         self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
 
     def describe(self) -> list[str]:

@@ -47,6 +47,7 @@ class KernelDone(NamedTuple):
 class OutputChecked(NamedTuple):
     branch: int
     reads: tuple[Optional[str], ...]     # positions 0 .. pos-1 through the working table
+    expected: tuple[str, ...]            # the branch's sequence at that moment
 
 
 Fact = Union[Freed, Underflow, TableMiss, CopyDone, KernelDone, OutputChecked]

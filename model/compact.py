@@ -4,7 +4,8 @@ A State is a tree of tuples (hundreds of bytes of Python objects once shared
 parts are counted); its encoding is one `bytes` object of the same length for
 every state of a scenario, with every field at a fixed offset. The widths
 come from the scenario: P blocks of B slots, branch tables of at most T
-blocks, a device queue of at most Q operations. Every value fits one byte
+blocks, a device queue of at most Q operations, sequences of at most S
+tokens. Every value fits one byte
 when the scenario is small enough (the usual case), else two.
 
 The encoding is lossless (`decode` inverts it, which the tests check), so a
@@ -15,6 +16,7 @@ from __future__ import annotations
 from array import array
 from typing import cast
 
+from .protocol import COPIES
 from .scenario import Scenario
 from .state import Block, Branch, Copy, Kernel, State, Status
 from .structure import Op
@@ -30,27 +32,42 @@ class Compact:
         self.B = scenario.block_size
         self.P = scenario.pool
         self.paths = [None] + list(protocol.paths)
-        self.tokens = [None] + list(dict.fromkeys(t for i in range(len(scenario.branches)) for t in scenario.tokens(i)))
+        n = len(scenario.branches)
+        self.tokens = [None] + [f"p{i}" for i in range(scenario.prompt)] + [t for i in range(n) for t in scenario.own_tokens(i)]
         self.token_id = {t: i for i, t in enumerate(self.tokens)}
-        steps = list(protocol.paths.values())
-        appends_per_path = max(sum(s.op == "append" for s in p.steps) for p in steps)
-        copies_per_path = max(sum(s.op in ("copy", "copy-block") for s in p.steps) for p in steps)
-        most_appends = max(b.appends for b in scenario.branches)
-        #: the longest a table can grow: the prompt's blocks plus every `append` step
-        self.T = scenario.prompt_blocks + most_appends * appends_per_path
+        steps = [p.steps for p in protocol.paths.values()]
+        appends_per_path = max(sum(s.op == "append" for s in p) for p in steps)
+        copies_per_path = max(sum(s.op in ("copy", "copy-block") for s in p) for p in steps)
+
+        def count(steps: tuple, ops: tuple[str, ...]) -> int:
+            return sum(s.op in ops for s in steps)
+
+        spec = scenario.branches
+        programs = sum(b.forks for b in spec) * count(protocol.fork, ("append",)) \
+            + sum(b.speculates for b in spec) * count(protocol.rollback, ("append",))
+        #: the longest a table can grow: the prompt's blocks plus every `append` step (a child inherits its parent's)
+        self.T = scenario.prompt_blocks + sum(b.appends for b in spec) * appends_per_path + programs
         #: the most ops in flight: every write and copy launched, none completed
-        self.Q = sum(b.appends for b in scenario.branches) * (1 + copies_per_path)
-        self.branches = len(scenario.branches)
-        bound = max(self.P, len(self.tokens), scenario.prompt + most_appends, self.T, self.Q,
-                    len(self.paths), self.B) + 2
+        self.Q = sum(b.appends for b in spec) * (1 + copies_per_path) \
+            + sum(b.forks for b in spec) * count(protocol.fork, COPIES) + sum(b.speculates for b in spec) * count(protocol.rollback, COPIES)
+        #: the longest sequence
+        self.S = max(scenario.max_pos(i) for i in range(n))
+        self.branches = n
+        bound = max(self.P, len(self.tokens), self.S, self.T, self.Q, len(self.paths), self.B) + 2
         self.code = "B" if bound < 100 else "H"  # leaves headroom for refcounts and holds
         self.width = self._fields() * array(self.code).itemsize
 
     def _fields(self) -> int:
         block = 2 + self.B
-        branch = 8 + 2 * (1 + self.T)
-        op = 4 + 1 + self.T
+        branch = 10 + 2 * (1 + self.T) + 1 + self.S
+        op = 4 + 1 + self.T + 1 + self.S
         return self.P * block + 1 + self.P + self.branches * branch + 1 + self.Q * op
+
+    def _seq(self, out: list[int], seq: tuple[str, ...]) -> None:
+        tid = self.token_id
+        out.append(len(seq))
+        out.extend(tid[t] for t in seq)
+        out.extend([NONE] * (self.S - len(seq)))
 
     def _table(self, out: list[int], table: tuple[int, ...]) -> None:
         out.append(len(table))
@@ -69,18 +86,22 @@ class Compact:
         out.extend([NONE] * (self.P - len(state.free)))
         for br in state.branches:
             out.extend((STATUSES.index(br.status), br.pos, br.done, OPS.index(br.op), self.paths.index(br.path),
-                        br.step, NONE if br.tail is None else br.tail + 1, NONE if br.new is None else br.new + 1))
+                        br.step, NONE if br.tail is None else br.tail + 1, NONE if br.new is None else br.new + 1,
+                        br.writes, NONE if br.rejected is None else br.rejected + 1))
             self._table(out, br.working)
             self._table(out, br.published)
+            self._seq(out, br.seq)
         out.append(len(state.queue))
         for op in state.queue:
             if type(op) is Copy:
                 out.extend((1, op.src, op.dst, op.n))
                 self._table(out, ())
+                self._seq(out, ())
             else:
                 out.extend((2, op.branch, op.pos, tid[op.token]))
                 self._table(out, op.snapshot)
-        out.extend([NONE] * ((self.Q - len(state.queue)) * (4 + 1 + self.T)))
+                self._seq(out, op.expected)
+        out.extend([NONE] * ((self.Q - len(state.queue)) * (4 + 1 + self.T + 1 + self.S)))
         return array(self.code, out).tobytes()
 
     def decode(self, data: bytes) -> State:
@@ -95,6 +116,10 @@ class Compact:
             n, entries = next(it), take(self.T)
             return tuple(b - 1 for b in entries[:n])
 
+        def seq() -> tuple[str, ...]:
+            n, entries = next(it), take(self.S)
+            return tuple(cast(str, self.tokens[t]) for t in entries[:n])
+
         blocks = []
         for _ in range(self.P):
             refcount, holds = next(it), next(it)
@@ -103,13 +128,14 @@ class Compact:
         free = tuple(b - 1 for b in take(self.P)[:n])
         branches = []
         for _ in range(self.branches):
-            status, pos, done, op, path, step, tail, new = take(8)
-            working, published = table(), table()
+            status, pos, done, op, path, step, tail, new, writes, rejected = take(10)
+            working, published, sequence = table(), table(), seq()
             branches.append(Branch(STATUSES[status], pos, done, OPS[op], self.paths[path], step,
-                                   None if tail == NONE else tail - 1, None if new == NONE else new - 1, working, published))
+                                   None if tail == NONE else tail - 1, None if new == NONE else new - 1, working, published,
+                                   writes, sequence, None if rejected == NONE else rejected - 1))
         queue = []
         for _ in range(next(it)):
             kind, a, b, c = take(4)
-            snapshot = table()
-            queue.append(Copy(a, b, c) if kind == 1 else Kernel(a, b, cast(str, self.tokens[c]), snapshot))
+            snapshot, expected = table(), seq()
+            queue.append(Copy(a, b, c) if kind == 1 else Kernel(a, b, cast(str, self.tokens[c]), snapshot, expected))
         return State(tuple(blocks), free, tuple(branches), tuple(queue))

@@ -29,17 +29,25 @@ ARITY = {
     "wait-kernel": 0,
     "decref-all": 0,
     "check-output": 0,
+    "incref-all": 0,
+    "share": 0,
+    "rewind": 0,
+    "trim": 0,
 }
 LOCALS = ("tail", "new")
 WAITS = ("wait-copy", "wait-kernel")
 COPIES = ("copy", "copy-block")
 STEP_FORMS = ", ".join(name + "".join(" X" for _ in range(n)) for name, n in ARITY.items())
 
-TOP_KEYS = ("name", "description", "append", "cancel", "finish")
+TOP_KEYS = ("name", "description", "append", "cancel", "finish", "fork", "rollback")
 APPEND_KEYS = ("rules", "paths", "atomic")
 RULE_KEYS = ("when", "path")
 PATH_KEYS = ("steps", "atomic")
 OP_KEYS = ("steps",)
+PROGRAM_OP_KEYS = ("steps", "atomic")
+#: steps that use an operation's own local, and the one table each belongs in
+#: (`share` uses `child`, `rewind` uses `rejected`; neither is ever an argument)
+ONLY_IN = {"write": "append", "share": "fork", "rewind": "rollback"}
 
 
 class Step(NamedTuple):
@@ -69,12 +77,24 @@ class Protocol:
     paths: dict[str, AppendPath] = field(hash=False)
     cancel: tuple[Step, ...]
     finish: tuple[Step, ...]
+    fork: tuple[Step, ...]
+    rollback: tuple[Step, ...]          # may be empty: the operation ends at verify
+    atomic_fork: bool
+    atomic_rollback: bool
     definition: dict[str, Any] = field(hash=False, compare=False)  # normalized, for counterexample files
 
     @property
     def max_allocs(self) -> int:
         """The most `alloc` steps of any append path (for the default pool)."""
         return max(sum(s.op == "alloc" for s in p.steps) for p in self.paths.values())
+
+    @property
+    def fork_allocs(self) -> int:
+        return sum(s.op == "alloc" for s in self.fork)
+
+    @property
+    def rollback_allocs(self) -> int:
+        return sum(s.op == "alloc" for s in self.rollback)
 
 
 def _unknown(data: dict[str, Any], allowed: tuple[str, ...], source: str, prefix: str) -> None:
@@ -99,15 +119,24 @@ def parse_step(text: Any, source: str, key: str) -> Step:
     return Step(op, tuple(args), " ".join([op, *args]), key)
 
 
-def _steps(value: Any, source: str, key: str, in_append: bool) -> tuple[Step, ...]:
-    if not isinstance(value, list) or not value:
-        raise SpecError(source, key, "must be a non-empty list of steps")
+def _steps(value: Any, source: str, key: str, table: str) -> tuple[Step, ...]:
+    """The steps of one path or operation table (`table`: append, cancel,
+    finish, fork or rollback), with the counts the semantics ask for."""
+    if not isinstance(value, list) or (not value and table != "rollback"):
+        raise SpecError(source, key, "must be a non-empty list of steps" if table != "rollback" else "must be a list of steps")
     steps = tuple(parse_step(v, source, f"{key}[{i}]") for i, v in enumerate(value))
-    writes = sum(s.op == "write" for s in steps)
-    if in_append and writes != 1:
-        raise SpecError(source, key, f"an append path must have exactly one 'write' step, it has {writes}")
-    if not in_append and writes:
-        raise SpecError(source, key, "'write' is allowed only in append paths")
+    for i, step in enumerate(steps):
+        home = ONLY_IN.get(step.op)
+        if home is not None and home != table:
+            where = "append paths" if home == "append" else f"[{home}]"
+            raise SpecError(source, f"{key}[{i}]", f"'{step.op}' is allowed only in {where}")
+    counts = {op: sum(s.op == op for s in steps) for op in ("write", "share", "rewind")}
+    if table == "append" and counts["write"] != 1:
+        raise SpecError(source, key, f"an append path must have exactly one 'write' step, it has {counts['write']}")
+    if table == "fork" and counts["share"] != 1:
+        raise SpecError(source, key, f"[fork] must have exactly one 'share' step (the child is born there), it has {counts['share']}")
+    if table == "rollback" and counts["rewind"] > 1:
+        raise SpecError(source, key, f"[rollback] may have at most one 'rewind' step, it has {counts['rewind']}")
     return steps
 
 
@@ -151,7 +180,7 @@ def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -
             atomic = all_atomic or _bool(pvalue.get("atomic", False), source, key + ".atomic")
             pvalue = pvalue.get("steps")
             key += ".steps"
-        paths[pname] = AppendPath(pname, _steps(pvalue, source, key, in_append=True), atomic)
+        paths[pname] = AppendPath(pname, _steps(pvalue, source, key, "append"), atomic)
 
     raw_rules = append.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
@@ -169,13 +198,22 @@ def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -
         rules.append(Rule(Condition(when, source, key + ".when"), path))
 
     ops = {}
-    for opname in ("cancel", "finish"):
+    atomic_op = {"fork": False, "rollback": False}
+    for opname in ("cancel", "finish", "fork", "rollback"):
         if opname in data:
             table = _table(data[opname], source, opname)
-            _unknown(table, OP_KEYS, source, opname + ".")
-            ops[opname] = _steps(table.get("steps"), source, f"{opname}.steps", in_append=False)
+            programmed = opname in atomic_op
+            _unknown(table, PROGRAM_OP_KEYS if programmed else OP_KEYS, source, opname + ".")
+            if "steps" not in table:
+                raise SpecError(source, f"{opname}.steps", "missing; give the operation's list of steps")
+            ops[opname] = _steps(table["steps"], source, f"{opname}.steps", opname)
+            if programmed:
+                atomic_op[opname] = _bool(table.get("atomic", False), source, f"{opname}.atomic")
         else:
-            ops[opname] = getattr(load_builtin("cow"), opname)
+            cow = load_builtin("cow")
+            ops[opname] = getattr(cow, opname)
+            if opname in atomic_op:
+                atomic_op[opname] = getattr(cow, f"atomic_{opname}")
 
     definition = {
         "name": name,
@@ -186,8 +224,11 @@ def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -
         },
         "cancel": {"steps": [s.text for s in ops["cancel"]]},
         "finish": {"steps": [s.text for s in ops["finish"]]},
+        "fork": {"steps": [s.text for s in ops["fork"]], "atomic": atomic_op["fork"]},
+        "rollback": {"steps": [s.text for s in ops["rollback"]], "atomic": atomic_op["rollback"]},
     }
-    return Protocol(name, description, source, tuple(rules), paths, ops["cancel"], ops["finish"], definition)
+    return Protocol(name, description, source, tuple(rules), paths, ops["cancel"], ops["finish"], ops["fork"],
+                    ops["rollback"], atomic_op["fork"], atomic_op["rollback"], definition)
 
 
 def read_toml(path: Path) -> dict[str, Any]:

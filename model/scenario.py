@@ -5,23 +5,75 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, NamedTuple, Optional, overload
 
 from .errors import SpecError
 from .protocol import Protocol, protocol_from_dict, read_toml, resolve_protocol
+from .structure import Op
 
 DEVICES = ("async", "stream", "streams")
 REUSES = ("lifo", "fifo", "any")
 SCENARIO_KEYS = ("protocol", "block_size", "prompt", "pool", "device", "reuse", "branch", "expect", "description")
-BRANCH_KEYS = ("appends", "may_cancel")
+BRANCH_KEYS = ("appends", "may_cancel", "program", "parent")
 BRANCH_NAMES = string.ascii_lowercase
+PROGRAM_FORMS = '"append", "fork <child>", "speculate <K>" (K >= 1)'
+
+
+class Operation(NamedTuple):
+    """One operation of a branch's flattened program: an append (a draft
+    included), a fork of child branch `arg`, or a rollback of `arg` drafts
+    (verify, then the protocol's [rollback]). `speculate K` flattens to K
+    appends and one rollback, so a cancel may come between any two."""
+    op: Op
+    arg: int = 0
+
+
+def parse_operation(text: str) -> list[Operation]:
+    """A program entry, already validated, as flat operations."""
+    word, *rest = text.split()
+    if word == "append":
+        return [Operation(Op.APPEND)]
+    if word == "fork":
+        return [Operation(Op.FORK, BRANCH_NAMES.index(rest[0]))]
+    k = int(rest[0])
+    return [Operation(Op.APPEND)] * k + [Operation(Op.ROLLBACK, k)]
 
 
 @dataclass(frozen=True)
 class BranchSpec:
+    """A branch's program. `appends` counts every append it makes, drafts
+    included (its writes, the most tokens it names); `appends = k` alone is
+    short for a program of k "append"s. `parent`: the branch that forks it
+    (None for a root, born at the prompt)."""
     appends: int = 0
     may_cancel: bool = False
+    program: tuple[str, ...] = ()
+    parent: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if not self.program:
+            object.__setattr__(self, "program", ("append",) * self.appends)
+        else:
+            object.__setattr__(self, "appends", sum(o.op is Op.APPEND for o in self.operations))
+
+    @cached_property
+    def operations(self) -> tuple[Operation, ...]:
+        return tuple(o for text in self.program for o in parse_operation(text))
+
+    @property
+    def plain(self) -> bool:
+        """A root that only appends: the lifecycle without branch programs."""
+        return self.parent is None and all(text == "append" for text in self.program)
+
+    @property
+    def forks(self) -> int:
+        return sum(o.op is Op.FORK for o in self.operations)
+
+    @property
+    def speculates(self) -> int:
+        return sum(o.op is Op.ROLLBACK for o in self.operations)
 
 
 @dataclass(frozen=True)
@@ -45,11 +97,42 @@ class Scenario:
     def branch_name(self, index: int) -> str:
         return BRANCH_NAMES[index]
 
-    def tokens(self, index: int) -> tuple[str, ...]:
-        """Branch `index`'s reference sequence: the prompt, then its own tokens."""
+    def own_tokens(self, index: int) -> tuple[str, ...]:
+        """The tokens branch `index` can write, in write order: its k-th
+        write writes `<name>k`, and a name is never reused."""
         name = BRANCH_NAMES[index]
-        own = self.branches[index].appends
-        return tuple(f"p{i}" for i in range(self.prompt)) + tuple(f"{name}{k}" for k in range(1, own + 1))
+        return tuple(f"{name}{k}" for k in range(1, self.branches[index].appends + 1))
+
+    def tokens(self, index: int) -> tuple[str, ...]:
+        """The prompt, then branch `index`'s own tokens: a plain branch's
+        reference sequence (with forks and rollbacks the sequence is state,
+        cowcheck.model.state.Branch.seq)."""
+        return tuple(f"p{i}" for i in range(self.prompt)) + self.own_tokens(index)
+
+    @property
+    def roots(self) -> tuple[int, ...]:
+        return tuple(i for i, b in enumerate(self.branches) if b.parent is None)
+
+    @property
+    def plain(self) -> bool:
+        """No branch forks or speculates: the lifecycle of the first release."""
+        return all(b.plain for b in self.branches)
+
+    def max_pos(self, index: int) -> int:
+        """The longest branch `index`'s sequence can grow: its appends on top
+        of the prompt, or of the longest its parent can be at the fork."""
+        spec = self.branches[index]
+        start = self.prompt if spec.parent is None else self.max_pos(spec.parent)
+        return start + spec.appends
+
+    def descendants(self, index: int) -> tuple[int, ...]:
+        """The branches forked by `index`, and theirs."""
+        out: list[int] = []
+        for child, spec in enumerate(self.branches):
+            if spec.parent == index:
+                out.append(child)
+                out.extend(self.descendants(child))
+        return tuple(out)
 
     def with_overrides(self, protocol: Protocol | None = None, device: str | None = None, reuse: str | None = None) -> "Scenario":
         """The same scenario under another protocol, device model or reuse
@@ -76,20 +159,34 @@ class Scenario:
             "pool": self.pool,
             "device": self.device,
             "reuse": self.reuse,
-            "branch": [{"appends": b.appends, "may_cancel": b.may_cancel} for b in self.branches],
+            "branch": [branch_definition(b) for b in self.branches],
             "protocol": self.protocol.definition,
         }
 
 
+def branch_definition(b: BranchSpec) -> dict[str, Any]:
+    """A branch as its file would give it (the short form when it is plain)."""
+    if b.plain:
+        return {"appends": b.appends, "may_cancel": b.may_cancel}
+    out: dict[str, Any] = {"program": list(b.program), "may_cancel": b.may_cancel}
+    if b.parent is not None:
+        out["parent"] = BRANCH_NAMES[b.parent]
+    return out
+
+
 def default_pool(protocol: Protocol, block_size: int, prompt: int, branches: tuple[BranchSpec, ...]) -> int:
-    """An upper bound on the blocks the scenario can ever hold."""
+    """An upper bound on the blocks the scenario can ever hold: the prompt's,
+    and per append (drafts included) the most `alloc`s of any path, per fork
+    those of [fork], per speculate those of [rollback]."""
     prompt_blocks = -(-prompt // block_size)
-    return prompt_blocks + sum(b.appends for b in branches) * protocol.max_allocs
+    return (prompt_blocks + sum(b.appends for b in branches) * protocol.max_allocs
+            + sum(b.forks for b in branches) * protocol.fork_allocs
+            + sum(b.speculates for b in branches) * protocol.rollback_allocs)
 
 
 #: Upper bounds far beyond what exhaustive exploration can reach; they turn an
 #: impossible parameter into an error instead of a hang.
-MAXIMA = {"block_size": 64, "prompt": 1024, "pool": 1024, "appends": 64}
+MAXIMA = {"block_size": 64, "prompt": 1024, "pool": 1024, "appends": 64, "speculate": 64}
 
 
 @overload
@@ -150,20 +247,7 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         raise SpecError(source, "branch", "missing; give at least one [[branch]] table")
     if len(raw_branches) > len(BRANCH_NAMES):
         raise SpecError(source, "branch", f"{len(raw_branches)} branches; at most {len(BRANCH_NAMES)} are allowed")
-    branches = []
-    for i, raw in enumerate(raw_branches):
-        key = f"branch[{i}]"
-        if not isinstance(raw, dict):
-            raise SpecError(source, key, "must be a table")
-        for k in raw:
-            if k not in BRANCH_KEYS:
-                raise SpecError(source, f"{key}.{k}", f"unknown key; allowed: {', '.join(BRANCH_KEYS)}")
-        appends = _int(raw, "appends", source, 0, required=False, label=f"{key}.appends") or 0
-        may_cancel = raw.get("may_cancel", False)
-        if not isinstance(may_cancel, bool):
-            raise SpecError(source, f"{key}.may_cancel", f"must be true or false, got {may_cancel!r}")
-        branches.append(BranchSpec(appends, may_cancel))
-    branches_t = tuple(branches)
+    branches_t = parse_branches(raw_branches, source)
 
     prompt_blocks = -(-prompt // block_size)
     pool = _int(data, "pool", source, 0, required=False)
@@ -190,12 +274,98 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
     )
 
 
+def _program(raw: dict[str, Any], key: str, names: str, source: str) -> tuple[str, ...]:
+    value = raw["program"]
+    if not isinstance(value, list):
+        raise SpecError(source, f"{key}.program", f"must be a list of operations: {PROGRAM_FORMS}")
+    out = []
+    for k, item in enumerate(value):
+        where = f"{key}.program[{k}]"
+        words = item.split() if isinstance(item, str) else []
+        if words == ["append"]:
+            out.append("append")
+        elif len(words) == 2 and words[0] == "fork":
+            if words[1] not in names:
+                raise SpecError(source, where, f"'fork {words[1]}': no branch {words[1]!r} is declared; allowed: {', '.join(names) or 'none'}")
+            out.append(f"fork {words[1]}")
+        elif len(words) == 2 and words[0] == "speculate":
+            count = int(words[1]) if words[1].isdigit() else -1
+            if not 1 <= count <= MAXIMA["speculate"]:
+                raise SpecError(source, where, f"'speculate' needs K drafts, an integer from 1 to {MAXIMA['speculate']}, got {words[1]!r}")
+            out.append(f"speculate {count}")
+        else:
+            raise SpecError(source, where, f"unknown operation {item!r}; allowed: {PROGRAM_FORMS}")
+    return tuple(out)
+
+
+def parse_branches(raw_branches: list[Any], source: str) -> tuple[BranchSpec, ...]:
+    """The [[branch]] tables, with the program rules checked across them:
+    each child forked exactly once, by its parent; parents form no cycle;
+    at least one root."""
+    names = BRANCH_NAMES[:len(raw_branches)]
+    branches = []
+    for i, raw in enumerate(raw_branches):
+        key = f"branch[{i}]"
+        if not isinstance(raw, dict):
+            raise SpecError(source, key, "must be a table")
+        for k in raw:
+            if k not in BRANCH_KEYS:
+                raise SpecError(source, f"{key}.{k}", f"unknown key; allowed: {', '.join(BRANCH_KEYS)}")
+        may_cancel = raw.get("may_cancel", False)
+        if not isinstance(may_cancel, bool):
+            raise SpecError(source, f"{key}.may_cancel", f"must be true or false, got {may_cancel!r}")
+        parent = raw.get("parent")
+        if parent is not None and (not isinstance(parent, str) or parent not in names):
+            raise SpecError(source, f"{key}.parent", f"unknown branch {parent!r}; allowed: the name of another branch ({', '.join(names)}, in file order)")
+        if parent == names[i]:
+            raise SpecError(source, f"{key}.parent", f"branch {names[i]!r} cannot be its own parent")
+        parent_index = None if parent is None else names.index(parent)
+        if "program" in raw:
+            if "appends" in raw:
+                raise SpecError(source, f"{key}.appends", "give either 'appends' or 'program', not both ('appends = k' is short for k \"append\"s)")
+            program = _program(raw, key, names, source)
+            branches.append(BranchSpec(0, may_cancel, program, parent_index) if program else BranchSpec(0, may_cancel, parent=parent_index))
+        else:
+            appends = _int(raw, "appends", source, 0, required=False, label=f"{key}.appends") or 0
+            branches.append(BranchSpec(appends, may_cancel, parent=parent_index))
+    for c in range(len(branches)):
+        seen, at = {c}, branches[c].parent
+        while at is not None:
+            if at in seen:
+                raise SpecError(source, f"branch[{c}].parent", f"the parents of branch {names[c]!r} form a cycle; every chain must end at a root")
+            seen.add(at)
+            at = branches[at].parent
+    forked_by: dict[int, list[tuple[int, int]]] = {}
+    for i, spec in enumerate(branches):
+        for k, text in enumerate(spec.program):
+            if text.startswith("fork "):
+                forked_by.setdefault(names.index(text.split()[1]), []).append((i, k))
+    for c, spec in enumerate(branches):
+        forks = forked_by.get(c, [])
+        if spec.parent is None:
+            if forks:
+                i, k = forks[0]
+                raise SpecError(source, f"branch[{i}].program[{k}]", f"'fork {names[c]}': branch {names[c]!r} is a root (no 'parent'); "
+                                f"only a branch declared with parent = {names[i]!r} can be forked by {names[i]!r}")
+            continue
+        wrong = [(i, k) for i, k in forks if i != spec.parent]
+        if wrong:
+            i, k = wrong[0]
+            raise SpecError(source, f"branch[{i}].program[{k}]", f"'fork {names[c]}': branch {names[c]!r} has parent {names[spec.parent]!r}; only its parent may fork it")
+        if len(forks) != 1:
+            raise SpecError(source, f"branch[{c}].parent", f"branch {names[c]!r} (parent {names[spec.parent]!r}) must be forked exactly once by its parent's program, "
+                            f"it is forked {len(forks)} times")
+    if not any(b.parent is None for b in branches):
+        raise SpecError(source, "branch", "no root branch: at least one branch must have no 'parent'")
+    return tuple(branches)
+
+
 def load_scenario(path: Path) -> Scenario:
     path = Path(path)
     return scenario_from_dict(read_toml(path), str(path), path.parent, path.stem)
 
 
-def make_scenario(block_size: int, prompt: int, branches: list[tuple[int, bool]] | list[int], protocol: str | Protocol = "cow",
+def make_scenario(block_size: int, prompt: int, branches: list[tuple[int, bool]] | list[int] | list[dict[str, Any]], protocol: str | Protocol = "cow",
                   device: str = "async", reuse: str = "lifo", pool: int | None = None, name: str = "") -> Scenario:
     """A scenario built in code (benchmarks, tests), validated like a file."""
     data: dict[str, Any] = {
@@ -203,7 +373,8 @@ def make_scenario(block_size: int, prompt: int, branches: list[tuple[int, bool]]
         "prompt": prompt,
         "device": device,
         "reuse": reuse,
-        "branch": [{"appends": b} if isinstance(b, int) else {"appends": b[0], "may_cancel": b[1]} for b in branches],
+        "branch": [{"appends": b} if isinstance(b, int) else dict(b) if isinstance(b, dict) else {"appends": b[0], "may_cancel": b[1]}
+                   for b in branches],
     }
     if pool is not None:
         data["pool"] = pool

@@ -14,7 +14,9 @@ from .structure import Op
 
 class Status(StrEnum):
     """A branch's status. The model only ever stores these members, so hot
-    code compares them by identity (`is`)."""
+    code compares them by identity (`is`). A child is unborn until its
+    parent's fork shares a table with it."""
+    UNBORN = "unborn"
     RUNNING = "running"
     FINISHED = "finished"
     CANCELLED = "cancelled"
@@ -29,7 +31,7 @@ class Block(NamedTuple):
 class Branch(NamedTuple):
     status: Status
     pos: int                       # tokens in its sequence, counting launched writes
-    done: int                      # append operations completed
+    done: int                      # operations of its (flattened) program completed
     op: Optional[Op]               # None between operations
     path: Optional[str]            # the append path chosen by decide
     step: int                      # index of the next step of the operation
@@ -37,6 +39,9 @@ class Branch(NamedTuple):
     new: Optional[int]
     working: tuple[int, ...]       # the scheduler's block table
     published: tuple[int, ...]     # what the branch's next kernel launch uses
+    writes: int                    # writes so far: the next writes token <name>{writes + 1}
+    seq: tuple[str, ...]           # its sequence: the tokens of positions 0 .. pos-1
+    rejected: Optional[int]        # a rollback's local, bound by verify
 
 
 # final: so that `type(op) is Copy` narrows an InFlight to Kernel in its else
@@ -54,6 +59,7 @@ class Kernel(NamedTuple):
     pos: int
     token: str
     snapshot: tuple[int, ...]      # the published table at launch
+    expected: tuple[str, ...]      # the branch's sequence right after the write: what the kernel must read
 
 
 InFlight = Union[Copy, Kernel]
@@ -67,9 +73,10 @@ class State(NamedTuple):
 
 
 def initial_state(scenario: Scenario) -> State:
-    """The fork has happened: every branch maps the prompt's blocks."""
+    """The fork has happened: every root branch maps the prompt's blocks;
+    children are unborn, with nothing."""
     B, L = scenario.block_size, scenario.prompt
-    n = len(scenario.branches)
+    n = len(scenario.roots)
     prompt_blocks = scenario.prompt_blocks
     tokens = [f"p{i}" for i in range(L)]
     blocks = []
@@ -80,12 +87,14 @@ def initial_state(scenario: Scenario) -> State:
         else:
             blocks.append(Block(0, 0, (None,) * B))
     table = tuple(range(prompt_blocks))
-    branch = Branch(Status.RUNNING, L, 0, None, None, 0, None, None, table, table)
-    return State(tuple(blocks), tuple(range(prompt_blocks, scenario.pool)), (branch,) * n, ())
+    root = Branch(Status.RUNNING, L, 0, None, None, 0, None, None, table, table, 0, tuple(tokens), None)
+    unborn = Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None)
+    branches = tuple(root if spec.parent is None else unborn for spec in scenario.branches)
+    return State(tuple(blocks), tuple(range(prompt_blocks, scenario.pool)), branches, ())
 
 
 def is_final(state: State) -> bool:
-    return not state.queue and all(b.status is not Status.RUNNING for b in state.branches)
+    return not state.queue and all(b.status is Status.FINISHED or b.status is Status.CANCELLED for b in state.branches)
 
 
 def allocated(state: State) -> int:
@@ -121,12 +130,16 @@ def state_to_json(state: State, scenario: Scenario) -> dict[str, Any]:
                 "new": br.new,
                 "working": list(br.working),
                 "published": list(br.published),
+                "writes": br.writes,
+                "sequence": list(br.seq),
+                "rejected": br.rejected,
             }
             for i, br in enumerate(state.branches)
         },
         "queue": [
             {"copy": {"src": op.src, "dst": op.dst, "n": op.n}} if type(op) is Copy
-            else {"kernel": {"branch": name(op.branch), "pos": op.pos, "token": op.token, "snapshot": list(op.snapshot)}}
+            else {"kernel": {"branch": name(op.branch), "pos": op.pos, "token": op.token, "snapshot": list(op.snapshot),
+                             "expected": list(op.expected)}}
             for op in state.queue
         ],
     }

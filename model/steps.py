@@ -14,7 +14,8 @@ from .action import Bound
 from .block import Draft, OutputChecked, TableMiss
 from .errors import SpecError
 from .protocol import Step
-from .state import Branch, Copy, Kernel, State, read
+from .scenario import BRANCH_NAMES
+from .state import Branch, Copy, Kernel, State, Status, read
 
 
 def local(branch: Branch, name: str, step: Step, source: str) -> int:
@@ -39,10 +40,11 @@ def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tu
 
 
 def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
-          block_size: int, tokens: tuple[str, ...], source: str) -> tuple[Optional[Branch], tuple[tuple[str, Bound], ...]]:
-    """Perform one step. Returns the branch after it (None when the step
-    launched nothing and ends exploration: a kernel-table-miss) and the
-    block ids its locals bound."""
+          block_size: int, name: str, source: str, child: Optional[int] = None) -> tuple[Optional[Branch], tuple[tuple[str, Bound], ...]]:
+    """Perform one step of branch `index` (called `name`; `child`: the
+    branch a fork operation forks). Returns the branch after it (None when
+    the step launched nothing and ends exploration: a kernel-table-miss)
+    and the block ids its locals bound."""
     op, args = step.op, step.args
     values = {} if op == "alloc" else {a: local(br, a, step, source) for a in args}
     binds: tuple[tuple[str, Bound], ...] = tuple(values.items())
@@ -71,14 +73,37 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
         if len(br.published) <= br.pos // block_size:
             d.facts.append(TableMiss(index, br.pos))
             return None, binds
-        d.queue.append(Kernel(index, br.pos, tokens[br.pos], br.published))
-        br = br._replace(pos=br.pos + 1)
+        token = f"{name}{br.writes + 1}"
+        seq = br.seq + (token,)
+        d.queue.append(Kernel(index, br.pos, token, br.published, seq))
+        br = br._replace(pos=br.pos + 1, writes=br.writes + 1, seq=seq)
+        binds = (("token", token),)
     elif op == "decref-all":
         for b in br.working:
             blockops.decref(d, b)
         br = br._replace(working=(), published=())
+    elif op == "incref-all":
+        for b in br.working:
+            blockops.incref(d, b)
+    elif op == "share":
+        assert child is not None, "share is only in [fork]"
+        d.set_branch(child, Branch(Status.RUNNING, br.pos, 0, None, None, 0, None, None,
+                                   br.working, br.working, 0, br.seq, None))
+        binds = (("child", BRANCH_NAMES[child]), ("table", br.working))
+    elif op == "rewind":
+        assert br.rejected is not None, "rewind is only in [rollback], after verify"
+        pos = br.pos - br.rejected
+        br = br._replace(pos=pos, seq=br.seq[:pos])
+        binds = (("rejected", br.rejected), ("pos", pos))
+    elif op == "trim":
+        keep = -(-br.pos // block_size)
+        dropped = br.working[keep:]
+        for b in reversed(dropped):
+            blockops.decref(d, b)
+        br = br._replace(working=br.working[:keep])
+        binds = (("dropped", dropped),)
     elif op == "check-output":
-        d.facts.append(OutputChecked(index, read(tuple(d.blocks), br.working, br.pos, block_size)))
+        d.facts.append(OutputChecked(index, read(tuple(d.blocks), br.working, br.pos, block_size), br.seq))
         binds = (("pos", br.pos), ("table", br.working))  # what was read, for a replay on a real pool
     # wait-copy and wait-kernel change nothing: `choices` already gated them
     return br, binds

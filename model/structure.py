@@ -16,11 +16,18 @@ from .protocol import WAITS, Protocol, Step
 
 
 class Op(StrEnum):
-    """A branch's operations. `finish` and `cancel` have no start action of
-    their own: their first step starts them."""
+    """A branch's operations. `finish`, `cancel` and `fork` have no start
+    action of their own: their first step starts them. An append starts with
+    `decide`, a rollback with `verify` (specs/SEMANTICS.md#branch-programs)."""
     APPEND = "append"
     FINISH = "finish"
     CANCEL = "cancel"
+    FORK = "fork"
+    ROLLBACK = "rollback"
+
+
+#: the operations whose steps are the protocol's own tables (not append paths)
+TABLES = (Op.FINISH, Op.CANCEL, Op.FORK, Op.ROLLBACK)
 
 
 class DeviceOp(StrEnum):
@@ -32,7 +39,7 @@ class DeviceOp(StrEnum):
 class Place(NamedTuple):
     """Where a branch is inside an operation: its next step is
     `program(op, path)[step]`. `path` is the append path chosen by decide
-    (None for finish and cancel)."""
+    (None for the other operations)."""
     op: Op
     path: Optional[str]
     step: int
@@ -50,14 +57,22 @@ class Structure:
     def __init__(self, protocol: Protocol):
         self.protocol = protocol
         places = [Place(Op.APPEND, p.name, k) for p in protocol.paths.values() for k in range(len(p.steps))]
-        places += [Place(op, None, k) for op in (Op.FINISH, Op.CANCEL) for k in range(len(self.program(op)))]
+        places += [Place(op, None, k) for op in TABLES for k in range(len(self.program(op)))]
         self.places: tuple[Place, ...] = tuple(places)
 
     def program(self, op: Op, path: Optional[str] = None) -> tuple[Step, ...]:
         if op is Op.APPEND:
             assert path is not None, "an append's program is its path's"
             return self.protocol.paths[path].steps
-        return self.protocol.finish if op is Op.FINISH else self.protocol.cancel
+        return {Op.FINISH: self.protocol.finish, Op.CANCEL: self.protocol.cancel,
+                Op.FORK: self.protocol.fork, Op.ROLLBACK: self.protocol.rollback}[op]
+
+    def atomic(self, op: Op, path: Optional[str] = None) -> bool:
+        """Whether the operation (an append: its path) runs under the scheduler lock."""
+        if op is Op.APPEND:
+            assert path is not None
+            return self.protocol.paths[path].atomic
+        return (op is Op.FORK and self.protocol.atomic_fork) or (op is Op.ROLLBACK and self.protocol.atomic_rollback)
 
     def step(self, place: Place) -> Step:
         return self.program(place.op, place.path)[place.step]
@@ -66,10 +81,11 @@ class Structure:
         return place.step + 1 == len(self.program(place.op, place.path))
 
     def locks(self, place: Place) -> bool:
-        if place.op is not Op.APPEND:
-            return False
-        assert place.path is not None
-        return self.protocol.paths[place.path].atomic and self.step(place).op not in WAITS
+        return self.atomic(place.op, place.path) and self.step(place).op not in WAITS
+
+    @cached_property
+    def any_atomic(self) -> bool:
+        return any(p.atomic for p in self.protocol.paths.values()) or self.protocol.atomic_fork or self.protocol.atomic_rollback
 
     def cancellable(self, place: Place) -> bool:
         return place.op is Op.APPEND and self.step(place).op == "wait-kernel"

@@ -7,7 +7,11 @@ Two kinds of renaming are symmetries of the transition system:
 
 - Branches with the same program (appends, may_cancel) are interchangeable
   once their tokens are renamed with them (a1 <-> b1, ...): every rule,
-  step and invariant treats branch names only as names.
+  step and invariant treats branch names only as names. Only *plain*
+  branches are put in classes (roots that only append): a branch that
+  forks, speculates or has a parent is left where it is, which is sound
+  (a coarser symmetry) and keeps every sequence a function of the
+  branch and its pos, as the signatures and twins below assume.
 - Block ids are names too: nothing in the model compares ids, except the free
   list's order, which a renaming carries along (and which `any` reuse keeps
   sorted, so there it is re-sorted).
@@ -76,10 +80,11 @@ class Symmetry:
         self.names = [scenario.branch_name(i) for i in range(len(scenario.branches))]
         groups: dict[tuple[int, bool], list[int]] = {}
         for i, spec in enumerate(scenario.branches):
-            groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
+            if spec.plain:
+                groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
         self.classes = [tuple(g) for g in groups.values() if len(g) > 1] if branches else []
         # tokens each branch owns, for renaming: own[i][k-1] = f"{name_i}{k}"
-        self.own = [scenario.tokens(i)[scenario.prompt:] for i in range(len(scenario.branches))]
+        self.own = [scenario.own_tokens(i) for i in range(len(scenario.branches))]
         #: the old definition (every tied order) where it is cheap, else the refined one
         self.exhaustive = all(len(c) <= 3 for c in self.classes)
         # token -> (owning branch, index); prompt tokens belong to -1
@@ -254,12 +259,13 @@ class Symmetry:
                     blk = new(Block, (blk.refcount, blk.holds, tuple(map(get, blk.slots, blk.slots))))  # type: ignore[arg-type]  # get(None, None) is None
                 new_blocks[block_map[old]] = blk
         new_branches = []
-        for old in order:
+        for new_index, old in enumerate(order):
             br = branches[old]
             tail, nw = br.tail, br.new
+            seq = br.seq if tokens is None or new_index == old else tuple(map(tokens.get, br.seq, br.seq))  # type: ignore[arg-type]  # tokens are str
             new_branches.append(new(Branch, (br.status, br.pos, br.done, br.op, br.path, br.step,
                                              None if tail is None else block_map[tail], None if nw is None else block_map[nw],
-                                             tuple(map(m, br.working)), tuple(map(m, br.published)))))
+                                             tuple(map(m, br.working)), tuple(map(m, br.published)), br.writes, seq, br.rejected)))
         queue: list[InFlight] = []
         if state.queue:
             new_of = [0] * len(order)                   # new_of[old] = new
@@ -269,8 +275,11 @@ class Symmetry:
                 if type(op) is Copy:
                     queue.append(new(Copy, (block_map[op.src], block_map[op.dst], op.n)))
                 else:
-                    token = op.token if tokens is None else tokens.get(op.token, op.token)
-                    queue.append(new(Kernel, (new_of[op.branch], op.pos, token, tuple(map(m, op.snapshot)))))
+                    if tokens is None or new_of[op.branch] == op.branch:
+                        token, expected = op.token, op.expected
+                    else:
+                        token, expected = tokens.get(op.token, op.token), tuple(map(tokens.get, op.expected, op.expected))  # type: ignore[arg-type]  # tokens are str
+                    queue.append(new(Kernel, (new_of[op.branch], op.pos, token, tuple(map(m, op.snapshot)), expected)))
         free = tuple(map(m, state.free))
         if self.sort_free:
             free = tuple(sorted(free))

@@ -22,7 +22,10 @@ from .state import Branch, State, Status, initial_state, is_final
 from .structure import Op, Place, Structure
 
 #: the status a branch has once the last step of each operation is done
-STATUS_AFTER = {Op.APPEND: Status.RUNNING, Op.FINISH: Status.FINISHED, Op.CANCEL: Status.CANCELLED}
+STATUS_AFTER = {Op.APPEND: Status.RUNNING, Op.FORK: Status.RUNNING, Op.ROLLBACK: Status.RUNNING,
+                Op.FINISH: Status.FINISHED, Op.CANCEL: Status.CANCELLED}
+#: the operations of a branch's program (finish and cancel end it)
+PROGRAM_OPS = (Op.APPEND, Op.FORK, Op.ROLLBACK)
 
 
 class TransitionSystem(Protocol):
@@ -33,7 +36,6 @@ class TransitionSystem(Protocol):
     scenario: Scenario
     B: int
     names: tuple[str, ...]                 # branch names, by index
-    tokens: tuple[tuple[str, ...], ...]    # each branch's reference sequence
 
     def init_state(self) -> State: ...
 
@@ -66,7 +68,9 @@ class ProtocolModel:
         self.reuse = scenario.reuse
         self.device = scenario.device
         self.names = tuple(scenario.branch_name(i) for i in range(len(scenario.branches)))
-        self.tokens = tuple(scenario.tokens(i) for i in range(len(scenario.branches)))
+        self.operations = tuple(spec.operations for spec in scenario.branches)
+        #: the unborn branches a cancel of each branch cancels with it
+        self.descendants = tuple(scenario.descendants(i) for i in range(len(scenario.branches)))
         self.source = scenario.protocol.source
 
     # -- the TransitionSystem interface ---------------------------------------
@@ -91,8 +95,8 @@ class ProtocolModel:
 
     def is_steady(self, state: State) -> bool:
         return not state.queue and all(
-            br.status is Status.RUNNING and br.op is None and br.done == spec.appends
-            for br, spec in zip(state.branches, self.scenario.branches)
+            br.status is Status.RUNNING and br.op is None and br.done == len(ops)
+            for br, ops in zip(state.branches, self.operations)
         )
 
     @staticmethod
@@ -100,6 +104,8 @@ class ProtocolModel:
         return action.step.split(" ", 1)[0] in COPIES
 
     def where(self, br: Branch) -> str:
+        if br.status is Status.UNBORN:
+            return "unborn (its parent has not forked it)"
         place = self.place(br)
         if place is None:
             return "between operations"
@@ -117,17 +123,26 @@ class ProtocolModel:
     def exclusive(self, state: State) -> Optional[int]:
         """The branch holding the scheduler lock (inside the non-wait part of
         an atomic path), if any: while it does, no other branch takes a step."""
+        if not self.structure.any_atomic:
+            return None
         locks = self.structure.locks
         for i, br in enumerate(state.branches):
-            if br.op is Op.APPEND and locks(Place(br.op, br.path, br.step)):
+            if br.op is not None and br.op in PROGRAM_OPS and locks(Place(br.op, br.path, br.step)):
                 return i
         return None
 
     def _branch_actions(self, state: State, i: int, br: Branch, out: list[Transition]) -> None:
         spec = self.scenario.branches[i]
         if br.op is None:
-            if br.done < spec.appends:
-                self._decide(state, i, br, out)
+            ops = self.operations[i]
+            if br.done < len(ops):
+                nxt = ops[br.done]
+                if nxt.op is Op.APPEND:
+                    self._decide(state, i, br, out)
+                elif nxt.op is Op.FORK:
+                    self._step(state, i, br, Op.FORK, self.protocol.fork, 0, out)
+                else:
+                    self._verify(state, i, br, nxt.arg, out)
             else:
                 self._step(state, i, br, Op.FINISH, self.protocol.finish, 0, out)
             if spec.may_cancel:
@@ -151,6 +166,18 @@ class ProtocolModel:
         action = Action(self.names[i], Op.APPEND, "decide", (("path", rule.path), ("tail", tail)))
         out.append(Transition(action, State(state.blocks, state.free, branches, state.queue), ()))
 
+    def _verify(self, state: State, i: int, br: Branch, drafts: int, out: list[Transition]) -> None:
+        """The rollback's first action: the verifier accepts j of the drafts,
+        each j its own successor, and binds `rejected`."""
+        for accepted in range(drafts + 1):
+            rejected = drafts - accepted
+            after = br._replace(op=Op.ROLLBACK, path=None, step=0, rejected=rejected)
+            if not self.protocol.rollback:       # an empty [rollback]: the operation ends here
+                after = self._end(after, Op.ROLLBACK)
+            branches = state.branches[:i] + (after,) + state.branches[i + 1:]
+            action = Action(self.names[i], Op.ROLLBACK, "verify", (("accepted", accepted), ("rejected", rejected)))
+            out.append(Transition(action, State(state.blocks, state.free, branches, state.queue), ()))
+
     def choose(self, state: State, tail: Optional[int], boundary: bool, fill: int) -> Optional[Rule]:
         def counter(field: str) -> Callable[[Optional[int]], int]:
             def read(block: Optional[int]) -> int:
@@ -168,21 +195,30 @@ class ProtocolModel:
     def _step(self, state: State, i: int, br: Branch, op: Op, program: tuple[Step, ...], k: int,
               out: list[Transition]) -> None:
         step = program[k]
+        child = self.operations[i][br.done].arg if op is Op.FORK else None
         for choice in steps.choices(state, i, step, self.reuse, self.source):
             d = Draft(state, self.reuse)
-            if op is not br.op:  # starting finish or cancel (a cancel abandons the append, keeping its locals)
+            if op is not br.op:  # starting finish, cancel or fork (a cancel abandons the append, keeping its locals)
                 br = br._replace(op=op, path=None, step=0)
-            after, binds = steps.apply(d, i, br, step, choice, self.B, self.tokens[i], self.source)
+            after, binds = steps.apply(d, i, br, step, choice, self.B, self.names[i], self.source, child)
             action = Action(self.names[i], op, step.text, binds)
             if after is None:
                 out.append(Transition(action, None, tuple(d.facts)))
                 continue
-            d.set_branch(i, self._advance(after, op, program, k))
+            if k + 1 < len(program):
+                after = after._replace(step=k + 1)
+            else:
+                after = self._end(after, op)
+                if op is Op.CANCEL:
+                    for c in self.descendants[i]:       # never forked: they never owned anything
+                        if d.branches[c].status is Status.UNBORN:
+                            d.set_branch(c, d.branches[c]._replace(status=Status.CANCELLED))
+            d.set_branch(i, after)
             out.append(Transition(action, d.freeze(), tuple(d.facts)))
 
     @staticmethod
-    def _advance(br: Branch, op: Op, program: tuple[Step, ...], k: int) -> Branch:
-        if k + 1 < len(program):
-            return br._replace(step=k + 1)
-        done = br.done + (op is Op.APPEND)
-        return Branch(STATUS_AFTER[op], br.pos, done, None, None, 0, None, None, br.working, br.published)
+    def _end(br: Branch, op: Op) -> Branch:
+        """The branch once operation `op` is done: locals cleared, and the
+        program moved on (or the branch finished or cancelled)."""
+        done = br.done + (op in PROGRAM_OPS)
+        return Branch(STATUS_AFTER[op], br.pos, done, None, None, 0, None, None, br.working, br.published, br.writes, br.seq, None)

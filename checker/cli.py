@@ -27,7 +27,7 @@ from .narrate import explain as explain_trace
 from .output import write_result
 from .pages_cli import register, write_check_pages
 from .rerun import judging
-from .report import show, show_pool
+from .report import overview, show, show_pool
 from .results import FORMAT, Result, Summary
 
 # Wide enough for the verdict table when the output is a file or a pipe.
@@ -231,6 +231,8 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
     with interrupts.held():     # a further Ctrl-C waits until the results are written whole
         by_summary = Counter(r.summary for r in results)
         tally = ", ".join(f"{by_summary[s]} {s}" for s in Summary)
+        if len(results) > 1:
+            overview(results, out)
         if interrupted:
             out.print(f"[bold yellow]interrupted[/]: {len(results)} scenario(s) checked before it, partial results above")
         if overridden:

@@ -5,10 +5,13 @@ The model tracks token ids; here each token id becomes key, value and query
 vectors, the pool is a float32 array of shape [P, B, 2, H] (keys and values),
 and each kernel runs a real single-head attention over the keys and values it
 gathers through its table snapshot, then decodes the output to a token. The
-reference for a branch is the same attention over a contiguous, unpaged array
-built from its reference sequence: it shares nothing with the paged replay but
-the token-to-vector function, so a divergence is evidence from memory, not
-from the model's own bookkeeping.
+reference for a kernel is the same attention over a contiguous, unpaged array
+built from its branch's sequence as it was right after the kernel's write: it
+shares nothing with the paged replay but the token-to-vector function, so a
+divergence is evidence from memory, not from the model's own bookkeeping.
+The sequences themselves are rebuilt here from the trace's branch actions
+(`Sequences`), by the rules of specs/SEMANTICS.md#branch-programs, not read
+from the model's states.
 
 The pool forces no hardware race: the interleaving (which copy or kernel
 completes when) comes from the trace. Only device completions touch memory;
@@ -57,10 +60,10 @@ class TokenSpace:
         self.head_dim = head_dim
         self.seed = seed
         prompt = [f"p{i}" for i in range(scenario.prompt)]
-        own = [t for i in range(len(scenario.branches)) for t in scenario.tokens(i)[scenario.prompt:]]
+        own = [t for i in range(len(scenario.branches)) for t in scenario.own_tokens(i)]
         self.vocabulary: list[str] = prompt + own
         self._vectors: dict[str, np.ndarray] = {}
-        longest = scenario.prompt + max(b.appends for b in scenario.branches) + 1
+        longest = max(scenario.max_pos(i) for i in range(len(scenario.branches))) + 1
         codes = self._draw("positions", longest)
         self.positions = self.POSITION_WEIGHT * codes / np.linalg.norm(codes, axis=1, keepdims=True)
         values = np.stack([self.vectors(t)[VALUE] for t in self.vocabulary]) if self.vocabulary else np.zeros((0, head_dim))
@@ -104,7 +107,7 @@ def attention(xp, query, keys, values):
 
 def reference_output(space: TokenSpace, sequence: tuple[str, ...], pos: int) -> np.ndarray:
     """What the kernel at `pos` must compute: attention over a contiguous
-    array of the reference sequence, nothing paged."""
+    array of its sequence (positions 0 .. pos), nothing paged."""
     stacked = np.stack([space.key_value(t, j) for j, t in enumerate(sequence[:pos + 1])])
     return attention(np, space.query(sequence[pos], pos), stacked[:, KEY], stacked[:, VALUE])
 
@@ -253,34 +256,74 @@ class _Ordered:
         return self.pool.xp.asnumpy(array)
 
 
+class Sequences:
+    """Each branch's sequence, rebuilt from the trace's branch actions alone
+    (specs/SEMANTICS.md#branch-programs): a root starts with the prompt, a
+    child with its parent's sequence at `share`; a `write` appends the
+    branch's next token (its k-th write writes `<name>k`, the action's
+    `token`), and a `rewind` drops the last `rejected` tokens. A rewound
+    draft's token stays in its slot on the pool, but no sequence has it any
+    more, so no reference is ever built from that garbage.
+
+    Each kernel is remembered with the sequence its branch had right after
+    its write (tokens are never reused, so the token names the kernel): what
+    it must read even if the branch rewinds or is cancelled before it
+    completes."""
+
+    def __init__(self, scenario: Scenario):
+        prompt = tuple(f"p{i}" for i in range(scenario.prompt))
+        names = [scenario.branch_name(i) for i in range(len(scenario.branches))]
+        self.of: dict[str, tuple[str, ...]] = {names[i]: prompt for i in scenario.roots}   # children: from their birth
+        self.writes = dict.fromkeys(names, 0)
+        self.kernel: dict[str, tuple[str, ...]] = {}     # token -> its kernel's expected sequence
+
+    def apply(self, action: Action) -> None:
+        """Follow one branch action (device completions change no sequence)."""
+        who, binds = action.actor, dict(action.binds)
+        if action.step == "write":
+            self.writes[who] += 1
+            token = str(binds.get("token") or f"{who}{self.writes[who]}")
+            self.of[who] += (token,)
+            self.kernel[token] = self.of[who]
+        elif action.step == "share":
+            self.of[str(binds["child"])] = self.of[who]
+        elif action.step == "rewind":
+            rejected = int(binds["rejected"])
+            self.of[who] = self.of[who][:len(self.of[who]) - rejected]
+
+
 def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy", head_dim: int = HEAD_DIM) -> PoolReplay:
     """Apply a trace's device completions (and check-output reads) to a real
-    pool and compare each with the reference."""
+    pool and compare each with the reference: a kernel's with its
+    remembered sequence, a check-output's with the branch's sequence then."""
     xp = array_module(pool)
     space = TokenSpace(scenario, head_dim)
     memory = Pool(xp, scenario, space)
-    index = {scenario.branch_name(i): i for i in range(len(scenario.branches))}
+    sequences = Sequences(scenario)
     result = PoolReplay(pool, head_dim)
     for step, action in enumerate(actions, 1):
         binds: dict[str, Any] = dict(action.binds)
+        if action.actor != DEVICE:
+            sequences.apply(action)
         if action.actor == DEVICE and action.op == "copy-complete":
             memory.copy(binds["src"], binds["dst"], binds["n"])
         elif action.actor == DEVICE and action.op == "kernel-complete":
             branch, pos = binds["branch"], binds["pos"]
             paged = memory.kernel(binds["token"], pos, tuple(binds["snapshot"]))
-            reference = reference_output(space, scenario.tokens(index[branch]), pos)
+            reference = reference_output(space, sequences.kernel[binds["token"]], pos)
             diff = float(np.max(np.abs(paged - reference)))
             result.kernels.append(KernelReplay(step, "kernel", branch, pos, diff, space.decode(paged),
                                                space.decode(reference), diff > TOLERANCE))
         elif action.step == "check-output":
-            result.kernels.append(_check_output(memory, space, scenario, step, action.actor, index[action.actor], binds))
+            result.kernels.append(_check_output(memory, space, step, action.actor, sequences.of[action.actor], binds))
     return result
 
 
-def _check_output(memory: Pool, space: TokenSpace, scenario: Scenario, step: int, branch: str, index: int, binds: dict) -> KernelReplay:
+def _check_output(memory: Pool, space: TokenSpace, step: int, branch: str, expected: tuple[str, ...], binds: dict) -> KernelReplay:
+    """Positions 0 .. pos-1 read through the working table, against the
+    branch's sequence (pos tokens long)."""
     pos, table = binds["pos"], tuple(binds["table"])
     paged = memory.read(table, pos)
-    expected = scenario.tokens(index)[:pos]
     reference = np.stack([space.key_value(t, j) for j, t in enumerate(expected)]) if expected else paged
     diffs = np.abs(paged - reference).reshape(pos, -1).max(axis=1) if pos else np.zeros(0)
     wrong = np.flatnonzero(diffs > TOLERANCE)

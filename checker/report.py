@@ -63,6 +63,26 @@ def show(result: Result, console: Console) -> None:
     _show_expect(result, console)
 
 
+def overview(results: list[Result], console: Console) -> None:
+    """One row per scenario checked, so runs of one shape under several
+    protocols read side by side: a rollback that never trims is safe, and
+    only its peak or steady count beside cow's shows what it costs."""
+    table = Table(title="scenarios", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("scenario", "protocol", "device", "verdict", "broken (shortest)", "peak", "steady", "copies"):
+        table.add_column(col, justify="right" if col in ("peak", "steady", "copies") else "left", overflow="fold")
+    for r in results:
+        broken = ", ".join(f"{v.invariant} ({v.length})" for v in r.verdicts.values() if v.outcome is Outcome.VIOLATED)
+        peak = steady = copies = ""
+        if isinstance(r, ExplicitResult):
+            x = r.x
+            peak = str(x.peak)
+            steady = "n/a" if x.steady is None else str(x.steady)
+            copies = f"{x.cost_range[0]}-{x.cost_range[1]}" if x.cost_range else "n/a"
+        table.add_row(escape(r.scenario.name), escape(r.scenario.protocol.name), r.scenario.device,
+                      f"[{SUMMARY_STYLE[r.summary]}]{r.summary}[/]", escape(broken), peak, steady, copies)
+    console.print(table)
+
+
 BOUNDS = ("--max-states", "--max-memory", "out of memory")
 
 

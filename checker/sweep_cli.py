@@ -186,10 +186,12 @@ counterexample's stepper page.</p>
     return page("cowcheck sweep", html_body, styles=("base.css",))
 
 
-def write_sweep_pages(result: Sweep, html_path: Path, pages_dir: Path) -> dict[int, str]:
+def write_sweep_pages(result: Sweep, html_path: Path, pages_dir: Path, skipped: Optional[list[str]] = None) -> dict[int, str]:
     """A stepper page per violating cell (its shortest violation; harm
     first on a tie, then the invariants' order), then the grid page.
-    Returns cell index -> page link (relative to the grid page)."""
+    Returns cell index -> page link (relative to the grid page). A
+    resumed cell's file that no longer replays (written by an older
+    cowcheck) gets no page; why goes to `skipped`."""
     from .html import stepper_html
     from .invariants import IDS
     from .pages_cli import decoded_on_pool, load_counterexample
@@ -204,7 +206,12 @@ def write_sweep_pages(result: Sweep, html_path: Path, pages_dir: Path) -> dict[i
         if not path or not Path(path).is_file():
             continue
         target = pages_dir / (Path(path).stem + ".html")
-        cx, data = load_counterexample(Path(path))
+        try:
+            cx, data = load_counterexample(Path(path))
+        except SpecError as err:
+            if skipped is not None:
+                skipped.append(str(err))
+            continue
         atomic.write_text(target, stepper_html(data, decoded_on_pool(cx)))
         links[c.index] = target.relative_to(html_path.parent).as_posix() if target.is_relative_to(html_path.parent) \
             else target.resolve().as_uri()
@@ -297,8 +304,11 @@ def _finish(result: Sweep, json_path: Optional[str], html_path: Optional[str], o
                       + (f", written to {markup(json_path)}; rerun with the same --json to go on" if json_path else ""))
         if html_path:
             pages = Path(out_dir) if out_dir else Path(html_path).with_suffix("")
-            links = write_sweep_pages(result, Path(html_path), pages)
+            skipped: list[str] = []
+            links = write_sweep_pages(result, Path(html_path), pages, skipped)
             out.print(f"wrote {markup(html_path)} ({len(links)} counterexample page(s) in {markup(str(pages))})")
+            if skipped:
+                out.print(f"[yellow]{len(skipped)} page(s) not drawn[/]: {markup(skipped[0])} (delete the --json file to check those cells again)")
         if json_path:
             out.print(f"wrote {markup(json_path)}")
     if result.interrupted:

@@ -3,8 +3,11 @@ model, step for step, on when the output goes wrong."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -17,10 +20,10 @@ from conftest import ROOT
 from cowcheck import trace
 from cowcheck import check
 from cowcheck.cli import main
-from cowcheck.executor import TOLERANCE, Pool, TokenSpace, reference_output, replay_on_pool
+from cowcheck.executor import TOLERANCE, VALUE, Pool, TokenSpace, reference_output, replay_on_pool
 from cowcheck.invariants import BY_ID, Judge
-from cowcheck.model.protocol import builtin_names
-from cowcheck.model.scenario import DEVICES, make_scenario
+from cowcheck.model.protocol import Protocol, builtin_names, load_builtin, protocol_from_dict
+from cowcheck.model.scenario import BRANCH_NAMES, DEVICES, make_scenario
 from cowcheck.model.system import ProtocolModel
 
 COUNTEREXAMPLES = sorted((ROOT / "counterexamples").glob("*.json"))
@@ -99,20 +102,64 @@ def small_scenarios(draw):
                          device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
 
 
+def pipelined() -> Protocol:
+    """cow without any wait-kernel: appends end at their write, and forks and
+    rollbacks do not wait for the drafts' kernels, so a late kernel can land
+    in a block a rollback freed or a fork shared (specs/SEMANTICS.md#branch-programs)."""
+    data = copy.deepcopy(load_builtin("cow").definition)
+    data["name"] = "pipelined"
+    for path in data["append"]["paths"].values():
+        path["steps"] = [s for s in path["steps"] if s != "wait-kernel"]
+    for table in ("fork", "rollback"):
+        data[table]["steps"] = [s for s in data[table]["steps"] if s != "wait-kernel"]
+    return protocol_from_dict(data, "pipelined", "pipelined")
+
+
+#: the protocols branch programs are checked under: the correct one, the
+#: buggy forks and rollbacks, and a pipelined one whose late kernels race
+PROGRAM_PROTOCOLS = ("cow", "fork-share-first", "fork-no-incref", "rollback-no-trim", "pipelined")
+
+
 @st.composite
-def walks(draw):
-    """A random walk through a scenario's state space. The device completes
-    lazily (with a per-walk probability) so that copies and kernels stay in
-    flight long enough to race."""
-    scenario = draw(small_scenarios())
+def program_scenarios(draw):
+    """Random small scenarios with branch programs: one or two roots, up to
+    three children (listed in any file order) forked anywhere in their
+    parent's program, speculation with one or two drafts, appends, cancels.
+    Most are racy: a partial tail, and a child, so a fork shares the tail."""
+    racy = draw(st.integers(0, 9)) < 7
+    n = draw(st.integers(2 if racy else 1, 4))
+    roots = draw(st.integers(1, min(2, n - racy)))
+    born = draw(st.permutations(range(n)))           # born[k]: the file index of the k-th branch to exist
+    parent = {born[k]: born[draw(st.integers(0, k - 1))] for k in range(roots, n)}
+    programs = [draw(st.lists(st.sampled_from(("append", "append", "speculate 1", "speculate 2")), max_size=3)) for _ in range(n)]
+    for child, p in sorted(parent.items()):
+        programs[p].insert(draw(st.integers(0, len(programs[p]))), f"fork {BRANCH_NAMES[child]}")
+    branches = [{"program": programs[i], "may_cancel": draw(st.booleans()),
+                 **({"parent": BRANCH_NAMES[parent[i]]} if i in parent else {})} for i in range(n)]
+    B = draw(st.integers(2 if racy else 1, 3))
+    L = draw(st.sampled_from([n for n in range(1, 6) if n % B]) if racy else st.integers(0, 5))
+    name = draw(st.sampled_from(PROGRAM_PROTOCOLS))
+    return make_scenario(B, L, branches, pipelined() if name == "pipelined" else name,
+                         device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
+
+
+def random_walk(scenario, rnd) -> tuple[list, Optional[int]]:
+    """A random walk through a scenario's state space, and the step at which
+    the model's faithful-output first breaks on it (None: it holds). The
+    device completes lazily (with a per-walk probability) so that copies and
+    kernels stay in flight long enough to race, and a branch tends to keep
+    the scheduler for a while (with another), so that one branch can run a
+    whole operation, or its whole program, inside another's."""
     model = ProtocolModel(scenario)
-    rnd = draw(st.randoms(use_true_random=False))
-    eager = rnd.uniform(0.05, 0.6)
-    state, actions, model_step = model.init_state(), [], None
+    eager, sticky = rnd.uniform(0.05, 0.6), rnd.uniform(0.0, 0.9)
+    state, actions, model_step, last = model.init_state(), [], None, None
     for step in range(1, 200):
         options = model.successors(state)
         device = [t for t in options if t.action.actor == "device"]
         branches = [t for t in options if t.action.actor != "device"]
+        same = [t for t in branches if t.action.actor == last]
+        if same and rnd.random() < sticky:
+            branches = same
         pick = device if device and (not branches or rnd.random() < eager) else branches
         if not pick:
             break
@@ -120,10 +167,17 @@ def walks(draw):
         if tr.state is None:  # a kernel-table-miss ends the walk
             break
         actions.append(tr.action)
+        last = tr.action.actor if tr.action.actor != "device" else last
         if model_step is None and any(True for _ in FAITHFUL.action(model, state, tr)):
             model_step = step
         state = tr.state
-    return scenario, actions, model_step
+    return actions, model_step
+
+
+@st.composite
+def walks(draw, scenarios=small_scenarios()):
+    scenario = draw(scenarios)
+    return (scenario, *random_walk(scenario, draw(st.randoms(use_true_random=False))))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -135,6 +189,21 @@ def test_pool_diverges_exactly_when_the_model_says_the_output_is_wrong(walk):
     assert (first.step if first else None) == model_step
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(walks(program_scenarios()))
+def test_pool_follows_the_model_through_forks_and_rollbacks(walk):
+    """The same agreement with branch programs: a child's reference is the
+    sequence it inherited at its fork, a kernel's is its branch's sequence
+    right after its write, and a rewound draft's token is garbage that no
+    reference contains."""
+    scenario, actions, model_step = walk
+    first = replay_on_pool(scenario, actions).first_divergence
+    steps = {a.step for a in actions}
+    event(f"{scenario.protocol.name}: " + ("wrong output" if model_step else "faithful"))
+    event(" ".join(s for s in ("share", "verify", "rewind", "decref-all") if s in steps) or "no program step")
+    assert (first.step if first else None) == model_step
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_scenarios())
 def test_shortest_wrong_output_diverges_on_the_pool_at_the_same_step(scenario):
@@ -143,6 +212,71 @@ def test_shortest_wrong_output_diverges_on_the_pool_at_the_same_step(scenario):
     assume(verdict.holds is False)
     first = replay_on_pool(scenario, verdict.counterexample.actions).first_divergence
     assert first is not None and first.step == verdict.length
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(program_scenarios())
+def test_shortest_wrong_output_of_a_program_diverges_at_the_same_step(scenario):
+    result = check(scenario, invariants=(BY_ID["faithful-output"],), max_states=5_000, first=True)
+    verdict = result.verdicts["faithful-output"]
+    assume(verdict.holds is False)
+    first = replay_on_pool(scenario, verdict.counterexample.actions).first_divergence
+    assert first is not None and first.step == verdict.length
+
+
+FORK = [{"program": ["append", "fork c", "append"]}, {"appends": 1}, {"program": ["append"], "parent": "a"}]
+SPECULATE = [{"program": ["speculate 2", "append"]}, {"appends": 1}]
+
+
+@pytest.mark.parametrize("protocol, branches, length", [
+    ("fork-share-first", FORK, 32),          # the reference row (specs/SEMANTICS.md#reference-numbers)
+    ("fork-no-incref", FORK, 31),
+    ("pipelined", SPECULATE, 15),
+])
+def test_buggy_program_goes_wrong_on_the_pool_where_the_model_says(protocol, branches, length):
+    scenario = make_scenario(2, 3, branches, pipelined() if protocol == "pipelined" else protocol)
+    verdict = check(scenario, invariants=(BY_ID["faithful-output"],)).verdicts["faithful-output"]
+    assert verdict.length == length
+    first = replay_on_pool(scenario, verdict.counterexample.actions).first_divergence
+    assert first is not None and first.step == length and first.max_diff > 100 * TOLERANCE
+    assert first.decoded in TokenSpace(scenario).vocabulary          # a real token, no crash
+
+
+def run_speculation(protocol: str, accepted: int) -> tuple:
+    """One branch drafts a1 a2 (B = 2, L = 2: both into one fresh block),
+    the verifier keeps `accepted` of them, and a3 is written at the rewound
+    position; the device completes at once. The scenario and its trace."""
+    scenario = make_scenario(2, 2, [{"program": ["speculate 2", "append"]}], protocol)
+    model = ProtocolModel(scenario)
+    state, actions = model.init_state(), []
+    while not model.is_final(state):
+        tr = next(t for t in model.successors(state) if dict(t.action.binds).get("accepted", accepted) == accepted)
+        actions.append(tr.action)
+        state = tr.state
+    return scenario, actions
+
+
+@pytest.mark.parametrize("protocol", ["cow", "rollback-no-trim"])
+@pytest.mark.parametrize("accepted", [0, 1, 2])
+def test_a_rewound_draft_is_garbage_the_pool_never_reads_as_truth(protocol, accepted):
+    """The rejected drafts' keys stay in their slots past pos (a3 takes the
+    first of them), and every kernel and the final check-output match the
+    rewound sequence, never the drafts."""
+    scenario, actions = run_speculation(protocol, accepted)
+    replayed = replay_on_pool(scenario, actions)
+    assert replayed.first_divergence is None
+    a3 = [k for k in replayed.kernels if k.kind == "kernel"][-1]
+    assert (a3.pos, a3.expected) == (2 + accepted, ("p1", "a1", "a2")[accepted])   # the previous-token head
+    assert replayed.kernels[-1].kind == "check-output" and replayed.kernels[-1].pos == 3 + accepted
+    if accepted == 0:                                  # block 2 (drafts a1 a2) is where a3 goes again
+        space = TokenSpace(scenario)
+        pool = Pool(np, scenario, space)
+        for action in actions:
+            if action.op == "kernel-complete":
+                binds = dict(action.binds)
+                pool.kernel(binds["token"], binds["pos"], binds["snapshot"])
+        slots = [[space.nearest(pool.memory[b, i, VALUE]) for i in range(2)] for b in range(scenario.pool)]
+        assert ["a3", "a2"] in slots                   # a3 over a1; the rejected a2 still there
 
 
 def test_replay_cli_shows_the_divergence(tmp_path):
@@ -188,12 +322,43 @@ def _gpu():
     return cupy
 
 
-@pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
-def test_cupy_pool_matches_numpy(path):
+#: branch-program traces, checked here (the committed files hold none yet):
+#: the wrong outputs of the buggy forks and of a pipelined rollback, and
+#: cow's peak trace through a speculation
+PROGRAM_TRACES = {
+    "fork-share-first": ("fork-share-first", FORK, "faithful-output"),
+    "fork-no-incref": ("fork-no-incref", FORK, "faithful-output"),
+    "pipelined-rollback": ("pipelined", SPECULATE, "faithful-output"),
+    "cow-speculate": ("cow", SPECULATE, None),
+}
+
+
+@functools.cache
+def program_trace(name: str) -> tuple:
+    protocol, branches, invariant = PROGRAM_TRACES[name]
+    scenario = make_scenario(2, 3, branches, pipelined() if protocol == "pipelined" else protocol)
+    result = check(scenario)
+    cx = result.verdicts[invariant].counterexample if invariant else result.peak_trace
+    return scenario, cx.actions
+
+
+def any_trace(which) -> tuple:
+    """A committed counterexample file's trace, or a program trace: (scenario, actions)."""
+    if isinstance(which, str):
+        return program_trace(which)
+    cx = trace.load(which)
+    return cx.scenario, cx.actions
+
+
+TRACES = [pytest.param(p, id=p.stem) for p in COUNTEREXAMPLES] + [pytest.param(n, id=n) for n in PROGRAM_TRACES]
+
+
+@pytest.mark.parametrize("which", TRACES)
+def test_cupy_pool_matches_numpy(which):
     _gpu()
-    cx = trace.load(path)
-    cpu = replay_on_pool(cx.scenario, cx.actions, "numpy")
-    gpu = replay_on_pool(cx.scenario, cx.actions, "cupy")
+    scenario, actions = any_trace(which)
+    cpu = replay_on_pool(scenario, actions, "numpy")
+    gpu = replay_on_pool(scenario, actions, "cupy")
     assert [k.step for k in gpu.kernels] == [k.step for k in cpu.kernels]
     assert [k.diverged for k in gpu.kernels] == [k.diverged for k in cpu.kernels]
     assert [k.decoded for k in gpu.kernels] == [k.decoded for k in cpu.kernels]
@@ -204,14 +369,14 @@ def test_cupy_pool_matches_numpy(path):
 # -- the CuPy path without a GPU: tests/fake_cupy.py computes with numpy and
 # -- raises Race on any device access not ordered after a conflicting one
 
-@pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
-def test_cupy_replay_is_stream_ordered(path, monkeypatch):
+@pytest.mark.parametrize("which", TRACES)
+def test_cupy_replay_is_stream_ordered(which, monkeypatch):
+    scenario, actions = any_trace(which)
     cp = fake_cupy.install(monkeypatch)
-    cx = trace.load(path)
-    cpu = replay_on_pool(cx.scenario, cx.actions, "numpy")
-    gpu = replay_on_pool(cx.scenario, cx.actions, "cupy")       # raises Race if unordered
+    cpu = replay_on_pool(scenario, actions, "numpy")
+    gpu = replay_on_pool(scenario, actions, "cupy")       # raises Race if unordered
     assert [k.to_json() for k in gpu.kernels] == [k.to_json() for k in cpu.kernels]
-    copies = sum(1 for a in cx.actions if a.op == "copy-complete")
+    copies = sum(1 for a in actions if a.op == "copy-complete")
     assert cp.device.launches > copies + len(cpu.kernels)        # the replay really ran on the stand-in
 
 

@@ -107,7 +107,8 @@ def run_to_wait_kernel(model: ProtocolModel, state: State, actor: str, index: in
 
 def _queue_state(model: ProtocolModel) -> State:
     state = model.init_state()
-    queue = (Copy(1, 2, 1), Kernel(0, 3, "a1", (0, 3)), Copy(1, 3, 1), Kernel(1, 3, "b1", (0, 1)))
+    queue = (Copy(1, 2, 1), Kernel(0, 3, "a1", (0, 3), ("p0", "p1", "p2", "a1")), Copy(1, 3, 1),
+             Kernel(1, 3, "b1", (0, 1), ("p0", "p1", "p2", "b1")))
     return state._replace(queue=queue)
 
 
@@ -140,7 +141,7 @@ def test_copy_reads_its_source_when_it_completes_not_when_launched():
 
 def test_kernel_writes_then_reads_through_its_snapshot():
     model = model_of(device="async")
-    state = model.init_state()._replace(queue=(Kernel(0, 3, "a1", (0, 1)),))
+    state = model.init_state()._replace(queue=(Kernel(0, 3, "a1", (0, 1), ("p0", "p1", "p2", "a1")),))
     done = next(t for t in model.successors(state) if t.action.op == "kernel-complete")
     fact = done.facts[0]
     assert type(fact) is KernelDone

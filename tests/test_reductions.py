@@ -101,9 +101,11 @@ def scramble(state, scenario, rnd):
         new_blocks[m(old)] = Block(blk.refcount, blk.holds, tuple(tokens.get(t, t) for t in blk.slots))
     branches = [state.branches[old] for old in order]
     branches = [b._replace(tail=None if b.tail is None else m(b.tail), new=None if b.new is None else m(b.new),
-                           working=tuple(map(m, b.working)), published=tuple(map(m, b.published))) for b in branches]
+                           working=tuple(map(m, b.working)), published=tuple(map(m, b.published)),
+                           seq=tuple(tokens.get(t, t) for t in b.seq)) for b in branches]
     queue = tuple(Copy(m(q.src), m(q.dst), q.n) if type(q) is Copy else
-                  Kernel(new_of[q.branch], q.pos, tokens.get(q.token, q.token), tuple(map(m, q.snapshot))) for q in state.queue)
+                  Kernel(new_of[q.branch], q.pos, tokens.get(q.token, q.token), tuple(map(m, q.snapshot)),
+                         tuple(tokens.get(t, t) for t in q.expected)) for q in state.queue)
     free = tuple(map(m, state.free))
     if scenario.reuse == "any":
         free = tuple(sorted(free))

@@ -9,11 +9,13 @@ bounds are computed by a small static analysis of the protocol's structure
 restriction of the runs.
 
 - Table entries (`table_bound`): a working table grows only by `append`
-  steps and every append path has exactly one `write`, so the n-th append
-  (n = 0, 1, ...) of a branch decides at pos = L + n. There `boundary` and
-  `fill` are known, so only the rules that can still be chosen for some
-  refcount and holds of the tail count (`possible_rules`); each contributes
-  the `append` steps of its path.
+  steps (a child starts from its parent's table at the fork). Every append
+  path has exactly one `write`, so the positions an append of a plain
+  branch decides at are known (the n-th at L + n), and with branch programs
+  a small set of them (`positions`: a rollback rewinds by 0 .. K). There
+  `boundary` and `fill` are known, so only the rules that can still be
+  chosen for some refcount and holds of the tail count (`possible_rules`);
+  each contributes the `append` steps of its path.
 - Queue slots (`branch_queue_bound`, summed over branches): the queue holds ops launched by the branches.
   A `wait-kernel` step is enabled only once none of the branch's kernels is
   in flight, and `wait-copy Y` only once no copy into Y is, so the ops a
@@ -29,13 +31,15 @@ restriction of the runs.
 The same walk gives, for runs from the initial state, the fewest actions a
 branch takes before each of its steps can run (`earliest`): BMC leaves an
 action instance out of the transition relation at the depths where it
-cannot fire yet (a finish, with its costly decref-all, needs every append
-done first), which shrinks the early steps of every unrolling.
+cannot fire yet (a finish, with its costly decref-all, needs every
+operation done first; a child acts only after its parent's `share`),
+which shrinks the early steps of every unrolling.
 
-Both rely on the rule (specs/SEMANTICS.md#decisions) that every append path has exactly one
-`write` (model.protocol checks it): the n-th append of a branch decides at
-pos = L + n, so `rules_at(n)`, the rules that can be chosen there, are
-known up front."""
+All rely on the rule (specs/SEMANTICS.md#decisions) that every append path has exactly one
+`write` (model.protocol checks it): so `positions` knows where each
+operation of a branch's flattened program (cowcheck.model.scenario.Operation)
+can begin, and `rules_at(k)`, the rules the append at operation k can
+choose, are known up front."""
 
 from __future__ import annotations
 
@@ -103,7 +107,8 @@ def walk(structure: Structure, op: Op, path: Optional[str], start: Pending,
     return peak, pending, cancel_points
 
 
-#: rules_at(n): the indices of the rules the n-th append can choose
+#: rules_at(k): the indices of the rules the append at operation k of a
+#: branch's flattened program can choose (empty for a fork or a rollback)
 RulesAt = Callable[[int], list[int]]
 LAUNCHES = COPIES + ("write",)
 
@@ -114,11 +119,39 @@ def paths(scenario: Scenario, rules: list[int]) -> list[AppendPath]:
     return [protocol.paths[protocol.rules[r].path] for r in rules]
 
 
+def positions(scenario: Scenario, j: int) -> list[set[int]]:
+    """The positions branch j can be at when each operation of its flattened
+    program begins (and, last, when its finish does). Every append path
+    writes once, a fork keeps pos, a rollback of K drafts rewinds by 0 .. K,
+    and a child starts where its parent can be at the fork. Plain: the n-th
+    append begins at L + n."""
+    spec = scenario.branches[j]
+    if spec.parent is None:
+        now = {scenario.prompt}
+    else:
+        parent = scenario.branches[spec.parent].operations
+        at = next(k for k, o in enumerate(parent) if o.op is Op.FORK and o.arg == j)
+        now = positions(scenario, spec.parent)[at]
+    out = []
+    for o in spec.operations:
+        out.append(now)
+        if o.op is Op.APPEND:
+            now = {p + 1 for p in now}
+        elif o.op is Op.ROLLBACK:
+            now = {p - r for p in now for r in range(o.arg + 1)}
+    return out + [now]
+
+
+def own_steps(structure: Structure, op: Op, what: str) -> int:
+    """How many `what` steps one fork or rollback takes."""
+    return sum(s.op == what for s in structure.program(op))
+
+
 def branch_queue_bound(scenario: Scenario, structure: Structure, j: int, rules_at: RulesAt) -> int:
     """The most ops branch j can have in flight at once, over every sequence
-    of appends (the paths of `rules_at(n)` for the n-th), cancellations
-    (between operations and, if may_cancel, at the cancel places inside an
-    append) and its finish."""
+    of its operations (for the k-th, if an append, the paths of
+    `rules_at(k)`), cancellations (between operations and, if may_cancel,
+    at the cancel places inside an append) and its finish."""
     spec = scenario.branches[j]
     peak, between = 0, {Pending()}
 
@@ -127,15 +160,21 @@ def branch_queue_bound(scenario: Scenario, structure: Structure, j: int, rules_a
         for start in starts:
             peak = max(peak, walk(structure, op, None, start, False)[0])
 
-    for n in range(spec.appends):
+    for k, operation in enumerate(spec.operations):
         after: set[Pending] = set()
-        for path in paths(scenario, rules_at(n)):
+        if operation.op is Op.APPEND:
+            for path in paths(scenario, rules_at(k)):
+                for start in between:
+                    most, end, cancel_points = walk(structure, Op.APPEND, path.name, start, spec.may_cancel)
+                    peak = max(peak, most)
+                    after.add(end)
+                    if spec.may_cancel:
+                        end_with(Op.CANCEL, cancel_points)
+        else:       # a fork or a rollback (verify launches nothing; an empty [rollback] ends there)
             for start in between:
-                most, end, cancel_points = walk(structure, Op.APPEND, path.name, start, spec.may_cancel)
+                most, end, _ = walk(structure, operation.op, None, start, False)
                 peak = max(peak, most)
                 after.add(end)
-                if spec.may_cancel:
-                    end_with(Op.CANCEL, cancel_points)
         if spec.may_cancel:
             end_with(Op.CANCEL, between)
         between = after
@@ -145,14 +184,38 @@ def branch_queue_bound(scenario: Scenario, structure: Structure, j: int, rules_a
     return peak
 
 
-def table_bound(scenario: Scenario, structure: Structure, j: int, rules_at: RulesAt) -> int:
-    """The longest working (and so published) table branch j can have."""
+def table_bound(scenario: Scenario, structure: Structure, j: int, rules_at: Callable[[int], RulesAt]) -> int:
+    """The longest working (and so published) table branch j can have. A
+    table grows only by `append` steps (a child starts with its parent's
+    table at the fork; `trim` and `decref-all` only shrink it), so the
+    bound adds up, operation by operation, the most `append` steps each
+    can take. `rules_at(i)` is branch i's RulesAt."""
     def appends(steps) -> int:
         return sum(s.op == "append" for s in steps)
 
-    grown = sum(max((appends(p.steps) for p in paths(scenario, rules_at(n))), default=0)
-                for n in range(scenario.branches[j].appends))
-    return scenario.prompt_blocks + grown + max(appends(structure.program(Op.FINISH)), appends(structure.program(Op.CANCEL)))
+    return _grown(scenario, structure, j, rules_at)[-1] + max(appends(structure.program(Op.FINISH)),
+                                                             appends(structure.program(Op.CANCEL)))
+
+
+def _grown(scenario: Scenario, structure: Structure, j: int, rules_at: Callable[[int], RulesAt]) -> list[int]:
+    """The most entries branch j's working table can have after each of
+    its operations (first: when it begins)."""
+    spec = scenario.branches[j]
+    if spec.parent is None:
+        size = scenario.prompt_blocks
+    else:
+        parent = scenario.branches[spec.parent].operations
+        at = next(k for k, o in enumerate(parent) if o.op is Op.FORK and o.arg == j)
+        size = _grown(scenario, structure, spec.parent, rules_at)[at + 1]
+    out = [size]
+    mine = rules_at(j)
+    for k, operation in enumerate(spec.operations):
+        if operation.op is Op.APPEND:
+            size += max((sum(s.op == "append" for s in p.steps) for p in paths(scenario, mine(k))), default=0)
+        else:
+            size += own_steps(structure, operation.op, "append")
+        out.append(size)
+    return out
 
 
 class _Integers(Algebra[list[int]]):
@@ -188,7 +251,19 @@ def condition_integers(protocol: Protocol) -> list[int]:
 
 def possible_rules(scenario: Scenario, pos: int) -> list[int]:
     """The rules a decide at `pos` can choose: those whose condition can be
-    the first true one for some refcount and holds of the tail."""
+    the first true one for some refcount and holds of the tail (only
+    pos % B matters, so the answer is kept per fill)."""
+    key = (id(scenario.protocol), scenario.block_size, pos % scenario.block_size)
+    if key not in _RULES:
+        _RULES[key] = (scenario.protocol, _possible_rules(scenario, pos))
+    return list(_RULES[key][1])
+
+
+#: possible_rules by (protocol id, B, fill); the protocol is kept so that its id is not reused
+_RULES: dict[tuple[int, int, int], tuple[Protocol, list[int]]] = {}
+
+
+def _possible_rules(scenario: Scenario, pos: int) -> list[int]:
     protocol, B = scenario.protocol, scenario.block_size
     width = max(16, (2 * max([B, *condition_integers(protocol)])).bit_length() + 1)
     rc, hd = z3.BitVec("bound.rc", width), z3.BitVec("bound.hd", width)
@@ -206,20 +281,30 @@ def possible_rules(scenario: Scenario, pos: int) -> list[int]:
 
 
 class Earliest(NamedTuple):
-    """The fewest actions of its own a branch takes, from the initial state,
-    before it can take each of its steps (absent: never)."""
+    """The fewest actions a run takes, from the initial state, before the
+    branch can take each of its steps (absent: never): its own actions
+    and, for a child, its parent's up to the fork that brings it to life."""
     decide: dict[int, int]                 # rule index -> actions before that decide
     steps: dict[Place, int]                # place -> actions before its step
     launch: Optional[int]                  # actions before its first launch (None: it never launches)
+    ops: dict[int, int]                    # operation index -> actions before it begins (a fork's first step, a verify)
+    births: dict[int, int]                 # child -> actions before its first action
 
 
-def earliest(scenario: Scenario, structure: Structure, j: int, rules_at: RulesAt) -> Earliest:
-    """Walk branch j's appends taking the shortest possible path each time
-    (the n-th append starts after the shortest paths of the ones before);
-    a finish needs every append done, a cancel may come first thing."""
+def earliest(scenario: Scenario, structure: Structure, j: int, rules_at: Callable[[int], RulesAt],
+             memo: Optional[dict[int, Earliest]] = None) -> Earliest:
+    """Walk branch j's operations taking the shortest possible path each
+    time (an operation starts after the shortest ways through the ones
+    before); a finish needs every operation done, a cancel may come first
+    thing (once the branch is born). `rules_at(i)` is branch i's RulesAt."""
+    memo = {} if memo is None else memo
+    if j in memo:
+        return memo[j]
     spec = scenario.branches[j]
     decide: dict[int, int] = {}
     steps: dict[Place, int] = {}
+    ops: dict[int, int] = {}
+    births: dict[int, int] = {}
     launches: list[int] = []
 
     def program(op: Op, path: Optional[str], before: int) -> None:
@@ -229,20 +314,34 @@ def earliest(scenario: Scenario, structure: Structure, j: int, rules_at: RulesAt
             if structure.step(place).op in LAUNCHES:
                 launches.append(at)
 
-    start: Optional[int] = 0
-    for n in range(spec.appends):
-        rules = rules_at(n)
-        if not rules:      # no rule can match: the branch is stuck here for good
-            start = None
+    born = 0 if spec.parent is None else earliest(scenario, structure, spec.parent, rules_at, memo).births.get(j)
+    start: Optional[int] = born
+    mine = rules_at(j)
+    for k, operation in enumerate(spec.operations):
+        if start is None:
             break
-        assert start is not None
-        for r in rules:
-            decide[r] = min(decide.get(r, start), start)
-        for path in paths(scenario, rules):
-            program(Op.APPEND, path.name, start + 1)
-        start += 1 + min(len(path.steps) for path in paths(scenario, rules))
+        ops[k] = start
+        if operation.op is Op.APPEND:
+            rules = mine(k)
+            if not rules:      # no rule can match: the branch is stuck here for good
+                start = None
+                break
+            for r in rules:
+                decide[r] = min(decide.get(r, start), start)
+            for path in paths(scenario, rules):
+                program(Op.APPEND, path.name, start + 1)
+            start += 1 + min(len(path.steps) for path in paths(scenario, rules))
+        elif operation.op is Op.FORK:
+            program(Op.FORK, None, start)
+            share = next(i for i, s in enumerate(structure.program(Op.FORK)) if s.op == "share")
+            births[operation.arg] = start + share + 1
+            start += len(structure.program(Op.FORK))
+        else:           # verify, then the rollback's steps
+            program(Op.ROLLBACK, None, start + 1)
+            start += 1 + len(structure.program(Op.ROLLBACK))
     if start is not None:
         program(Op.FINISH, None, start)
-    if spec.may_cancel:
-        program(Op.CANCEL, None, 0)
-    return Earliest(decide, steps, min(launches, default=None))
+    if spec.may_cancel and born is not None:
+        program(Op.CANCEL, None, born)
+    memo[j] = Earliest(decide, steps, min(launches, default=None), ops, births)
+    return memo[j]

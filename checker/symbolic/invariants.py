@@ -56,8 +56,25 @@ def member(table: list, length: Term, b: Term) -> Term:
     return any_of(z3.And(t < length, x == b) for t, x in enumerate(table))
 
 
-def _mismatch(system: SymbolicSystem, branch: Term, reads: list) -> Term:
-    return any_of(z3.And(below, value != system.expected(branch, i)) for i, (below, value) in enumerate(reads))
+def published(system: SymbolicSystem, b) -> list:
+    """For each entry of a branch's published table, (counts as a use, its
+    block): below its length and, with branch programs, below
+    ceil(pos / B) (cowcheck.invariants.tables; t < ceil(pos / B) is
+    t * B < pos). Without rollbacks a published entry past ceil(pos / B)
+    is always in the working table too, so plain scenarios skip the test."""
+    if not system.programs:
+        return [(t < b.plen, x) for t, x in enumerate(b.pb)]
+    return [(z3.And(t < b.plen, t * system.B < b.pos), x) for t, x in enumerate(b.pb)]
+
+
+def in_tables(system: SymbolicSystem, b, x: Term) -> Term:
+    """Block x is in a branch's tables, as uses: the working table whole,
+    the published one as `published` says."""
+    return z3.Or(member(b.wk, b.wlen, x), any_of(z3.And(use, y == x) for use, y in published(system, b)))
+
+
+def _mismatch(reads: list, expected: list) -> Term:
+    return any_of(z3.And(below, value != want) for (below, value), want in zip(reads, expected))
 
 
 def _running(b) -> Term:
@@ -66,11 +83,12 @@ def _running(b) -> Term:
 
 # -- faithful-output  (explicit: faithful_kernel, faithful_check) ---------------
 def faithful_kernel(system, pre, post, fact):
-    return _mismatch(system, fact.kernel.op.br, fact.reads)
+    k = fact.kernel.op
+    return _mismatch(fact.reads, [system.kernel_expected(k, i) for i in range(len(fact.reads))])
 
 
 def faithful_check(system, pre, post, fact):
-    return _mismatch(system, fact.branch, fact.reads)
+    return _mismatch(fact.reads, fact.expected)
 
 
 # -- no-underflow / kernel-table-miss  (explicit: underflow, table_miss) --------
@@ -84,7 +102,7 @@ def exclusive_write(system, pre, post, fact):
     i, k = fact.kernel
     target = system.target(k)
     seen_by_branch = any_of(
-        z3.And(k.br != j, _running(b), z3.Or(member(b.wk, b.wlen, target), member(b.pb, b.plen, target)))
+        z3.And(k.br != j, _running(b), in_tables(system, b, target))
         for j, b in enumerate(pre.br))
     seen_by_queue = any_of(
         z3.And(m < pre.qlen, z3.Or(z3.And(o.kind == COPY_KIND, o.src == target),
@@ -119,7 +137,7 @@ def uaf_kernel(system, pre, post, fact):
 
 def uaf_freed(system, pre, post, fact):
     b = fact.block
-    in_table = any_of(z3.Or(member(x.wk, x.wlen, b), member(x.pb, x.plen, b)) for x in post.br)
+    in_table = any_of(in_tables(system, x, b) for x in post.br)
     in_queue = any_of(z3.And(m < post.qlen, z3.Or(z3.And(o.kind == COPY_KIND, z3.Or(o.src == b, o.dst == b)),
                                                   z3.And(o.kind == KERNEL_KIND, member(o.snap, o.slen, b))))
                       for m, o in enumerate(post.q))
@@ -127,8 +145,8 @@ def uaf_freed(system, pre, post, fact):
 
 
 def uaf_state(system, s, final, stuck):
-    return any_of(z3.And(t < length, system.in_free(s, x))
-                  for b in s.br for table, length in ((b.wk, b.wlen), (b.pb, b.plen)) for t, x in enumerate(table))
+    uses = [(t < b.wlen, x) for b in s.br for t, x in enumerate(b.wk)] + [u for b in s.br for u in published(system, b)]
+    return any_of(z3.And(use, system.in_free(s, x)) for use, x in uses)
 
 
 # -- state invariants  (explicit: refcount_exact, no_leak, no_deadlock) ---------
@@ -182,7 +200,10 @@ class SymbolicJudge:
     def __init__(self, system: SymbolicSystem, s: Sym, executed: list[Executed]):
         self.system, self.s, self.executed = system, s, executed
         self.enabled = any_of(x.guard for x in executed)
-        self.final = z3.And(s.qlen == 0, all_of(b.status != STATUS_CODE[Status.RUNNING] for b in s.br))
+        # final: every branch finished or cancelled (plain scenarios have no unborn ones)
+        over = (lambda b: b.status != STATUS_CODE[Status.RUNNING]) if not system.programs else \
+            (lambda b: z3.Or(b.has(Status.FINISHED), b.has(Status.CANCELLED)))
+        self.final = z3.And(s.qlen == 0, all_of(over(b) for b in s.br))
 
     def state(self, inv_id: str) -> Term:
         """The state breaks the invariant."""

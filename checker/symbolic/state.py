@@ -15,8 +15,8 @@ constraint relies on that)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Optional
 
 from cowcheck.model.block import Fact
 from cowcheck.model.state import Status
@@ -24,7 +24,7 @@ from cowcheck.model.state import Status
 from .terms import Term
 
 #: a branch's status as the symbolic state stores it
-STATUS_CODE: dict[Status, int] = {Status.RUNNING: 0, Status.FINISHED: 1, Status.CANCELLED: 2}
+STATUS_CODE: dict[Status, int] = {Status.RUNNING: 0, Status.FINISHED: 1, Status.CANCELLED: 2, Status.UNBORN: 3}
 #: a queue slot's kind
 COPY_KIND, KERNEL_KIND, EMPTY = 0, 1, -1
 NONE_READ = -2      # what a read past the end of a table yields: never a token
@@ -42,6 +42,13 @@ class SymBranch:
     wlen: Term
     pb: list            # published table, T entries
     plen: Term
+    # branch programs only (None / empty for plain scenarios, whose sequence
+    # is the reference and whose write count is pos - L): the write counter,
+    # the rollback's local `rejected`, and the sequence's tokens at positions
+    # L .. maxpos-1 (-1 at and past pos; positions below L hold the prompt)
+    writes: Optional[Term] = None
+    rejected: Optional[Term] = None
+    seq: list = field(default_factory=list)
 
     def has(self, status: Status) -> Term:
         return self.status == STATUS_CODE[status]
@@ -57,6 +64,9 @@ class SymOp:
     kpos: Term
     snap: list
     slen: Term
+    # branch programs only: a kernel's expected sequence at positions
+    # L .. max(maxpos)-1 (-1 past its own position and for copies)
+    kseq: list = field(default_factory=list)
 
 
 @dataclass
@@ -72,16 +82,18 @@ class Sym:
 
     def copy(self) -> "Sym":
         return Sym(list(self.rc), list(self.hd), [list(s) for s in self.slot], list(self.free), self.flen,
-                   [SymBranch(**{**b.__dict__, "wk": list(b.wk), "pb": list(b.pb)}) for b in self.br],
-                   [SymOp(**{**o.__dict__, "snap": list(o.snap)}) for o in self.q], self.qlen)
+                   [SymBranch(**{**b.__dict__, "wk": list(b.wk), "pb": list(b.pb), "seq": list(b.seq)}) for b in self.br],
+                   [SymOp(**{**o.__dict__, "snap": list(o.snap), "kseq": list(o.kseq)}) for o in self.q], self.qlen)
 
     def flat(self) -> list:
         """Every field in one fixed order (the order of SymbolicSystem.values)."""
         out = list(self.rc) + list(self.hd) + [c for s in self.slot for c in s] + list(self.free) + [self.flen]
         for b in self.br:
             out += [b.status, b.pos, b.done, b.pc, b.tail, b.new, *b.wk, b.wlen, *b.pb, b.plen]
+            if b.writes is not None:
+                out += [b.writes, b.rejected, *b.seq]
         for o in self.q:
-            out += [o.kind, o.src, o.dst, o.n, o.br, o.kpos, *o.snap, o.slen]
+            out += [o.kind, o.src, o.dst, o.n, o.br, o.kpos, *o.snap, o.slen, *o.kseq]
         return out + [self.qlen]
 
 

@@ -4,8 +4,15 @@ state: model.steps, model.block and model.device, line by line, on z3 terms.
 `take` runs one step: its handler (one per row of the step table, specs/SEMANTICS.md#steps,
 in `HANDLERS`) edits a `StepRun`, then the branch advances to its next
 place or, at the end of its operation, back between operations
-(model.system's _advance). `complete` is the device's completion of one
-queue slot."""
+(model.system's _step and _end). `complete` is the device's completion of
+one queue slot.
+
+With branch programs (SymbolicSystem.programs) a branch also carries its
+write counter and its sequence, and a kernel the sequence it must read:
+`write` extends the sequence with the token `<name>{writes + 1}` and gives
+the kernel a copy, `rewind` cuts it back, `share` hands it to the child.
+A plain scenario has none of these fields (its sequences are the branches'
+references), and its handlers are what they were before programs."""
 
 from __future__ import annotations
 
@@ -16,8 +23,9 @@ import z3
 
 from cowcheck.model.block import CopyDone, Freed, KernelDone, OutputChecked, TableMiss, Underflow
 from cowcheck.model.protocol import Step
+from cowcheck.model.state import Status
 from cowcheck.model.structure import Op, Place
-from cowcheck.model.system import STATUS_AFTER
+from cowcheck.model.system import PROGRAM_OPS, STATUS_AFTER
 
 from .state import COPY_KIND, EMPTY, KERNEL_KIND, NONE_READ, STATUS_CODE, Guarded, Queued, Sym, SymBranch, SymOp, symbolic
 from .terms import Term, any_of, by_value, select
@@ -89,19 +97,21 @@ def counter_down(system: SymbolicSystem, s: Sym, b: Term, which: str, facts: lis
 
 
 def push_op(system: SymbolicSystem, s: Sym, kind: int, src: Term = -1, dst: Term = -1, n: Term = -1, br: Term = -1,
-            kpos: Term = -1, snap: Optional[list] = None, slen: Term = 0) -> None:
+            kpos: Term = -1, snap: Optional[list] = None, slen: Term = 0, kseq: Optional[list] = None) -> None:
     snap = snap or [-1] * system.T
+    kseq = kseq or [-1] * system.KS
     for i, o in enumerate(s.q):
         at = s.qlen == i
         o.kind, o.src, o.dst, o.n = (z3.If(at, kind, o.kind), z3.If(at, src, o.src),
                                      z3.If(at, dst, o.dst), z3.If(at, n, o.n))
         o.br, o.kpos, o.slen = z3.If(at, br, o.br), z3.If(at, kpos, o.kpos), z3.If(at, slen, o.slen)
         o.snap = [z3.If(at, new, old) for new, old in zip(snap, o.snap)]
+        o.kseq = [z3.If(at, new, old) for new, old in zip(kseq, o.kseq)]
     s.qlen = s.qlen + 1
 
 
 def pop_op(system: SymbolicSystem, s: Sym, i: int) -> None:
-    empty = SymOp(EMPTY, -1, -1, -1, -1, -1, [-1] * system.T, 0)
+    empty = SymOp(EMPTY, -1, -1, -1, -1, -1, [-1] * system.T, 0, [-1] * system.KS)
     s.q = s.q[:i] + s.q[i + 1:] + [empty]
     s.qlen = s.qlen - 1
 
@@ -131,6 +141,7 @@ class StepRun:
     step: Step
     guard: Term
     choice: Optional[int]     # an `alloc` under `any` reuse: the block it takes
+    child: Optional[int] = None   # a fork's step: the branch it forks
     leads: Term = field(default_factory=lambda: z3.BoolVal(True))
     facts: list[Guarded] = field(default_factory=list)
 
@@ -235,11 +246,20 @@ def _publish(r: StepRun) -> None:
 
 @handles("write")
 def _write(r: StepRun) -> None:
-    b, B = r.branch, r.system.B
+    """Launch the kernel for pos (unless the published table misses it).
+    With programs the token is the branch's next by its write counter, and
+    the kernel remembers the sequence it extends (faithful-output's)."""
+    system, b, B = r.system, r.branch, r.system.B
     covered = by_value(b.pos, r.positions, lambda p: b.plen > p // B)
     r.facts.append(Guarded(z3.Not(covered), symbolic(TableMiss, r.j, b.pos)))
     r.leads = covered
-    push_op(r.system, r.post, KERNEL_KIND, br=r.j, kpos=b.pos, snap=list(b.pb), slen=b.plen)
+    kseq = None
+    if system.programs:
+        token = system.offset[r.j] + b.writes
+        b.seq = [z3.If(b.pos == system.L + n, token, x) for n, x in enumerate(b.seq)]
+        b.writes = b.writes + 1
+        kseq = b.seq + [-1] * (system.KS - len(b.seq))
+    push_op(system, r.post, KERNEL_KIND, br=r.j, kpos=b.pos, snap=list(b.pb), slen=b.plen, kseq=kseq)
     b.pos = b.pos + 1
 
 
@@ -253,23 +273,79 @@ def _decref_all(r: StepRun) -> None:
 
 @handles("check-output")
 def _check_output(r: StepRun) -> None:
-    b = r.branch
-    reads = read(r.system, r.post, b.wk, b.wlen, b.pos, r.system.maxpos[r.j])
-    r.facts.append(Guarded(z3.BoolVal(True), symbolic(OutputChecked, r.j, reads)))
+    system, b = r.system, r.branch
+    reads = read(system, r.post, b.wk, b.wlen, b.pos, system.maxpos[r.j])
+    expected = [system.branch_expected(r.post, r.j, i) for i in range(system.maxpos[r.j])]
+    r.facts.append(Guarded(z3.BoolVal(True), symbolic(OutputChecked, r.j, reads, expected)))
 
 
-def take(system: SymbolicSystem, s: Sym, j: int, place: Place, guard: Term, choice: Optional[int] = None) -> Executed:
+@handles("incref-all")
+def _incref_all(r: StepRun) -> None:
+    """incref each working-table entry in table order, once per entry
+    (each reads the counter the one before left: an entry twice counts twice)."""
+    system, post, b = r.system, r.post, r.branch
+    for t in range(system.T):
+        x = b.wk[t]
+        set_block(system, post, x, rc=z3.If(t < b.wlen, select(post.rc, x, 0) + 1, select(post.rc, x, 0)))
+
+
+@handles("share")
+def _share(r: StepRun) -> None:
+    """The child is born with the parent's working table as both of its
+    tables, the parent's pos and sequence, and a fresh program; no counter
+    changes."""
+    system, b = r.system, r.branch
+    assert r.child is not None, "share runs only in a fork, which names its child"
+    c = r.post.br[r.child]
+    c.status, c.pos, c.done, c.pc, c.tail, c.new = STATUS_CODE[Status.RUNNING], b.pos, 0, 0, -1, -1
+    c.wk, c.wlen, c.pb, c.plen = list(b.wk), b.wlen, list(b.wk), b.wlen
+    c.writes, c.rejected = 0, -1
+    c.seq = (b.seq + [-1] * len(c.seq))[:len(c.seq)]
+
+
+@handles("rewind")
+def _rewind(r: StepRun) -> None:
+    """pos drops by `rejected`; the sequence's fields from the new pos on
+    go back to empty (the slots keep their garbage)."""
+    system, b = r.system, r.branch
+    b.pos = b.pos - b.rejected
+    b.seq = [z3.If(b.pos <= system.L + n, -1, x) for n, x in enumerate(b.seq)]
+
+
+@handles("trim")
+def _trim(r: StepRun) -> None:
+    """From the end, decref and drop every working-table entry at index
+    ceil(pos / B) or beyond (the order matters to the free list)."""
+    system, post, b = r.system, r.post, r.branch
+    before = list(b.wk)
+    keep = by_value(b.pos, r.positions, lambda p: -(-p // system.B))
+    for t in reversed(range(system.T)):
+        counter_down(system, post, before[t], "rc", r.facts, when=z3.And(t >= keep, t < b.wlen))
+    b.wk = [z3.If(t >= keep, -1, x) for t, x in enumerate(before)]
+    b.wlen = z3.If(b.wlen > keep, keep, b.wlen)
+
+
+def take(system: SymbolicSystem, s: Sym, j: int, place: Place, guard: Term, choice: Optional[int] = None,
+         child: Optional[int] = None) -> Executed:
     """Branch j takes the step at `place` (model.steps.choices + apply) and
-    advances (model.system._advance); `guard` says when it may."""
-    run = StepRun(system, s, s.copy(), j, system.structure.step(place), guard, choice)
+    advances (model.system._step and _end); `guard` says when it may,
+    `child` is the branch a fork's `share` brings to life."""
+    run = StepRun(system, s, s.copy(), j, system.structure.step(place), guard, choice, child)
     HANDLERS[run.step.op](run)
     b = run.branch
     if not system.structure.is_last(place):
         b.pc = system.pc_of[place._replace(step=place.step + 1)]
     else:
         b.status = STATUS_CODE[STATUS_AFTER[place.op]]
-        b.done = b.done + 1 if place.op is Op.APPEND else b.done
+        b.done = b.done + 1 if place.op in PROGRAM_OPS else b.done
         b.pc, b.tail, b.new = 0, -1, -1
+        if system.programs:
+            b.rejected = -1
+        if place.op is Op.CANCEL:      # its unforked descendants never owned anything: cancelled with it
+            unborn, cancelled = STATUS_CODE[Status.UNBORN], STATUS_CODE[Status.CANCELLED]
+            for c in system.descendants[j]:
+                d = run.post.br[c]
+                d.status = z3.If(d.status == unborn, cancelled, d.status)
     return Executed(run.guard, run.leads, run.post, run.facts)
 
 
@@ -286,7 +362,10 @@ def complete(system: SymbolicSystem, s: Sym, i: int) -> Executed:
     kdom = range(system.L, max(max(system.maxpos), system.L + 1))
     target = system.target(o)
     kslot = by_value(o.kpos, kdom, lambda p: p % system.B)
-    token = select([system.token(j, o.kpos) for j in range(system.N)], o.br, -1)
+    if system.programs:   # the last token of the kernel's remembered sequence
+        token = by_value(o.kpos, kdom, lambda p: system.sequence(o.kseq, p))
+    else:
+        token = select([system.token(j, o.kpos) for j in range(system.N)], o.br, -1)
     for b in range(system.P):
         for c in range(system.B):
             by_copy = z3.And(o.dst == b, o.n > c)

@@ -16,7 +16,16 @@ of each operation come from the protocol's Structure, as they do for the
 explicit model. Supported: every step kind, decide with the protocol's rules
 (cowcheck.symbolic.conditions), atomic paths, cancellation, finish, the
 three device models and the three reuse orders (`any`: one alloc instance
-per block id, the free list kept sorted as model.block keeps it).
+per block id, the free list kept sorted as model.block keeps it), and
+branch programs (specs/SEMANTICS.md#branch-programs): forks and
+speculation, unborn children, the write counter and the sequence each
+branch and kernel carries.
+
+Branch programs add fields (`SymBranch.writes`, `.rejected`, `.seq`,
+`SymOp.kseq`) that a plain scenario does not need: there the write counter
+is pos - L and every sequence is a prefix of the branch's reference, so a
+plain scenario's encoding has none of them and stays as small as before
+(`self.programs` says which encoding a scenario gets).
 
 The sizes T (table entries) and Q (queue slots) come from
 cowcheck.symbolic.bounds: tight bounds derived from the scenario, since
@@ -45,12 +54,14 @@ from .terms import Term, all_of, any_of, by_value, select
 class Instance(NamedTuple):
     """One action instance of the transition relation."""
     branch: Optional[int]          # None: a device completion
-    kind: str                      # decide | step | start (the first step of finish or cancel) | complete
-    place: Optional[Place]         # the step it takes (decide: the first of the path its rule chooses)
+    kind: str                      # decide | verify | step | start (the first step of finish, cancel or fork) | complete
+    place: Optional[Place]         # the step it takes (decide: the first of the path its rule chooses; verify: the rollback's first)
     label: str
     rule: Optional[int] = None     # decide: the rule
     slot: Optional[int] = None     # complete: the queue slot
     choice: Optional[int] = None   # an `alloc` under `any` reuse: the free block it takes
+    operation: Optional[int] = None  # a fork's steps and a verify: the index of its operation in the flattened program
+    accepted: Optional[int] = None   # verify: how many drafts it keeps
 
 
 class SymbolicSystem:
@@ -66,28 +77,42 @@ class SymbolicSystem:
         self.protocol = scenario.protocol
         self.B, self.L, self.P = scenario.block_size, scenario.prompt, scenario.pool
         self.N = len(scenario.branches)
-        self.appends = [b.appends for b in scenario.branches]
-        # the rules the n-th append can choose, and bounds that no run can exceed (cowcheck.symbolic.bounds says why)
-        self.rules_at = [bounds.possible_rules(scenario, self.L + n) for n in range(max(self.appends, default=0))]
-        rules_at = self.rules_at.__getitem__
-        self.T = max(1, max(bounds.table_bound(scenario, self.structure, j, rules_at) for j in range(self.N)))
-        self.Q = max(1, sum(bounds.branch_queue_bound(scenario, self.structure, j, rules_at) for j in range(self.N)))
-        self.earliest_own = [bounds.earliest(scenario, self.structure, j, rules_at) for j in range(self.N)]
-        self.maxpos = [self.L + a for a in self.appends]
-        # token ids: the prompt's p_i is i, then each branch's own tokens
-        self.token_ids: dict[str, int] = {}
+        #: forks or speculation somewhere: the program fields are encoded
+        self.programs = not scenario.plain
+        self.operations = [spec.operations for spec in scenario.branches]
+        self.appends = [b.appends for b in scenario.branches]          # writes, drafts included
+        self.maxpos = [scenario.max_pos(j) for j in range(self.N)]
+        # the rules the append at each operation can choose, and bounds that no run can exceed (cowcheck.symbolic.bounds says why)
+        self.rules_at = [[sorted({r for p in at for r in bounds.possible_rules(scenario, p)}) if o.op is Op.APPEND else []
+                          for o, at in zip(ops, bounds.positions(scenario, j))]
+                         for j, ops in enumerate(self.operations)]
+        by_branch = (lambda j: self.rules_at[j].__getitem__)
+        self.T = max(1, max(bounds.table_bound(scenario, self.structure, j, by_branch) for j in range(self.N)))
+        self.Q = max(1, sum(bounds.branch_queue_bound(scenario, self.structure, j, by_branch(j)) for j in range(self.N)))
+        memo: dict = {}
+        self.earliest_own = [bounds.earliest(scenario, self.structure, j, by_branch, memo) for j in range(self.N)]
+        # token ids: the prompt's p_i is i, then each branch's own tokens (its k-th write's is offset + k - 1)
+        self.token_ids: dict[str, int] = {f"p{i}": i for i in range(self.L)}
         for j in range(self.N):
-            for t in self.model.tokens[j]:
+            for t in scenario.own_tokens(j):
                 self.token_ids.setdefault(t, len(self.token_ids))
-        self.offset = [self.token_ids[self.model.tokens[j][self.L]] if self.appends[j] else 0 for j in range(self.N)]
-        # program counters: 0 is "between operations", then the structure's places
-        self.pcs: list[Optional[Place]] = [None, *self.structure.places]
+        self.offset = [self.token_ids[scenario.own_tokens(j)[0]] if self.appends[j] else 0 for j in range(self.N)]
+        #: sequence fields per branch and per kernel (positions L .. maxpos-1), with programs only
+        self.S = [m - self.L if self.programs else 0 for m in self.maxpos]
+        self.KS = max(self.S)
+        #: the most drafts of any speculate
+        self.K = max((o.arg for ops in self.operations for o in ops if o.op is Op.ROLLBACK), default=0)
+        # program counters: 0 is "between operations", then the places of the operations the scenario has
+        used = {Op.APPEND, Op.FINISH, Op.CANCEL} | {o.op for ops in self.operations for o in ops}
+        self.pcs: list[Optional[Place]] = [None, *(p for p in self.structure.places if p.op in used)]
         self.pc_of = {place: i for i, place in enumerate(self.pcs) if place is not None}
+        #: the branches a cancel of each branch cancels with it while unborn
+        self.descendants = [scenario.descendants(j) for j in range(self.N)]
         self.instances = self._instances()
         # B * T: an entry's first position (no-use-after-free compares it with
         # a kernel's); B and the conditions' integers: compared with fill
         largest = max(self.P, self.T, self.Q, len(self.token_ids), len(self.pcs), max(self.maxpos) + 1, self.N + 1,
-                      self.B * self.T, *bounds.condition_integers(self.protocol))
+                      self.B * self.T, *(len(ops) + 1 for ops in self.operations), *bounds.condition_integers(self.protocol))
         self.width = (2 * largest).bit_length() + 1   # signed, room for -3 .. 2 * largest
 
     def num(self, value: int) -> Term:
@@ -95,38 +120,62 @@ class SymbolicSystem:
 
     def paths_at(self, pos: int) -> set[str]:
         """The paths a decide at `pos` can choose."""
-        return {self.protocol.rules[r].path for r in self.rules_at[pos - self.L]}
+        return {self.protocol.rules[r].path for r in bounds.possible_rules(self.scenario, pos)}
 
     def condition(self, when: Condition, boundary: Term, fill: Term, rc: Term, hd: Term) -> Term:
         return formula(when, boundary, fill, self.B, rc, hd)
 
     def token(self, j: int, pos: Term) -> Term:
-        """Branch j's token at a (possibly symbolic) position."""
+        """Branch j's token at a (possibly symbolic) position (plain scenarios: its reference)."""
         return z3.If(pos < self.L, pos, self.offset[j] + pos - self.L) if z3.is_expr(pos) else (
             pos if pos < self.L else self.offset[j] + pos - self.L)
 
     def expected(self, branch: Term, i: int) -> Term:
-        """Position i of a (possibly symbolic) branch's reference sequence."""
+        """Position i of a (possibly symbolic) branch's reference sequence (plain scenarios)."""
         if isinstance(branch, int):
-            tokens = self.model.tokens[branch]
+            tokens = self.scenario.tokens(branch)
             return self.token_ids[tokens[i]] if i < len(tokens) else NONE_READ - 1
         return select([self.expected(j, i) for j in range(self.N)], branch, NONE_READ - 1)
+
+    def sequence(self, seq: list, i: int) -> Term:
+        """Position i of a sequence stored as program fields: the prompt's
+        token below L, else its field (past its fields: never a token)."""
+        if i < self.L:
+            return i
+        return seq[i - self.L] if i - self.L < len(seq) else NONE_READ - 1
+
+    def kernel_expected(self, o: SymOp, i: int) -> Term:
+        """What position i of queue slot o's kernel must read: its own
+        remembered sequence with programs, its branch's reference without."""
+        return self.sequence(o.kseq, i) if self.programs else self.expected(o.br, i)
+
+    def branch_expected(self, s: Sym, j: int, i: int) -> Term:
+        """Position i of branch j's sequence now."""
+        return self.sequence(s.br[j].seq, i) if self.programs else self.expected(j, i)
 
     # -- explicit <-> symbolic ------------------------------------------------
     def fresh(self, prefix: str) -> Sym:
         def v(name: str) -> Term:
             return z3.BitVec(f"{prefix}{name}", self.width)
 
+        def branch(j: int) -> SymBranch:
+            b = SymBranch(v(f"b{j}st"), v(f"b{j}pos"), v(f"b{j}done"), v(f"b{j}pc"), v(f"b{j}tail"), v(f"b{j}new"),
+                          [v(f"b{j}wk{t}") for t in range(T)], v(f"b{j}wlen"),
+                          [v(f"b{j}pb{t}") for t in range(T)], v(f"b{j}plen"))
+            if self.programs:
+                b.writes, b.rejected = v(f"b{j}writes"), v(f"b{j}rej")
+                b.seq = [v(f"b{j}seq{i}") for i in range(self.S[j])]
+            return b
+
         T = self.T
         return Sym(
             rc=[v(f"rc{b}") for b in range(self.P)], hd=[v(f"hd{b}") for b in range(self.P)],
             slot=[[v(f"sl{b}_{s}") for s in range(self.B)] for b in range(self.P)],
             free=[v(f"fr{i}") for i in range(self.P)], flen=v("flen"),
-            br=[SymBranch(v(f"b{j}st"), v(f"b{j}pos"), v(f"b{j}done"), v(f"b{j}pc"), v(f"b{j}tail"), v(f"b{j}new"),
-                          [v(f"b{j}wk{t}") for t in range(T)], v(f"b{j}wlen"),
-                          [v(f"b{j}pb{t}") for t in range(T)], v(f"b{j}plen")) for j in range(self.N)],
+            br=[branch(j) for j in range(self.N)],
             q=[SymOp(v(f"q{i}kind"), v(f"q{i}src"), v(f"q{i}dst"), v(f"q{i}n"), v(f"q{i}br"), v(f"q{i}kpos"),
-                     [v(f"q{i}snap{t}") for t in range(T)], v(f"q{i}slen")) for i in range(self.Q)],
+                     [v(f"q{i}snap{t}") for t in range(T)], v(f"q{i}slen"),
+                     [v(f"q{i}kseq{n}") for n in range(self.KS)]) for i in range(self.Q)],
             qlen=v("qlen"))
 
     def values(self, state: State) -> list[int]:
@@ -139,21 +188,29 @@ class SymbolicSystem:
         def pad(table: tuple[int, ...]) -> list[int]:
             return list(table) + [-1] * (T - len(table))
 
+        def tokens(seq: tuple[str, ...], size: int) -> list[int]:
+            """A sequence's positions L .. L+size-1 as token ids, -1 past its end."""
+            own = [self.token_ids[t] for t in seq[self.L:self.L + size]]
+            return own + [-1] * (size - len(own))
+
         out = [b.refcount for b in state.blocks] + [b.holds for b in state.blocks]
         out += [-1 if c is None else self.token_ids[c] for b in state.blocks for c in b.slots]
         out += list(state.free) + [-1] * (self.P - len(state.free)) + [len(state.free)]
-        for br in state.branches:
+        for j, br in enumerate(state.branches):
             place = self.model.place(br)
             out += [STATUS_CODE[br.status], br.pos, br.done, 0 if place is None else self.pc_of[place], none(br.tail),
                     none(br.new), *pad(br.working), len(br.working), *pad(br.published), len(br.published)]
+            if self.programs:
+                out += [br.writes, none(br.rejected), *tokens(br.seq, self.S[j])]
         if len(state.queue) > self.Q:
             raise AssertionError(f"queue bound {self.Q} exceeded")
         for op in state.queue:
             if type(op) is Copy:
-                out += [COPY_KIND, op.src, op.dst, op.n, -1, -1, *pad(()), 0]
+                out += [COPY_KIND, op.src, op.dst, op.n, -1, -1, *pad(()), 0, *tokens((), self.KS)]
             else:
-                out += [KERNEL_KIND, -1, -1, -1, op.branch, op.pos, *pad(op.snapshot), len(op.snapshot)]
-        out += [EMPTY, -1, -1, -1, -1, -1, *pad(()), 0] * (self.Q - len(state.queue))
+                out += [KERNEL_KIND, -1, -1, -1, op.branch, op.pos, *pad(op.snapshot), len(op.snapshot),
+                        *tokens(op.expected, self.KS)]
+        out += [EMPTY, -1, -1, -1, -1, -1, *pad(()), 0, *tokens((), self.KS)] * (self.Q - len(state.queue))
         return out + [len(state.queue)]
 
     def equals(self, sym: Sym, state: State) -> Term:
@@ -176,15 +233,26 @@ class SymbolicSystem:
         def block(x: Term) -> Term:
             return within(x, -1, self.P - 1)
 
+        def token(x: Term) -> Term:
+            return within(x, -1, len(self.token_ids) - 1)
+
         parts = [within(s.flen, 0, self.P), within(s.qlen, 0, self.Q)]
         parts += [z3.And(s.rc[b] >= 0, s.hd[b] >= 0) for b in range(self.P)]
         parts += [block(x) for x in s.free]
         for j, b in enumerate(s.br):
-            parts += [within(b.status, 0, 2), within(b.pos, self.L, self.maxpos[j]), within(b.done, 0, self.appends[j]),
-                      within(b.pc, 0, len(self.pcs) - 1), block(b.tail), block(b.new),
+            parts += [within(b.pc, 0, len(self.pcs) - 1), block(b.tail), block(b.new),
                       within(b.wlen, 0, self.T), within(b.plen, 0, self.T)] + [block(x) for x in b.wk + b.pb]
+            if not self.programs:
+                parts += [within(b.status, 0, 2), within(b.pos, self.L, self.maxpos[j]), within(b.done, 0, self.appends[j])]
+                continue
+            pos = within(b.pos, self.L, self.maxpos[j])
+            child = self.scenario.branches[j].parent is not None    # unborn, or cancelled unborn: pos 0
+            parts += [within(b.status, 0, 3), z3.Or(pos, b.pos == 0) if child else pos,
+                      within(b.done, 0, len(self.operations[j])), within(b.writes, 0, self.appends[j]),
+                      within(b.rejected, -1, self.K)] + [token(x) for x in b.seq]
         for o in s.q:
             parts += [within(o.kind, -1, 1), block(o.src), block(o.dst), within(o.slen, 0, self.T)] + [block(x) for x in o.snap]
+            parts += [token(x) for x in o.kseq]
         return all_of(parts)
 
     def init(self, sym: Sym) -> Term:
@@ -192,16 +260,35 @@ class SymbolicSystem:
 
     # -- action instances -------------------------------------------------------
     def _instances(self) -> list[Instance]:
+        """Every action instance, branch by branch in branch order (the
+        reductions rely on that order), then the device's. A fork's steps
+        get one instance per fork in the program, since `share` must know
+        its child; a verify one per speculate and per count it accepts."""
         out: list[Instance] = []
         structure = self.structure
         for j in range(self.N):
             name = self.model.names[j]
-            if self.appends[j]:
+            ops = self.operations[j]
+            if any(o.op is Op.APPEND for o in ops):
                 for r, rule in enumerate(self.protocol.rules):
                     out.append(Instance(j, "decide", Place(Op.APPEND, rule.path, 0), f"{name}: decide {rule.path}", rule=r))
             for place in structure.places:
                 if place.op is Op.APPEND:
                     out += self._choices(Instance(j, "step", place, f"{name} ({place.path}): {structure.step(place).text}"))
+            for k, o in enumerate(ops):
+                if o.op is Op.FORK:
+                    for place in bounds.places(structure, Op.FORK):
+                        kind = "start" if place.step == 0 else "step"
+                        label = f"{name} (fork {self.model.names[o.arg]}): {structure.step(place).text}"
+                        out += self._choices(Instance(j, kind, place, label, operation=k))
+                elif o.op is Op.ROLLBACK:
+                    first = Place(Op.ROLLBACK, None, 0)
+                    for accepted in range(o.arg + 1):
+                        out.append(Instance(j, "verify", first, f"{name} (rollback {k}): verify, accept {accepted}",
+                                            operation=k, accepted=accepted))
+            if any(o.op is Op.ROLLBACK for o in ops):
+                for place in bounds.places(structure, Op.ROLLBACK):
+                    out += self._choices(Instance(j, "step", place, f"{name} (rollback): {structure.step(place).text}"))
             for op in (Op.FINISH, Op.CANCEL):
                 if op is Op.CANCEL and not self.scenario.branches[j].may_cancel:
                     continue
@@ -238,20 +325,33 @@ class SymbolicSystem:
             assert inst.rule is not None
             return own.decide.get(inst.rule)
         assert inst.place is not None
+        if inst.operation is not None:          # a verify, or a fork's step
+            begins = own.ops.get(inst.operation)
+            return None if begins is None else begins + (inst.place.step if inst.kind != "verify" else 0)
         return own.steps.get(inst.place)
 
     # -- scheduling (the structure's) ---------------------------------------------
     def starts_from(self, op: Op) -> list[int]:
         """The program counters where a branch may start `op`: between
         operations, and for a cancel at the structure's cancel places (a
-        finish also needs every append done, see `execute`)."""
-        if op is Op.FINISH:
+        finish also needs every operation done, a fork its own turn in
+        the program, see `execute`)."""
+        if op is not Op.CANCEL:
             return [0]
         return [0] + [self.pc_of[place] for place in self.structure.cancel_places]
 
     def locked(self, s: Sym, j: int) -> Term:
         """Branch j holds the scheduler lock (the structure's locking places)."""
-        return any_of(s.br[j].pc == self.pc_of[place] for place in self.structure.locking_places)
+        return any_of(s.br[j].pc == self.pc_of[place] for place in self.structure.locking_places if place in self.pc_of)
+
+    def next_is(self, b: SymBranch, j: int, op: Op) -> Term:
+        """Branch j's next operation (by `done`) is an `op` (FINISH: its program is done)."""
+        ops = self.operations[j]
+        if op is Op.FINISH:
+            return b.done >= len(ops)
+        if not self.programs:        # appends only: the next is an append while any is left
+            return b.done < len(ops) if op is Op.APPEND else z3.BoolVal(False)
+        return any_of(b.done == k for k, o in enumerate(ops) if o.op is op)
 
     def may_act(self, s: Sym, j: int) -> Term:
         return z3.And(s.br[j].has(Status.RUNNING), all_of(z3.Not(self.locked(s, i)) for i in range(self.N) if i != j))
@@ -281,14 +381,20 @@ class SymbolicSystem:
         b = s.br[j]
         if inst.kind == "decide":
             return self._decide(s, j, inst)
+        if inst.kind == "verify":
+            return self._verify(s, j, inst)
         assert inst.place is not None
         if inst.kind == "start":
             at = any_of(b.pc == pc for pc in self.starts_from(inst.place.op))
-            all_done = b.done >= self.appends[j] if inst.place.op is Op.FINISH else z3.BoolVal(True)
-            guard = z3.And(self.may_act(s, j), at, all_done)
+            turn = z3.BoolVal(True) if inst.place.op is Op.CANCEL else self.next_is(b, j, Op.FINISH) \
+                if inst.place.op is Op.FINISH else b.done == inst.operation
+            guard = z3.And(self.may_act(s, j), at, turn)
         else:
             guard = z3.And(self.may_act(s, j), b.pc == self.pc_of[inst.place])
-        return steps.take(self, s, j, inst.place, guard, inst.choice)
+            if inst.operation is not None:      # a fork's later step: this fork's
+                guard = z3.And(guard, b.done == inst.operation)
+        child = self.operations[j][inst.operation].arg if inst.place.op is Op.FORK and inst.operation is not None else None
+        return steps.take(self, s, j, inst.place, guard, inst.choice, child)
 
     def _decide(self, s: Sym, j: int, inst: Instance) -> Executed:
         assert inst.rule is not None and inst.place is not None
@@ -301,10 +407,25 @@ class SymbolicSystem:
         conds = [self.condition(r.when, boundary, fill, select(s.rc, tail, 0), select(s.hd, tail, 0))
                  for r in self.protocol.rules]
         chosen = z3.And(conds[inst.rule], *[z3.Not(c) for c in conds[:inst.rule]])
-        guard = z3.And(self.may_act(s, j), b.pc == 0, b.done < self.appends[j], chosen)
+        guard = z3.And(self.may_act(s, j), b.pc == 0, self.next_is(b, j, Op.APPEND), chosen)
         post = s.copy()
         nb = post.br[j]
         nb.pc, nb.tail, nb.new = self.pc_of[inst.place], tail, -1
+        return Executed(guard, z3.BoolVal(True), post)
+
+    def _verify(self, s: Sym, j: int, inst: Instance) -> Executed:
+        """The rollback's first action (model.system._verify): always
+        enabled in its turn, binds `rejected`; an empty [rollback] ends the
+        operation here."""
+        assert inst.operation is not None and inst.accepted is not None
+        b = s.br[j]
+        guard = z3.And(self.may_act(s, j), b.pc == 0, b.done == inst.operation)
+        post = s.copy()
+        nb = post.br[j]
+        if self.protocol.rollback:
+            nb.pc, nb.rejected = self.pc_of[Place(Op.ROLLBACK, None, 0)], self.operations[j][inst.operation].arg - inst.accepted
+        else:
+            nb.done = b.done + 1
         return Executed(guard, z3.BoolVal(True), post)
 
     # -- the explicit model's view of an instance ------------------------------
@@ -321,6 +442,10 @@ class SymbolicSystem:
         br = state.branches[inst.branch]
         if inst.kind == "decide":
             return a.step == "decide" and self._rule_index(state, inst.branch) == inst.rule
+        if inst.kind == "verify":
+            return a.step == "verify" and br.done == inst.operation and dict(a.binds).get("accepted") == inst.accepted
+        if inst.operation is not None and br.done != inst.operation:
+            return False
         step = self.structure.step(place)
         if inst.choice is not None and dict(a.binds).get(step.args[0]) != inst.choice:
             return False

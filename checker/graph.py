@@ -155,10 +155,19 @@ def _svg_block(x: float, y: float, d: dict, pending: str = "") -> str:
     return "".join(parts)
 
 
+def branch_label(d: dict) -> str:
+    """A branch node's second line: its pos and status, or that it is
+    unborn (no pos, no tables: its parent has not forked it yet)."""
+    return "unborn (not forked)" if d["status"] == "unborn" else f"pos {d['pos']} · {d['status']}"
+
+
 def _svg_branch(x: float, y: float, d: dict) -> str:
+    """A branch: solid and blue, or dashed and grey while unborn."""
     left, top = x - BRANCH_W / 2, y - BRANCH_H / 2
-    return (f'<rect x="{left}" y="{top}" width="{BRANCH_W}" height="{BRANCH_H}" rx="16" fill="#eef3fb" stroke="#0b4f9c" stroke-width="2"/>'
-            + _text(x, top + 20, f"branch {d['name']}", "bold") + _text(x, top + 38, f"pos {d['pos']} · {d['status']}", "muted"))
+    unborn = d["status"] == "unborn"
+    look = 'fill="#f3f3f3" stroke="#555" stroke-dasharray="6 4"' if unborn else 'fill="#eef3fb" stroke="#0b4f9c"'
+    return (f'<rect x="{left}" y="{top}" width="{BRANCH_W}" height="{BRANCH_H}" rx="16" {look} stroke-width="2"/>'
+            + _text(x, top + 20, f"branch {d['name']}", "bold") + _text(x, top + 38, branch_label(d), "muted"))
 
 
 def _line(kind: str, path: str) -> str:
@@ -241,8 +250,9 @@ def to_dot(g: nx.MultiDiGraph, title: str) -> str:
              '  node [fontname="DejaVu Sans"]; edge [fontname="DejaVu Sans"];']
     for n, d in g.nodes(data=True):
         if d["kind"] == "branch":
-            label = f"{n}\npos {d['pos']} · {d['status']}"
-            lines.append(f"  {_dot_quote(n)} [shape=box, style=rounded, label={_dot_quote(label)}];")
+            style = '"rounded,dashed"' if d["status"] == "unborn" else "rounded"
+            label = f"{n}\n{branch_label(d)}"
+            lines.append(f"  {_dot_quote(n)} [shape=box, style={style}, label={_dot_quote(label)}];")
         else:
             slots = " ".join("_" if t is None else t for t in d["slots"])
             label = f"{n}{' FREE' if d['free'] else ''}\n[{slots}]\nrefcount {d['refcount']} · holds {d['holds']}"

@@ -7,7 +7,8 @@ page that worked on the author's machine works on a projector with no
 network. The stepping and drawing run in the browser (checker/pages/*.js);
 everything that needs the model's vocabulary (the action in words, what each
 branch is doing, which block the violation is about) is computed here, once,
-so the JavaScript only displays data."""
+with the sentences of checker/narrate.py, so the JavaScript only displays
+data."""
 
 from __future__ import annotations
 
@@ -16,10 +17,8 @@ from html import escape
 from importlib import resources
 from typing import Any, Optional
 
-from cowcheck.model.action import DEVICE
-
 from .results import Summary
-from .narrate import describe
+from .narrate import action_words, describe, doing, initial_words, is_plain, program_summary
 from .invariants import BY_ID
 
 #: Forbids every fetch (scripts, styles, images, frames, connections): a page
@@ -65,100 +64,7 @@ def page(title: str, body: str, *, styles: tuple[str, ...], scripts: tuple[str, 
 """
 
 
-# -- the action of a step in words -----------------------------------------------
-def _slots(block: dict) -> str:
-    return "[" + " ".join(t if t is not None else "_" for t in block["slots"]) + "]"
-
-
-def _change(before: dict, after: dict, block: int, counter: str) -> str:
-    old, new = before["blocks"][block][counter], after["blocks"][block][counter]
-    return f"{counter} {old} → {new}" if old != new else f"{counter} stays {new}"
-
-
-def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict) -> str:
-    """What a branch's step did, in one sentence (the step table, specs/SEMANTICS.md#steps)."""
-    op, *args = step.split()
-    arg: list[Any] = [binds.get(a) for a in args]  # block ids, as recorded
-    me = after["branches"][who]
-    if op == "decide":
-        tail = binds.get("tail")
-        return (f"{who} decides how to write position {me['pos']}: the {binds['path']} path"
-                + (f", with block {tail} as its tail." if tail is not None else " (a block boundary: no tail)."))
-    if op == "alloc":
-        return f"{who} takes block {arg[0]} from the free list as '{args[0]}' (refcount 1)."
-    if op in ("incref", "decref"):
-        verb = "takes another" if op == "incref" else "drops its"
-        return f"{who} {verb} reference to block {arg[0]}: {_change(before, after, arg[0], 'refcount')}."
-    if op in ("hold", "release"):
-        verb = "pins" if op == "hold" else "unpins"
-        return f"{who} {verb} block {arg[0]}: {_change(before, after, arg[0], 'holds')}."
-    if op in ("copy", "copy-block"):
-        copy = next(q["copy"] for q in reversed(after["queue"]) if "copy" in q)
-        n = copy["n"]
-        return (f"{who} launches an asynchronous copy of block {arg[0]}'s first {n} slot{'s' if n != 1 else ''} "
-                f"into block {arg[1]}; the device may complete it at any later step.")
-    if op == "wait-copy":
-        return f"{who}'s wait for copies into block {arg[0]} passes: none is in flight."
-    if op == "wait-kernel":
-        return f"{who}'s wait for its kernels passes: none is in flight."
-    if op == "append":
-        return f"{who} appends block {arg[0]} to its working table: {me['working']}."
-    if op == "replace":
-        return f"{who} puts block {arg[1]} where block {arg[0]} was in its working table: {me['working']}."
-    if op == "publish":
-        return f"{who} publishes its working table {me['published']}: its next kernel launch will use it."
-    if op == "write":
-        kernel = next(q["kernel"] for q in reversed(after["queue"]) if "kernel" in q)
-        return (f"{who} launches a kernel that will write {kernel['token']} at position {kernel['pos']} "
-                f"through its published table {kernel['snapshot']}.")
-    if op == "decref-all":
-        return f"{who} drops its reference to every block of its working table {before['branches'][who]['working']} and clears both tables."
-    if op == "check-output":
-        return f"{who} checks its output: positions 0 to {binds['pos'] - 1} read through its working table {binds['table']}."
-    return f"{who}: {step}."
-
-
-def _device_words(op: str, binds: dict, after: dict) -> str:
-    """What a device completion did, in one sentence."""
-    if op == "copy-complete":
-        return (f"The device completes the copy of block {binds['src']} into block {binds['dst']}: "
-                f"block {binds['dst']} now holds {_slots(after['blocks'][binds['dst']])}.")
-    return (f"The device completes {binds['branch']}'s kernel: it writes {binds['token']} into block "
-            f"{binds['block']}, slot {binds['slot']}, then reads positions 0 to {binds['pos']} through its snapshot.")
-
-
-def action_words(action: dict, before: dict, after: Optional[dict]) -> str:
-    """The action of one step as a sentence a person can follow without
-    knowing the step language, with any block it freed."""
-    binds = action["binds"]
-    if after is None:
-        return f"{action['actor']} tries to write, but its published table does not cover the position: no kernel is launched."
-    if action["actor"] == DEVICE:
-        sentence = _device_words(action["op"], binds, after)
-    else:
-        sentence = _branch_words(action["actor"], action["step"], binds, before, after)
-    for block in after["free"]:
-        if block not in before["free"]:
-            first = " and will be the next one allocated" if after["free"][0] == block else ""
-            sentence += f" Block {block} is now FREE: it is back on the free list{first}."
-    return sentence
-
-
 # -- the stepper ----------------------------------------------------------------
-def _doing(protocol: dict, branch: dict, appends: int) -> str:
-    """Where a branch is in its protocol program, for its row in the stepper."""
-    if branch["status"] != "running":
-        return branch["status"]
-    if branch["op"] is None:
-        return f"between operations ({branch['done']} of {appends} appends done)"
-    if branch["op"] == "append":
-        label, steps = f"{branch['path']} path", protocol["append"]["paths"][branch["path"]]["steps"]
-    else:
-        label, steps = branch["op"], protocol[branch["op"]]["steps"]
-    bound = ", ".join(f"{k}={branch[k]}" for k in ("tail", "new") if branch[k] is not None)
-    return f"{label}, next: {steps[branch['step']]}" + (f" ({bound})" if bound else "")
-
-
 def _touched(action: dict, before: dict, after: dict) -> list[int]:
     """The blocks a step changed or named, to mark on the pool."""
     changed = {b["id"] for b, a in zip(before["blocks"], after["blocks"]) if a != b}
@@ -200,14 +106,13 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
     output: {step: {"branch", "pos", "decoded", "expected"}}."""
     scenario = cx["scenario"]
     protocol = scenario["protocol"]
-    appends = {name: b["appends"] for name, b in zip(cx["initial"]["branches"], scenario["branch"])}
+    specs = dict(zip(cx["initial"]["branches"], scenario["branch"]))
 
     def frame(n: int, state: dict, text: str, words: str, touched: list[int], **extra) -> dict:
-        doing = {name: _doing(protocol, br, appends[name]) for name, br in state["branches"].items()}
-        return {"n": n, "text": text, "words": words, "state": state, "touched": touched, "doing": doing, **extra}
+        where = {name: doing(protocol, specs[name], br) for name, br in state["branches"].items()}
+        return {"n": n, "text": text, "words": words, "state": state, "touched": touched, "doing": where, **extra}
 
-    frames = [frame(0, cx["initial"], "initial state",
-                    "The fork has happened: every branch maps the prompt's blocks.", [])]
+    frames = [frame(0, cx["initial"], "initial state", initial_words(scenario), [])]
     state = cx["initial"]
     for step in cx["steps"]:
         after = step["state"]
@@ -217,7 +122,9 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
     return {
         "scenario": {k: scenario[k] for k in ("name", "block_size", "prompt", "pool", "device", "reuse")},
         "protocol": {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())},
-        "branches": [{"name": name, "appends": n} for name, n in appends.items()],
+        "branches": [{"name": name, "summary": program_summary(spec), "parent": spec.get("parent")}
+                     for name, spec in specs.items()],
+        "programs": not all(map(is_plain, specs.values())),   # show sequences: pos alone does not tell them
         "violation": _violation(cx, holds_when),
         "frames": frames,
         "decoded": {str(k): v for k, v in (decoded or {}).items()},
@@ -227,7 +134,7 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
 def _stepper_body(data: dict) -> str:
     """The page's fixed markup; stepper.js fills the parts marked by id."""
     s, v = data["scenario"], data["violation"]
-    branches = ", ".join(f"{b['name']} ({b['appends']} appends)" for b in data["branches"])
+    branches = ", ".join(f"{b['name']} ({b['summary']})" for b in data["branches"])
     last = len(data["frames"]) - 1
     verdict_class = "verdict-bad" if "invariant" in v else "verdict-peak"
     return f"""<header>

@@ -1,17 +1,30 @@
-"""`cowcheck explain`: a counterexample narrated for a person, step by step:
-the action, every branch's tables, the blocks it touched, the device queue,
-and at the end what the invariant expected and what happened."""
+"""Traces in words: `cowcheck explain` (a counterexample narrated for a
+person, step by step: the action and what it did, every branch's tables, the
+blocks it touched, the device queue, and at the end what the invariant
+expected and what happened), and the sentences every view of a trace shares.
+
+The stepper page (checker/html.py) and the block-graph pictures
+(checker/graph.py) say what an action did (`action_words`), where a branch is
+in its program (`doing`), what a branch's program is (`program_summary`) and
+what a witness shows (`describe`) with the functions here, so a trace reads
+the same in the terminal, the browser and a picture. They work on states in
+the counterexample file's JSON form (cowcheck.model.state.state_to_json),
+which is what the pages are drawn from; `explain` converts the model's
+states to it."""
 
 from __future__ import annotations
 
 import io
-from typing import Optional
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.markup import escape
 
+from cowcheck.model.action import DEVICE
 from cowcheck.model.block import Freed
-from cowcheck.model.state import Block, Branch, Copy, State, Status
+from cowcheck.model.scenario import BRANCH_NAMES, parse_operation
+from cowcheck.model.state import Block, Copy, State, state_to_json
+from cowcheck.model.structure import Op
 from cowcheck.model.system import ProtocolModel
 
 from .invariants import Invariant
@@ -19,28 +32,232 @@ from .rerun import Replayed, judging, replay
 from .trace import Counterexample
 
 
-def _slots(block: Block) -> str:
-    return "[" + " ".join(t if t is not None else "_" for t in block.slots) + "]"
+# -- a branch's program --------------------------------------------------------------
+def program_labels(spec: dict) -> list[str]:
+    """A branch's operations (its scenario entry, JSON form) one per entry as
+    the model counts them, so that a branch's `done` indexes this list:
+    `speculate K` is K drafts and then the verify that starts the rollback
+    (cowcheck.model.scenario.parse_operation flattens them the same way)."""
+    labels = []
+    for text in spec.get("program") or ["append"] * spec.get("appends", 0):
+        ops = parse_operation(text)
+        if len(ops) == 1:
+            labels.append(text)
+            continue
+        drafts = len(ops) - 1
+        labels += [f"draft {k} of {drafts}" for k in range(1, drafts + 1)] + [f"verify {drafts} drafts"]
+    return labels
 
 
+def is_plain(spec: dict) -> bool:
+    """A branch written as `appends = k`: a root that only appends."""
+    return "program" not in spec
+
+
+def program_summary(spec: dict) -> str:
+    """A branch's program in brief: "2 appends", or its operations and parent."""
+    n = spec.get("appends", 0)
+    text = f"{n} append{'s' if n != 1 else ''}" if is_plain(spec) else f"program [{', '.join(spec['program'])}]"
+    if spec.get("parent"):
+        text += f", forked by {spec['parent']}"
+    return text + (", may cancel" if spec.get("may_cancel") else "")
+
+
+def initial_words(scenario: dict) -> str:
+    """The initial state in one sentence."""
+    unborn = [(name, spec["parent"]) for name, spec in zip(BRANCH_NAMES, scenario["branch"]) if spec.get("parent")]
+    if not unborn:
+        return "The fork has happened: every branch maps the prompt's blocks."
+    children = "; ".join(f"{child} is unborn until {parent} forks it" for child, parent in unborn)
+    return f"The fork has happened: every root branch maps the prompt's blocks; {children}."
+
+
+def doing(protocol: dict, spec: dict, branch: dict) -> str:
+    """Where a branch is in its program and its protocol (the branch in
+    JSON form, its scenario entry, the protocol definition)."""
+    status = branch["status"]
+    if status == "unborn":
+        return f"unborn: not forked yet (its parent {spec.get('parent')} brings it to life with a fork)"
+    if status != "running":
+        return str(status)
+    labels = program_labels(spec)
+    done, op = branch["done"], branch["op"]
+    if op is None:
+        if is_plain(spec):
+            return f"between operations ({done} of {len(labels)} appends done)"
+        nxt = labels[done] if done < len(labels) else "finish"
+        return f"between operations ({done} of {len(labels)} operations done; next: {nxt})"
+    if op == Op.APPEND:
+        label, steps = f"{branch['path']} path", protocol["append"]["paths"][branch["path"]]["steps"]
+        if labels[done].startswith("draft"):
+            label += f" ({labels[done]})"
+    else:
+        label, steps = str(op), protocol[str(op)]["steps"]
+        if op == Op.FORK:
+            label = labels[done]
+    bound = ", ".join(f"{k}={branch[k]}" for k in ("tail", "new", "rejected") if branch.get(k) is not None)
+    return f"{label}, next: {steps[branch['step']]}" + (f" ({bound})" if bound else "")
+
+
+# -- what an action did ------------------------------------------------------------------
+def _slots(slots: list | tuple) -> str:
+    return "[" + " ".join(t if t is not None else "_" for t in slots) + "]"
+
+
+def _change(before: dict, after: dict, block: int, counter: str) -> str:
+    old, new = before["blocks"][block][counter], after["blocks"][block][counter]
+    return f"{counter} {old} → {new}" if old != new else f"{counter} stays {new}"
+
+
+def _tokens(tokens: list) -> str:
+    return " ".join(tokens)
+
+
+def _blocks(blocks: list[int]) -> str:
+    return ("block " if len(blocks) == 1 else "blocks ") + ", ".join(map(str, blocks))
+
+
+def _program_words(who: str, op: str, binds: dict, before: dict, after: dict) -> Optional[str]:
+    """What a step of a fork or a rollback did (specs/SEMANTICS.md#branch-programs);
+    None for the other steps."""
+    was, me = before["branches"][who], after["branches"][who]
+    if op == "incref-all":
+        changes = "; ".join(f"block {b} {_change(before, after, b, 'refcount')}" for b in dict.fromkeys(was["working"]))
+        return f"{who} takes one more reference on every block of its working table {was['working']}, for its child: {changes}."
+    if op == "share":
+        child = binds["child"]
+        kid = after["branches"][child]
+        return (f"{who} brings {child} to life: {child} starts with {who}'s working table {list(binds['table'])} as both "
+                f"of its tables, and with {who}'s sequence {_tokens(kid['sequence'])} (pos {kid['pos']}). "
+                "No refcount changes.")
+    if op == "verify":
+        accepted, rejected = binds["accepted"], binds["rejected"]
+        drafts = accepted + rejected
+        if not rejected:
+            return f"The verifier accepts all {drafts} of {who}'s drafts; {who}'s rollback still runs, with nothing to rewind."
+        gone = _tokens(was["sequence"][-rejected:])
+        return f"The verifier accepts {accepted} of {who}'s {drafts} drafts and rejects the last {rejected} ({gone}): {who} rolls back."
+    if op == "rewind":
+        rejected = binds["rejected"]
+        if not rejected:
+            return f"{who} rewinds by 0 tokens: every draft was accepted, pos stays {me['pos']}."
+        gone = _tokens(was["sequence"][-rejected:])
+        return (f"{who} rewinds by {rejected} to pos {me['pos']}: its sequence drops {gone}. What their kernels write "
+                f"stays in its slots, as garbage past pos that no faithful read reaches.")
+    if op == "trim":
+        dropped = list(binds["dropped"])
+        if not dropped:
+            return f"{who} trims its working table {me['working']}: no block lies past position {me['pos']}, nothing is dropped."
+        changes = "; ".join(f"block {b} {_change(before, after, b, 'refcount')}" for b in dict.fromkeys(dropped))
+        refs = "its reference to it" if len(set(dropped)) == 1 else "its references to them"
+        return (f"{who} trims its working table to {me['working']}, the blocks its positions below {me['pos']} use: "
+                f"it drops {_blocks(dropped)} and {refs} ({changes}).")
+    return None
+
+
+def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict) -> str:
+    """What a branch's step did, in one sentence (the step table, specs/SEMANTICS.md#steps)."""
+    op, *args = step.split()
+    arg: list[Any] = [binds.get(a) for a in args]  # block ids, as recorded
+    me = after["branches"][who]
+    program = _program_words(who, op, binds, before, after)
+    if program is not None:
+        return program
+    if op == "decide":
+        tail = binds.get("tail")
+        return (f"{who} decides how to write position {me['pos']}: the {binds['path']} path"
+                + (f", with block {tail} as its tail." if tail is not None else " (a block boundary: no tail)."))
+    if op == "alloc":
+        return f"{who} takes block {arg[0]} from the free list as '{args[0]}' (refcount 1)."
+    if op in ("incref", "decref"):
+        verb = "takes another" if op == "incref" else "drops its"
+        return f"{who} {verb} reference to block {arg[0]}: {_change(before, after, arg[0], 'refcount')}."
+    if op in ("hold", "release"):
+        verb = "pins" if op == "hold" else "unpins"
+        return f"{who} {verb} block {arg[0]}: {_change(before, after, arg[0], 'holds')}."
+    if op in ("copy", "copy-block"):
+        copy = next(q["copy"] for q in reversed(after["queue"]) if "copy" in q)
+        n = copy["n"]
+        return (f"{who} launches an asynchronous copy of block {arg[0]}'s first {n} slot{'s' if n != 1 else ''} "
+                f"into block {arg[1]}; the device may complete it at any later step.")
+    if op == "wait-copy":
+        return f"{who}'s wait for copies into block {arg[0]} passes: none is in flight."
+    if op == "wait-kernel":
+        return f"{who}'s wait for its kernels passes: none is in flight."
+    if op == "append":
+        return f"{who} appends block {arg[0]} to its working table: {me['working']}."
+    if op == "replace":
+        return f"{who} puts block {arg[1]} where block {arg[0]} was in its working table: {me['working']}."
+    if op == "publish":
+        return f"{who} publishes its working table {me['published']}: its next kernel launch will use it."
+    if op == "write":
+        kernel = next(q["kernel"] for q in reversed(after["queue"]) if "kernel" in q)
+        return (f"{who} launches a kernel that will write {kernel['token']} at position {kernel['pos']} "
+                f"through its published table {kernel['snapshot']}.")
+    if op == "decref-all":
+        return f"{who} drops its reference to every block of its working table {before['branches'][who]['working']} and clears both tables."
+    if op == "check-output":
+        return f"{who} checks its output: positions 0 to {binds['pos'] - 1} read through its working table {binds['table']}."
+    return f"{who}: {step}."
+
+
+def _device_words(op: str, binds: dict, after: dict) -> str:
+    """What a device completion did, in one sentence."""
+    if op == "copy-complete":
+        return (f"The device completes the copy of block {binds['src']} into block {binds['dst']}: "
+                f"block {binds['dst']} now holds {_slots(after['blocks'][binds['dst']]['slots'])}.")
+    return (f"The device completes {binds['branch']}'s kernel: it writes {binds['token']} into block "
+            f"{binds['block']}, slot {binds['slot']}, then reads positions 0 to {binds['pos']} through its snapshot.")
+
+
+def _consequences(before: dict, after: dict) -> str:
+    """What an action did besides its own effect: blocks it freed, increments
+    of a block that stayed free, children cancelled with their parent."""
+    out = ""
+    for block in after["free"]:
+        if block not in before["free"]:
+            first = " and will be the next one allocated" if after["free"][0] == block else ""
+            out += f" Block {block} is now FREE: it is back on the free list{first}."
+        elif after["blocks"][block]["refcount"] > before["blocks"][block]["refcount"]:
+            out += f" Block {block} stays FREE: an increment does not take a block off the free list."
+    for name, br in after["branches"].items():
+        if before["branches"][name]["status"] == "unborn" and br["status"] == "cancelled":
+            out += f" {name}, never forked, is cancelled with it."
+    return out
+
+
+def action_words(action: dict, before: dict, after: Optional[dict]) -> str:
+    """The action of one step (JSON forms) as a sentence a person can follow
+    without knowing the step language, with what else it caused."""
+    binds = {k: list(v) if isinstance(v, tuple) else v for k, v in action["binds"].items()}   # as in a file
+    if after is None:
+        return f"{action['actor']} tries to write, but its published table does not cover the position: no kernel is launched."
+    if action["actor"] == DEVICE:
+        sentence = _device_words(action["op"], binds, after)
+    else:
+        sentence = _branch_words(action["actor"], action["step"], binds, before, after)
+    return sentence + _consequences(before, after)
+
+
+def describe(witness: dict) -> str:
+    """What the invariant expected and what happened, in one sentence."""
+    if "expected" in witness:
+        where = (f"branch {witness['branch']}'s kernel for position {witness['pos']} read through snapshot {witness['snapshot']}"
+                 if witness.get("via") == "kernel" else
+                 f"branch {witness['branch']}'s check-output read through its working table {witness.get('table')}")
+        return (f"{where}: at position {witness['position']} it expected {witness['expected']} and read {witness['read']}"
+                f" (expected {' '.join(map(str, witness['expected_sequence']))}, read {' '.join(str(t) if t else '_' for t in witness['read_sequence'])})")
+    return witness.get("message", str(witness))
+
+
+# -- explain --------------------------------------------------------------------------
 def _block_line(i: int, before: Block | None, after: Block, free: bool) -> str:
     def delta(name: str) -> str:
         new = getattr(after, name)
         old = getattr(before, name) if before is not None else new
         return f"{name} {old}->{new}" if old != new else f"{name} {new}"
-    slots = _slots(after) if before is None or before.slots == after.slots else f"{_slots(before)} -> {_slots(after)}"
+    slots = _slots(after.slots) if before is None or before.slots == after.slots else f"{_slots(before.slots)} -> {_slots(after.slots)}"
     return f"block {i}: {delta('refcount')}, {delta('holds')}, slots {slots}" + (" (free)" if free else "")
-
-
-def _where(model: ProtocolModel, br: Branch, appends: int) -> str:
-    if br.status is not Status.RUNNING:
-        return br.status
-    if br.op is None:
-        return f"between operations ({br.done} of {appends} appends done)"
-    program = model.program(br)
-    label = f"{br.path} path" if br.op == "append" else br.op
-    locals_ = ", ".join(f"{k}={v}" for k, v in (("tail", br.tail), ("new", br.new)) if v is not None)
-    return f"{label}, next: {program[br.step].text}" + (f" ({locals_})" if locals_ else "")
 
 
 def _queue(model: ProtocolModel, state: State) -> str:
@@ -56,13 +273,20 @@ def _queue(model: ProtocolModel, state: State) -> str:
     return "; ".join(items)
 
 
-def _state_lines(model: ProtocolModel, before: State | None, state: State, touched: set[int]) -> list[str]:
+def _state_lines(model: ProtocolModel, scenario: dict, before: State | None, state: State, touched: set[int]) -> list[str]:
+    """The touched blocks, every branch (with its sequence when the scenario
+    has programs: then pos alone does not tell it), the device queue."""
     lines = []
     for i in sorted(touched):
         lines.append(_block_line(i, before.blocks[i] if before else None, state.blocks[i], i in state.free))
-    for j, br in enumerate(state.branches):
-        tables = f"working {list(br.working)}, published {list(br.published)}"
-        lines.append(f"{model.names[j]}: pos {br.pos}, {tables}; {_where(model, br, model.scenario.branches[j].appends)}")
+    plain = all(is_plain(spec) for spec in scenario["branch"])
+    for (name, br), spec in zip(state_to_json(state, model.scenario)["branches"].items(), scenario["branch"]):
+        where = doing(scenario["protocol"], spec, br)
+        if br["status"] == "unborn":
+            lines.append(f"{name}: {where}")
+            continue
+        sequence = "" if plain else f", sequence {_tokens(br['sequence'])}"
+        lines.append(f"{name}: pos {br['pos']}, working {br['working']}, published {br['published']}{sequence}; {where}")
     lines.append(f"in flight: {_queue(model, state)}")
     return lines
 
@@ -71,14 +295,16 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
     """Narrate a replayed trace; `holds_when` is the invariant's rule in words."""
     s = cx.scenario
     model = ProtocolModel(s)
+    definition = s.definition()
     what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})" if cx.invariant else f"reaches its peak of {cx.peak} blocks"
+    branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))
     console.print(f"[bold]{escape(s.name)}[/]: protocol [bold]{escape(s.protocol.name)}[/], device {s.device}, reuse {s.reuse}, "
-                  f"B={s.block_size}, L={s.prompt}, pool {s.pool}, "
-                  f"{len(s.branches)} branches ({', '.join(f'{model.names[i]}: {b.appends} appends' + (', may cancel' if b.may_cancel else '') for i, b in enumerate(s.branches))})")
+                  f"B={s.block_size}, L={s.prompt}, pool {s.pool}, {len(s.branches)} branches ({escape(branches)})")
     console.print(f"This trace {what} in {cx.length} actions.\n")
     console.print("[bold]initial state[/]")
     init = replayed.states[0]
-    for line in _state_lines(model, None, init, {i for i in range(len(init.blocks)) if i not in init.free}):
+    console.print("   " + escape(initial_words(definition)))
+    for line in _state_lines(model, definition, None, init, {i for i in range(len(init.blocks)) if i not in init.free}):
         console.print("   " + escape(line))
     for n, tr in enumerate(replayed.transitions, 1):
         before = replayed.states[n - 1]
@@ -86,13 +312,15 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
         last = n == len(replayed.transitions)
         style = "bold red" if last and cx.invariant else "bold"
         console.print(f"\n[{style}]step {n}[/] {escape(str(tr.action))}")
+        before_json = state_to_json(before, s)
+        words = action_words(tr.action.to_json(), before_json, None if after is None else state_to_json(after, s))
+        console.print("   " + escape(words))
         if after is None:
-            console.print("   no kernel launched: the published table does not cover the position")
             continue
         touched = {i for i, (a, b) in enumerate(zip(before.blocks, after.blocks)) if a != b}
         touched |= {v for k, v in tr.action.binds if k in ("tail", "new", "src", "dst", "block") and isinstance(v, int)}
         touched |= {f.block for f in tr.facts if type(f) is Freed}
-        for line in _state_lines(model, before, after, touched):
+        for line in _state_lines(model, definition, before, after, touched):
             console.print("   " + escape(line))
     console.print()
     if cx.invariant and replayed.witness is not None:     # the model's witness: the file's is not trusted
@@ -102,17 +330,6 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
         console.print(f"   what happened: {escape(describe(replayed.witness))}")
     else:
         console.print(f"[bold]{escape(replayed.message)}[/]")
-
-
-def describe(witness: dict) -> str:
-    """What the invariant expected and what happened, in one sentence."""
-    if "expected" in witness:
-        where = (f"branch {witness['branch']}'s kernel for position {witness['pos']} read through snapshot {witness['snapshot']}"
-                 if witness.get("via") == "kernel" else
-                 f"branch {witness['branch']}'s check-output read through its working table {witness.get('table')}")
-        return (f"{where}: at position {witness['position']} it expected {witness['expected']} and read {witness['read']}"
-                f" (expected {' '.join(map(str, witness['expected_sequence']))}, read {' '.join(str(t) if t else '_' for t in witness['read_sequence'])})")
-    return witness.get("message", str(witness))
 
 
 def explain_text(cx: Counterexample, invariants: tuple[Invariant, ...] = (), width: int = 120) -> str:

@@ -277,7 +277,7 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
 def _program(raw: dict[str, Any], key: str, names: str, source: str) -> tuple[str, ...]:
     value = raw["program"]
     if not isinstance(value, list):
-        raise SpecError(source, f"{key}.program", f"must be a list of operations: {PROGRAM_FORMS}")
+        raise SpecError(source, f"{key}.program", f"must be a list of operations; allowed: {PROGRAM_FORMS}")
     out = []
     for k, item in enumerate(value):
         where = f"{key}.program[{k}]"

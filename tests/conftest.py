@@ -32,6 +32,28 @@ def check_into(scenario, out_dir: Path, **options):
     return result
 
 
+def program_branches(draw, st, most: int = 3) -> list[dict]:
+    """Branch tables with programs, for hypothesis: one or two roots, up to
+    `most` branches in all; each child hangs off an earlier branch, whose
+    program forks it at a random place; programs mix appends and short
+    speculations, and any branch may be cancellable."""
+    names = "abcdefgh"
+    roots = draw(st.integers(1, 2))
+    total = draw(st.integers(roots, max(roots, most)))
+    ops = st.lists(st.sampled_from(["append", "speculate 1", "speculate 2"]), min_size=0, max_size=2)
+    branches: list[dict] = [{"program": draw(ops), "may_cancel": draw(st.booleans())} for _ in range(total)]
+    for child in range(roots, total):
+        parent = draw(st.integers(0, child - 1))
+        branches[child]["parent"] = names[parent]
+        program = branches[parent]["program"]
+        program.insert(draw(st.integers(0, len(program))), f"fork {names[child]}")
+    for b in branches:
+        if not b["program"]:
+            del b["program"]
+            b["appends"] = 0
+    return branches
+
+
 def broken(result) -> dict[str, int]:
     return {k: v.length for k, v in result.verdicts.items() if v.holds is False}
 

@@ -99,6 +99,27 @@ SCENARIO_CASES = {
     "expect-unknown-invariant": ('expect = "violates no-such-thing"\n' + GOOD, ["expect", "no-such-thing", "allowed", "faithful-output", "exclusive-write"]),
     "expect-not-a-form": ('expect = "maybe"\n' + GOOD, ["expect", "maybe", "allowed", "holds", "safe", "violates"]),
     "expect-bare-violates": ('expect = "violates"\n' + GOOD, ["expect", "violates", "allowed"]),
+    # branch programs (specs/SEMANTICS.md#branch-programs)
+    "program-unknown-operation": (HEAD + '[[branch]]\nprogram = ["append", "jump"]\n',
+                                  ["branch[0].program[1]", "jump", "allowed", "append", "fork <child>", "speculate <K>"]),
+    "program-fork-undeclared": (HEAD + '[[branch]]\nprogram = ["fork c"]\n[[branch]]\nappends = 1\n',
+                                ["branch[0].program[0]", "fork c", "no branch 'c'", "allowed", "a, b"]),
+    "program-fork-of-another-parents-child": (HEAD + '[[branch]]\nprogram = ["fork c"]\n[[branch]]\nprogram = ["fork c"]\n'
+                                              '[[branch]]\nparent = "b"\n',
+                                              ["branch[0].program[0]", "fork c", "parent 'b'", "only its parent"]),
+    "program-fork-of-a-root": (HEAD + '[[branch]]\nprogram = ["fork b"]\n[[branch]]\nappends = 1\n',
+                               ["branch[0].program[0]", "fork b", "root", "parent"]),
+    "program-child-forked-twice": (HEAD + '[[branch]]\nprogram = ["fork b", "fork b"]\n[[branch]]\nparent = "a"\n',
+                                   ["branch[1].parent", "exactly once", "2 times"]),
+    "program-child-never-forked": (HEAD + '[[branch]]\nappends = 1\n[[branch]]\nparent = "a"\n',
+                                   ["branch[1].parent", "exactly once", "0 times"]),
+    "program-parent-cycle": (HEAD + '[[branch]]\nappends = 1\n[[branch]]\nparent = "c"\nprogram = ["fork c"]\n'
+                             '[[branch]]\nparent = "b"\nprogram = ["fork b"]\n', ["branch[1].parent", "cycle"]),
+    "program-own-parent": (HEAD + '[[branch]]\nappends = 1\n[[branch]]\nparent = "b"\n', ["branch[1].parent", "own parent"]),
+    "program-unknown-parent": (HEAD + '[[branch]]\nappends = 1\n[[branch]]\nparent = "z"\n', ["branch[1].parent", "'z'", "allowed"]),
+    "program-speculate-zero": (HEAD + '[[branch]]\nprogram = ["speculate 0"]\n', ["branch[0].program[0]", "speculate", "from 1 to 64", "'0'"]),
+    "program-and-appends": (HEAD + '[[branch]]\nappends = 1\nprogram = ["append"]\n', ["branch[0].appends", "either", "program"]),
+    "program-not-a-list": (HEAD + '[[branch]]\nprogram = "append"\n', ["branch[0].program", "list", "allowed"]),
 }
 
 
@@ -161,6 +182,17 @@ PROTOCOL_CASES = {
     # limit is still just a condition that does not parse.
     "condition-nested-too-deep": (COW.replace('when = "true"', 'when = "' + "not " * 2000 + 'true"'),
                                   ["append.rules[2].when", "allowed"]),
+    # [fork] and [rollback] (specs/SEMANTICS.md#branch-programs)
+    "fork-unknown-step": (COW + '[fork]\nsteps = ["wait-kernel", "clone", "share"]\n',
+                          ["fork.steps[1]", "clone", "allowed", "incref-all", "share", "rewind", "trim"]),
+    "rollback-unknown-step": (COW + '[rollback]\nsteps = ["wait-kernel", "undo"]\n',
+                              ["rollback.steps[1]", "undo", "allowed", "rewind", "trim"]),
+    "fork-without-share": (COW + '[fork]\nsteps = ["wait-kernel", "incref-all"]\n', ["fork.steps", "exactly one 'share'", "0"]),
+    "share-outside-fork": (COW + '[rollback]\nsteps = ["share"]\n', ["rollback.steps[0]", "share", "only in [fork]"]),
+    "rewind-outside-rollback": (COW + '[fork]\nsteps = ["rewind", "share"]\n', ["fork.steps[0]", "rewind", "only in [rollback]"]),
+    "rollback-rewinds-twice": (COW + '[rollback]\nsteps = ["rewind", "rewind"]\n', ["rollback.steps", "at most one 'rewind'"]),
+    "fork-unknown-key": (COW + '[fork]\nsteps = ["share"]\norder = 1\n', ["fork.order", "allowed", "steps", "atomic"]),
+    "fork-atomic-not-a-bool": (COW + '[fork]\nsteps = ["share"]\natomic = "yes"\n', ["fork.atomic", "true or false"]),
 }
 
 

@@ -60,7 +60,7 @@ def race_steps(cx: dict) -> tuple[int, int, int]:
     the reused tail, and the read of the wrong token."""
     decrefs = [s["n"] for s in cx["steps"] if "decref tail [tail=1]" in s["text"]]
     reused = next(s["n"] for s in cx["steps"] if "alloc new [new=1]" in s["text"])
-    write = next(s["n"] for s in cx["steps"] if s["n"] > reused and s["text"].endswith(": write"))
+    write = next(s["n"] for s in cx["steps"] if s["n"] > reused and s["action"]["step"] == "write")
     return decrefs[-1], write, cx["length"]
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from cowcheck import trace
 from cowcheck import check
-from conftest import check_into
+from conftest import check_into, program_branches
 from cowcheck.rerun import replay
 from cowcheck.model.ample import Ample
 from cowcheck.model.compact import Compact
@@ -42,9 +42,20 @@ def scenarios(draw):
                          device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
 
 
+@st.composite
+def programs(draw):
+    """Scenarios with branch programs: beam forks and speculation."""
+    return make_scenario(draw(st.integers(1, 2)), draw(st.integers(0, 3)), program_branches(draw, st),
+                         draw(st.sampled_from(builtin_names())), device=draw(st.sampled_from(DEVICES)),
+                         reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
+
+
+any_scenario = st.one_of(scenarios(), programs())
+
+
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenarios())
+@given(any_scenario)
 def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
     plain = check(scenario, max_states=6_000, symmetry=False)
     assume(plain.exploration.complete)
@@ -65,7 +76,7 @@ def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenario=scenarios())
+@given(scenario=any_scenario)
 def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factory):
     out = tmp_path_factory.mktemp("cx")
     result = check_into(scenario, out, symmetry=True, por=True, fingerprints=True, max_states=6_000)
@@ -123,7 +134,7 @@ def many_branches(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(scenarios(), many_branches()), st.randoms(use_true_random=False))
+@given(st.one_of(scenarios(), many_branches(), programs()), st.randoms(use_true_random=False))
 def test_representative_is_canonical(scenario, rnd):
     """Walk randomly; every state and any renaming of it get the same
     representative, which is itself a fixed point and keeps the state's shape."""
@@ -157,7 +168,7 @@ def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(scenarios(), st.randoms(use_true_random=False))
+@given(any_scenario, st.randoms(use_true_random=False))
 def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     """Walk randomly; wherever the reduction explores one branch's step alone,
     that step and every other enabled action lead, in either order, to the
@@ -203,7 +214,7 @@ def test_protocols_with_atomic_paths_are_not_reduced():
 
 
 @settings(max_examples=60, deadline=None)
-@given(scenarios(), st.randoms(use_true_random=False))
+@given(any_scenario, st.randoms(use_true_random=False))
 def test_compact_encoding_is_fixed_width_and_lossless(scenario, rnd):
     model, encoding = ProtocolModel(scenario), Compact(scenario)
     state = model.init_state()
@@ -215,3 +226,21 @@ def test_compact_encoding_is_fixed_width_and_lossless(scenario, rnd):
         if not options:
             break
         state = rnd.choice(options).state
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(programs())
+def test_reductions_agree_with_the_unreduced_search_on_branch_programs(scenario):
+    """Forks and speculation: symmetry (which leaves branches with programs
+    out of its classes), partial-order reduction and the compact encoding
+    report what the unreduced search reports."""
+    plain = check(scenario, max_states=4_000, symmetry=False)
+    assume(plain.exploration.complete)
+    assert measures(check(scenario, symmetry=True, compact=True)) == measures(plain)
+    assert measures(check(scenario, symmetry=True, por=True)) == measures(plain)
+
+
+def test_branches_with_programs_are_never_in_a_symmetry_class():
+    same = {"program": ["speculate 1", "append"]}
+    scenario = make_scenario(2, 3, [same, same, {"appends": 1}, {"appends": 1}], "cow")
+    assert Symmetry(scenario).classes == [(2, 3)]

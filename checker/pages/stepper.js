@@ -149,17 +149,31 @@
     return row;
   }
 
+  /* A branch's sequence (tokens of positions 0 .. pos-1), shown where the
+     scenario has branch programs: after a fork or a rollback pos alone no
+     longer tells it. */
+  function sequence(br) {
+    const row = el("div", { class: "table sequence" }, el("span", { class: "table-label" }, "sequence"));
+    br.sequence.forEach(function (token, i) { row.appendChild(el("span", { class: "token", title: "position " + i }, token)); });
+    return row;
+  }
+
+  /* An unborn child has no tables and no pos yet: it says so, and what
+     will bring it to life, instead of showing empty tables. */
   function renderBranches(frame) {
     const rows = Object.keys(frame.state.branches).map(function (name) {
       const br = frame.state.branches[name];
       const active = frame.actor === name;
-      return el("div", { class: "branch" + (active ? " active" : ""), "data-branch": name },
+      const unborn = br.status === "unborn";
+      return el("div", { class: "branch" + (active ? " active" : "") + (unborn ? " unborn" : ""), "data-branch": name },
         el("div", { class: "branch-head" }, el("b", { class: "branch-name" }, "branch " + name),
-          " ", el("span", { class: "status" }, br.status), " · ", el("span", { class: "pos" }, "pos " + br.pos),
+          " ", el("span", { class: "status" }, br.status), unborn ? null : " · ",
+          unborn ? null : el("span", { class: "pos" }, "pos " + br.pos),
           active ? el("span", { class: "tag" }, "acted") : null),
         el("div", { class: "doing" }, frame.doing[name]),
-        table("working", br.working, frame.state),
-        table("published", br.published, frame.state));
+        unborn ? null : table("working", br.working, frame.state),
+        unborn ? null : table("published", br.published, frame.state),
+        unborn || !data.programs ? null : sequence(br));
     });
     $("branches").replaceChildren.apply($("branches"), rows);
   }

@@ -20,13 +20,18 @@ from cowcheck.model.scenario import make_scenario
 
 from .results import FORMAT
 
-#: (label, block size, prompt, branches as (appends, may_cancel), protocol)
-SCENARIOS = {
+#: (label, block size, prompt, branches as (appends, may_cancel) or branch tables, protocol)
+SCENARIOS: dict[str, tuple] = {
     "cow B=4 L=6 3x2": (4, 6, [(2, False)] * 3, "cow"),
     "cow B=2 L=3 3x2, one may_cancel": (2, 3, [(2, False), (2, False), (2, True)], "cow"),
     "cow B=4 L=6 4x2": (4, 6, [(2, False)] * 4, "cow"),
     "cow B=4 L=6 5x2": (4, 6, [(2, False)] * 5, "cow"),
     "premature-decrement B=4 L=6 4x3": (4, 6, [(3, False)] * 4, "premature-decrement"),
+    # a beam fork: a and b are roots, a forks c after its first append, then every branch appends twice more
+    "cow beam B=4 L=6 a forks c": (4, 6, [{"program": ["append", "fork c", "append", "append"]}, {"appends": 3},
+                                          {"appends": 2, "parent": "a"}], "cow"),
+    # speculative decoding: a drafts three tokens (0-3 accepted), rolls back, appends once; b appends once
+    "cow speculate B=2 L=3 a: speculate 3": (2, 3, [{"program": ["speculate 3", "append"]}, {"appends": 1}], "cow"),
 }
 #: what shrinks the search: (symmetry, partial-order, compact encoding, fingerprints)
 NONE, SYMMETRY, POR, BOTH = (False, False, False, False), (True, False, False, False), (False, True, False, False), (True, True, False, False)
@@ -46,6 +51,10 @@ RUNS = (
     ("cow B=4 L=6 4x2", BOTH, False),
     ("cow B=4 L=6 4x2", COMPACT, False),
     ("cow B=4 L=6 4x2", FINGERPRINTS, False),
+    ("cow beam B=4 L=6 a forks c", NONE, True),
+    ("cow beam B=4 L=6 a forks c", SYMMETRY, False),
+    ("cow speculate B=2 L=3 a: speculate 3", NONE, True),
+    ("cow speculate B=2 L=3 a: speculate 3", SYMMETRY, False),
     ("cow B=4 L=6 5x2", SYMMETRY, True),
     ("cow B=4 L=6 5x2", BOTH, True),
 )

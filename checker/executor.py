@@ -288,7 +288,8 @@ class Sequences:
         elif action.step == "share":
             self.of[str(binds["child"])] = self.of[who]
         elif action.step == "rewind":
-            rejected = int(binds["rejected"])
+            rejected = binds["rejected"]
+            assert isinstance(rejected, int)
             self.of[who] = self.of[who][:len(self.of[who]) - rejected]
 
 

@@ -156,9 +156,9 @@ def _svg_block(x: float, y: float, d: dict, pending: str = "") -> str:
 
 
 def branch_label(d: dict) -> str:
-    """A branch node's second line: its pos and status, or that it is
+    """A branch node's second line: its pos and status, or only that it is
     unborn (no pos, no tables: its parent has not forked it yet)."""
-    return "unborn (not forked)" if d["status"] == "unborn" else f"pos {d['pos']} · {d['status']}"
+    return "unborn" if d["status"] == "unborn" else f"pos {d['pos']} · {d['status']}"
 
 
 def _svg_branch(x: float, y: float, d: dict) -> str:
@@ -250,9 +250,9 @@ def to_dot(g: nx.MultiDiGraph, title: str) -> str:
              '  node [fontname="DejaVu Sans"]; edge [fontname="DejaVu Sans"];']
     for n, d in g.nodes(data=True):
         if d["kind"] == "branch":
-            style = '"rounded,dashed"' if d["status"] == "unborn" else "rounded"
+            outline = '"rounded,dashed"' if d["status"] == "unborn" else "rounded"
             label = f"{n}\n{branch_label(d)}"
-            lines.append(f"  {_dot_quote(n)} [shape=box, style={style}, label={_dot_quote(label)}];")
+            lines.append(f"  {_dot_quote(n)} [shape=box, style={outline}, label={_dot_quote(label)}];")
         else:
             slots = " ".join("_" if t is None else t for t in d["slots"])
             label = f"{n}{' FREE' if d['free'] else ''}\n[{slots}]\nrefcount {d['refcount']} · holds {d['holds']}"

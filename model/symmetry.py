@@ -338,10 +338,11 @@ class Symmetry:
             return blk.refcount, blk.holds, tuple(t or "" for t in slots)
 
         free = state.free
-        rest = sorted((b for b in range(size) if mapping[b] < 0 and b not in free), key=contents)
-        for b in rest:
-            mapping[b] = count
-            count += 1
+        if count + sum(1 for b in free if mapping[b] < 0) < size:    # some allocated block no one references
+            rest = sorted((b for b in range(size) if mapping[b] < 0 and b not in free), key=contents)
+            for b in rest:
+                mapping[b] = count
+                count += 1
         for b in (sorted(free, key=contents) if self.sort_free else free):
             if mapping[b] < 0:
                 mapping[b] = count

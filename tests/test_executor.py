@@ -3,8 +3,6 @@ model, step for step, on when the output goes wrong."""
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import os
 from typing import Optional
@@ -22,7 +20,7 @@ from cowcheck import check
 from cowcheck.cli import main
 from cowcheck.executor import TOLERANCE, VALUE, Pool, TokenSpace, reference_output, replay_on_pool
 from cowcheck.invariants import BY_ID, Judge
-from cowcheck.model.protocol import Protocol, builtin_names, load_builtin, protocol_from_dict
+from cowcheck.model.protocol import builtin_names
 from cowcheck.model.scenario import BRANCH_NAMES, DEVICES, make_scenario
 from cowcheck.model.system import ProtocolModel
 
@@ -102,22 +100,9 @@ def small_scenarios(draw):
                          device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
 
 
-def pipelined() -> Protocol:
-    """cow without any wait-kernel: appends end at their write, and forks and
-    rollbacks do not wait for the drafts' kernels, so a late kernel can land
-    in a block a rollback freed or a fork shared (specs/SEMANTICS.md#branch-programs)."""
-    data = copy.deepcopy(load_builtin("cow").definition)
-    data["name"] = "pipelined"
-    for path in data["append"]["paths"].values():
-        path["steps"] = [s for s in path["steps"] if s != "wait-kernel"]
-    for table in ("fork", "rollback"):
-        data[table]["steps"] = [s for s in data[table]["steps"] if s != "wait-kernel"]
-    return protocol_from_dict(data, "pipelined", "pipelined")
-
-
 #: the protocols branch programs are checked under: the correct one, the
-#: buggy forks and rollbacks, and a pipelined one whose late kernels race
-PROGRAM_PROTOCOLS = ("cow", "fork-share-first", "fork-no-incref", "rollback-no-trim", "pipelined")
+#: buggy forks and rollbacks, and the pipelined ones whose late kernels race
+PROGRAM_PROTOCOLS = ("cow", "fork-share-first", "fork-no-incref", "rollback-no-trim", "pipelined-fork", "pipelined-rollback")
 
 
 @st.composite
@@ -138,8 +123,7 @@ def program_scenarios(draw):
                  **({"parent": BRANCH_NAMES[parent[i]]} if i in parent else {})} for i in range(n)]
     B = draw(st.integers(2 if racy else 1, 3))
     L = draw(st.sampled_from([n for n in range(1, 6) if n % B]) if racy else st.integers(0, 5))
-    name = draw(st.sampled_from(PROGRAM_PROTOCOLS))
-    return make_scenario(B, L, branches, pipelined() if name == "pipelined" else name,
+    return make_scenario(B, L, branches, draw(st.sampled_from(PROGRAM_PROTOCOLS)),
                          device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
 
 
@@ -217,7 +201,7 @@ def test_shortest_wrong_output_diverges_on_the_pool_at_the_same_step(scenario):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(program_scenarios())
 def test_shortest_wrong_output_of_a_program_diverges_at_the_same_step(scenario):
-    result = check(scenario, invariants=(BY_ID["faithful-output"],), max_states=5_000, first=True)
+    result = check(scenario, invariants=(BY_ID["faithful-output"],), max_states=2_000, first=True)
     verdict = result.verdicts["faithful-output"]
     assume(verdict.holds is False)
     first = replay_on_pool(scenario, verdict.counterexample.actions).first_divergence
@@ -231,10 +215,11 @@ SPECULATE = [{"program": ["speculate 2", "append"]}, {"appends": 1}]
 @pytest.mark.parametrize("protocol, branches, length", [
     ("fork-share-first", FORK, 32),          # the reference row (specs/SEMANTICS.md#reference-numbers)
     ("fork-no-incref", FORK, 31),
-    ("pipelined", SPECULATE, 15),
+    ("pipelined-fork", FORK, 17),
+    ("pipelined-rollback", SPECULATE, 15),
 ])
 def test_buggy_program_goes_wrong_on_the_pool_where_the_model_says(protocol, branches, length):
-    scenario = make_scenario(2, 3, branches, pipelined() if protocol == "pipelined" else protocol)
+    scenario = make_scenario(2, 3, branches, protocol)
     verdict = check(scenario, invariants=(BY_ID["faithful-output"],)).verdicts["faithful-output"]
     assert verdict.length == length
     first = replay_on_pool(scenario, verdict.counterexample.actions).first_divergence
@@ -322,43 +307,12 @@ def _gpu():
     return cupy
 
 
-#: branch-program traces, checked here (the committed files hold none yet):
-#: the wrong outputs of the buggy forks and of a pipelined rollback, and
-#: cow's peak trace through a speculation
-PROGRAM_TRACES = {
-    "fork-share-first": ("fork-share-first", FORK, "faithful-output"),
-    "fork-no-incref": ("fork-no-incref", FORK, "faithful-output"),
-    "pipelined-rollback": ("pipelined", SPECULATE, "faithful-output"),
-    "cow-speculate": ("cow", SPECULATE, None),
-}
-
-
-@functools.cache
-def program_trace(name: str) -> tuple:
-    protocol, branches, invariant = PROGRAM_TRACES[name]
-    scenario = make_scenario(2, 3, branches, pipelined() if protocol == "pipelined" else protocol)
-    result = check(scenario)
-    cx = result.verdicts[invariant].counterexample if invariant else result.peak_trace
-    return scenario, cx.actions
-
-
-def any_trace(which) -> tuple:
-    """A committed counterexample file's trace, or a program trace: (scenario, actions)."""
-    if isinstance(which, str):
-        return program_trace(which)
-    cx = trace.load(which)
-    return cx.scenario, cx.actions
-
-
-TRACES = [pytest.param(p, id=p.stem) for p in COUNTEREXAMPLES] + [pytest.param(n, id=n) for n in PROGRAM_TRACES]
-
-
-@pytest.mark.parametrize("which", TRACES)
-def test_cupy_pool_matches_numpy(which):
+@pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
+def test_cupy_pool_matches_numpy(path):
     _gpu()
-    scenario, actions = any_trace(which)
-    cpu = replay_on_pool(scenario, actions, "numpy")
-    gpu = replay_on_pool(scenario, actions, "cupy")
+    cx = trace.load(path)
+    cpu = replay_on_pool(cx.scenario, cx.actions, "numpy")
+    gpu = replay_on_pool(cx.scenario, cx.actions, "cupy")
     assert [k.step for k in gpu.kernels] == [k.step for k in cpu.kernels]
     assert [k.diverged for k in gpu.kernels] == [k.diverged for k in cpu.kernels]
     assert [k.decoded for k in gpu.kernels] == [k.decoded for k in cpu.kernels]
@@ -369,14 +323,14 @@ def test_cupy_pool_matches_numpy(which):
 # -- the CuPy path without a GPU: tests/fake_cupy.py computes with numpy and
 # -- raises Race on any device access not ordered after a conflicting one
 
-@pytest.mark.parametrize("which", TRACES)
-def test_cupy_replay_is_stream_ordered(which, monkeypatch):
-    scenario, actions = any_trace(which)
+@pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
+def test_cupy_replay_is_stream_ordered(path, monkeypatch):
     cp = fake_cupy.install(monkeypatch)
-    cpu = replay_on_pool(scenario, actions, "numpy")
-    gpu = replay_on_pool(scenario, actions, "cupy")       # raises Race if unordered
+    cx = trace.load(path)
+    cpu = replay_on_pool(cx.scenario, cx.actions, "numpy")
+    gpu = replay_on_pool(cx.scenario, cx.actions, "cupy")       # raises Race if unordered
     assert [k.to_json() for k in gpu.kernels] == [k.to_json() for k in cpu.kernels]
-    copies = sum(1 for a in actions if a.op == "copy-complete")
+    copies = sum(1 for a in cx.actions if a.op == "copy-complete")
     assert cp.device.launches > copies + len(cpu.kernels)        # the replay really ran on the stand-in
 
 

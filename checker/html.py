@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from html import escape
 from importlib import resources
-from typing import Any, Optional
+from typing import Optional
 
 from .results import Summary
 from .narrate import action_words, describe, doing, initial_words, is_plain, program_summary

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
-from cowcheck.model.scenario import BranchSpec, Scenario, default_pool, load_scenario
+from cowcheck.model.scenario import BranchSpec, Scenario, branch_definition, default_pool, load_scenario
 
 from . import atomic, trace
 from .sweeps import DEVICE_RANK, REUSE_RANK, Runner, size_key, task_for
@@ -39,7 +39,12 @@ DEFAULT_MAX_CANDIDATES = 5000
 
 def _programs(branches: tuple[BranchSpec, ...]) -> list[tuple[BranchSpec, ...]]:
     """Every sub-multiset of the branches, each lowered (fewer appends,
-    may_cancel dropped), as a canonical tuple (most appends first)."""
+    may_cancel dropped), as a canonical tuple (most appends first). Branch
+    programs (forks, speculation) are kept whole: dropping a parent or an
+    operation would have to rewrite the others' programs, so such scenarios
+    shrink in B, L and pool only."""
+    if not all(b.plain for b in branches):
+        return [branches]
     choices = []
     for b in branches:
         lowered = [BranchSpec(a, c) for a in range(b.appends + 1) for c in ({False, b.may_cancel})]
@@ -102,7 +107,7 @@ class Shrunk:
 
     def describe(self, scenario: Optional[Scenario] = None) -> str:
         s = scenario or self.scenario
-        programs = ", ".join(f"{b.appends}{'c' if b.may_cancel else ''}" for b in s.branches)
+        programs = ", ".join(b.label for b in s.branches)
         return (f"{s.protocol.name} {s.device} {s.reuse} B={s.block_size} L={s.prompt} pool={s.pool} "
                 f"branches={len(s.branches)} appends=[{programs}] (total {sum(b.appends for b in s.branches)})")
 
@@ -210,7 +215,7 @@ def _first_breaking(pool: list[Scenario], invariant: str, budget: dict[str, Any]
 
 def _label(s: Scenario) -> str:
     return (f"B={s.block_size} L={s.prompt} pool={s.pool} {s.device} {s.reuse} appends="
-            f"[{', '.join(str(b.appends) + ('c' if b.may_cancel else '') for b in s.branches)}]")
+            f"[{', '.join(b.label for b in s.branches)}]")
 
 
 # -- writing the result ----------------------------------------------------------------
@@ -240,7 +245,8 @@ def scenario_toml(scenario: Scenario, description: str, expect: str) -> str:
         lines.append(f"pool = {scenario.pool}")
     lines += [f"device = {_toml_value(scenario.device)}", f"reuse = {_toml_value(scenario.reuse)}"]
     for b in scenario.branches:
-        lines += ["[[branch]]", f"appends = {b.appends}"] + (["may_cancel = true"] if b.may_cancel else [])
+        lines.append("[[branch]]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in branch_definition(b).items() if value is not False]
     return "\n".join(lines) + "\n"
 
 

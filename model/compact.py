@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from typing import cast
 
-from .protocol import COPIES
+from .protocol import COPIES, Step
 from .scenario import Scenario
 from .state import Block, Branch, Copy, Kernel, State, Status
 from .structure import Op
@@ -39,7 +39,7 @@ class Compact:
         appends_per_path = max(sum(s.op == "append" for s in p) for p in steps)
         copies_per_path = max(sum(s.op in ("copy", "copy-block") for s in p) for p in steps)
 
-        def count(steps: tuple, ops: tuple[str, ...]) -> int:
+        def count(steps: tuple[Step, ...], ops: tuple[str, ...]) -> int:
             return sum(s.op in ops for s in steps)
 
         spec = scenario.branches

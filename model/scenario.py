@@ -68,6 +68,13 @@ class BranchSpec:
         return self.parent is None and all(text == "append" for text in self.program)
 
     @property
+    def label(self) -> str:
+        """Short, for one-line descriptions: `2` (two appends), `2c` (and
+        cancellable), or the program `[append, fork c]c`."""
+        text = str(self.appends) if self.plain else "[" + ", ".join(self.program) + "]"
+        return text + ("c" if self.may_cancel else "")
+
+    @property
     def forks(self) -> int:
         return sum(o.op is Op.FORK for o in self.operations)
 

@@ -262,7 +262,7 @@ class Symmetry:
         for new_index, old in enumerate(order):
             br = branches[old]
             tail, nw = br.tail, br.new
-            seq = br.seq if tokens is None or new_index == old else tuple(map(tokens.get, br.seq, br.seq))  # type: ignore[arg-type]  # tokens are str
+            seq = br.seq if tokens is None or new_index == old else tuple(map(tokens.get, br.seq, br.seq))
             new_branches.append(new(Branch, (br.status, br.pos, br.done, br.op, br.path, br.step,
                                              None if tail is None else block_map[tail], None if nw is None else block_map[nw],
                                              tuple(map(m, br.working)), tuple(map(m, br.published)), br.writes, seq, br.rejected)))
@@ -278,7 +278,7 @@ class Symmetry:
                     if tokens is None or new_of[op.branch] == op.branch:
                         token, expected = op.token, op.expected
                     else:
-                        token, expected = tokens.get(op.token, op.token), tuple(map(tokens.get, op.expected, op.expected))  # type: ignore[arg-type]  # tokens are str
+                        token, expected = tokens.get(op.token, op.token), tuple(map(tokens.get, op.expected, op.expected))
                     queue.append(new(Kernel, (new_of[op.branch], op.pos, token, tuple(map(m, op.snapshot)), expected)))
         free = tuple(map(m, state.free))
         if self.sort_free:

@@ -173,7 +173,7 @@ def test_pool_diverges_exactly_when_the_model_says_the_output_is_wrong(walk):
     assert (first.step if first else None) == model_step
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(walks(program_scenarios()))
 def test_pool_follows_the_model_through_forks_and_rollbacks(walk):
     """The same agreement with branch programs: a child's reference is the

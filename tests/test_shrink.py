@@ -85,3 +85,14 @@ def test_committed_shrunk_scenarios_regenerate_their_counterexamples(path, monke
     assert result.expect_met
     committed = Counterexample.load(path.with_suffix(f".{invariant}.json"))
     assert result.verdicts[invariant].counterexample.to_json() == committed.to_json()
+
+
+def test_a_scenario_with_branch_programs_shrinks_in_size_and_keeps_its_programs(tmp_path):
+    original = load_scenario(ROOT / "specs" / "scenarios" / "fork-share-first.toml")
+    result = shrink(original, "faithful-output", workers=0)
+    assert result.smaller
+    assert [(b.program, b.parent) for b in result.scenario.branches] == [(b.program, b.parent) for b in original.branches]
+    toml, _ = write_shrunk(result, tmp_path)
+    again = load_scenario(toml)
+    assert again.branches == result.scenario.branches
+    assert cowcheck.check(again).expect_met

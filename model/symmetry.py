@@ -129,19 +129,22 @@ class Symmetry:
         signature, blocks numbered by first appearance; where signatures tie,
         the least (by repr) of the tied orders. Canonical, since the
         signature and the numbering name no branch and no block."""
-        if not self.exhaustive:
-            # Interleavings meet: the same state comes back as a successor of
-            # several stored ones, so recent answers are kept (two
-            # generations of at most CACHE states each).
-            rep = self._recent.get(state)
+        # Interleavings meet: the same state comes back as a successor of
+        # several stored ones, so recent answers are kept (two generations
+        # of at most CACHE states each).
+        rep = self._recent.get(state)
+        if rep is None:
+            rep = self._older.get(state)
             if rep is None:
-                rep = self._older.get(state)
-                if rep is None:
-                    rep = self._refined(state)
-                if len(self._recent) >= self.CACHE:
-                    self._older, self._recent = self._recent, {}
-                self._recent[state] = rep
-            return rep
+                rep = self._refined(state) if not self.exhaustive else self._exhaustive(state)
+            if len(self._recent) >= self.CACHE:
+                self._older, self._recent = self._recent, {}
+            self._recent[state] = rep
+        return rep
+
+    def _exhaustive(self, state: State) -> State:
+        """The least relabelling over every order that sorts each class by
+        signature (cheap while no class has more than three branches)."""
         orders = self._orders(state)
         if len(orders) == 1:
             return self._relabel(state, orders[0])

@@ -142,8 +142,10 @@ def _program_words(who: str, op: str, binds: dict, before: dict, after: dict) ->
         if not rejected:
             return f"{who} rewinds by 0 tokens: every draft was accepted, pos stays {me['pos']}."
         gone = _tokens(was["sequence"][-rejected:])
-        return (f"{who} rewinds by {rejected} to pos {me['pos']}: its sequence drops {gone}. What their kernels write "
-                f"stays in its slots, as garbage past pos that no faithful read reaches.")
+        kept = ("What the rejected draft's kernel writes stays in its slot" if rejected == 1 else
+                "What the rejected drafts' kernels write stays in their slots")
+        return (f"{who} rewinds by {rejected} to pos {me['pos']}: its sequence drops {gone}. {kept}, "
+                f"as garbage past pos that no faithful read reaches.")
     if op == "trim":
         dropped = list(binds["dropped"])
         if not dropped:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
-from cowcheck.model.scenario import BranchSpec, Scenario, branch_definition, default_pool, load_scenario
+from cowcheck.model.scenario import BRANCH_NAMES, BranchSpec, Scenario, branch_definition, default_pool, load_scenario
 
 from . import atomic, trace
 from .sweeps import DEVICE_RANK, REUSE_RANK, Runner, size_key, task_for
@@ -39,12 +39,10 @@ DEFAULT_MAX_CANDIDATES = 5000
 
 def _programs(branches: tuple[BranchSpec, ...]) -> list[tuple[BranchSpec, ...]]:
     """Every sub-multiset of the branches, each lowered (fewer appends,
-    may_cancel dropped), as a canonical tuple (most appends first). Branch
-    programs (forks, speculation) are kept whole: dropping a parent or an
-    operation would have to rewrite the others' programs, so such scenarios
-    shrink in B, L and pool only."""
+    may_cancel dropped), as a canonical tuple (most appends first); with
+    branch programs, every shorter program (`_shorter_programs`)."""
     if not all(b.plain for b in branches):
-        return [branches]
+        return _shorter_programs(branches)
     choices = []
     for b in branches:
         lowered = [BranchSpec(a, c) for a in range(b.appends + 1) for c in ({False, b.may_cancel})]
@@ -56,6 +54,60 @@ def _programs(branches: tuple[BranchSpec, ...]) -> list[tuple[BranchSpec, ...]]:
         if kept and kept not in seen:
             seen.add(kept)
             out.append(kept)
+    return out
+
+
+def _shorter_programs(branches: tuple[BranchSpec, ...]) -> list[tuple[BranchSpec, ...]]:
+    """Scenarios with branch programs, shortened: each operation kept or
+    dropped (a `speculate K` also lowered to fewer drafts), a root dropped
+    whole, `may_cancel` kept or dropped. Dropping a `fork c` drops c and
+    its descendants; the branches left are renamed in file order, and the
+    forks with them."""
+    names = BRANCH_NAMES
+    per_op: list[list[Optional[str]]] = []          # every operation's alternatives, branch by branch
+    owner: list[int] = []
+    for i, b in enumerate(branches):
+        for text in b.program:
+            word, *rest = text.split()
+            lowered = [f"speculate {k}" for k in range(1, int(rest[0]))] if word == "speculate" else []
+            per_op.append([text, *lowered, None])
+            owner.append(i)
+    keep_root = [[True, False] if b.parent is None else [True] for b in branches]
+    cancel = [sorted({False, b.may_cancel}) for b in branches]
+    seen: set[tuple[BranchSpec, ...]] = set()
+    out = []
+    for ops in itertools.product(*per_op):
+        programs: list[list[str]] = [[] for _ in branches]
+        for i, text in zip(owner, ops):
+            if text is not None:
+                programs[i].append(text)
+        for roots in itertools.product(*keep_root):
+            alive = [False] * len(branches)
+            for i, b in enumerate(branches):        # a child lives when its parent lives and still forks it
+                alive[i] = roots[i] if b.parent is None else False
+            changed = True
+            while changed:
+                changed = False
+                for i, b in enumerate(branches):
+                    if not alive[i] and b.parent is not None and alive[b.parent] and f"fork {names[i]}" in programs[b.parent]:
+                        alive[i] = changed = True
+            kept = [i for i in range(len(branches)) if alive[i]]
+            if not kept:
+                continue
+            rename = {names[old]: names[new] for new, old in enumerate(kept)}
+            for cancels in itertools.product(*(cancel[i] for i in kept)):
+                specs = []
+                for (new, old), may_cancel in zip(enumerate(kept), cancels):
+                    program = tuple(f"fork {rename[t.split()[1]]}" if t.startswith("fork ") else t
+                                    for t in programs[old] if not t.startswith("fork ") or t.split()[1] in rename)
+                    parent = branches[old].parent
+                    spec = BranchSpec(0, may_cancel, program, None if parent is None else kept.index(parent)) if program \
+                        else BranchSpec(0, may_cancel, parent=None if parent is None else kept.index(parent))
+                    specs.append(spec)
+                candidate = tuple(specs)
+                if candidate not in seen:
+                    seen.add(candidate)
+                    out.append(candidate)
     return out
 
 

@@ -20,7 +20,7 @@ from cowcheck.model.errors import SpecError
 
 from . import atomic, interrupts
 from .shrinking import DEFAULT_BUDGET, DEFAULT_MAX_CANDIDATES, Shrunk, write_shrunk
-from .sweeps import FAILED, INVALID, PARTIAL, Cell, Runner, Sweep, grid_files, load_grid, size_key, sweep as run_sweep
+from .sweeps import FAILED, INVALID, PARTIAL, Cell, Runner, Sweep, branch_texts, grid_files, load_grid, size_key, sweep as run_sweep
 
 VERDICT_TAG = {"unsafe": ("UNSAFE", "unsafe"), "safe but undisciplined": ("UNDISCIPLINED", "undisciplined"),
                "safe and disciplined": ("SAFE", "safe"), PARTIAL: ("PARTIAL", "partial"),
@@ -110,12 +110,15 @@ td.v-invalid { background: #efe3f7; }
 .broken { display: block; color: var(--muted); font-size: 0.75rem; }
 """
 ROW_AXES = ("protocol", "device", "reuse")
-COLUMN_AXES = ("block_size", "prompt", "branches", "appends", "may_cancel", "pool")
+COLUMN_AXES = ("block_size", "prompt", "branches", "appends", "program", "may_cancel", "pool")
 
 
 def _column_label(c: dict[str, Any]) -> str:
-    appends = c["appends"] if isinstance(c["appends"], int) else "+".join(map(str, c["appends"]))
-    label = f"B={c['block_size']} L={c['prompt']}<br>{c['branches']} br × {appends}"
+    if c.get("program") is not None:
+        what = escape(branch_texts(c))
+    else:
+        what = f"{c['branches']} br × " + (str(c["appends"]) if isinstance(c["appends"], int) else "+".join(map(str, c["appends"])))
+    label = f"B={c['block_size']} L={c['prompt']}<br>{what}"
     if c["may_cancel"]:
         label += f"<br>{c['may_cancel']} may cancel"
     if c["pool"] != "default":
@@ -133,7 +136,7 @@ def sweep_html(result: Sweep, links: dict[int, str]) -> str:
     columns: dict[tuple[Any, ...], dict[str, Any]] = {}
     for c in result.cells:
         r = (c.grid,) + tuple(c.coordinates[a] for a in ROW_AXES)
-        k = tuple(json.dumps(c.coordinates[a]) for a in COLUMN_AXES)
+        k = tuple(json.dumps(c.coordinates.get(a)) for a in COLUMN_AXES)
         columns.setdefault(k, c.coordinates)
         rows.setdefault(r, {})[k] = c
     head = "".join(f'<th scope="col">{_column_label(columns[k])}</th>' for k in columns)

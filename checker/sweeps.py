@@ -43,12 +43,12 @@ from cowcheck.model.scenario import BRANCH_NAMES, DEVICES, MAXIMA, REUSES, Scena
 from . import interrupts
 from .results import FORMAT, ExplicitResult, Kind, Outcome, Summary, Verdict
 
-#: the axes, in the order cells are expanded (the last varies fastest). A
-#: future `program` axis (branch programs: forks, speculation) takes the
-#: place of `appends`: a grid will give one or the other.
-AXES = ("protocol", "device", "reuse", "block_size", "prompt", "branches", "appends", "may_cancel", "pool")
+#: the axes, in the order cells are expanded (the last varies fastest).
+#: `program` (branch programs: forks, speculation) takes the place of
+#: `appends`: a grid gives one or the other, and the one left out is None.
+AXES = ("protocol", "device", "reuse", "block_size", "prompt", "branches", "appends", "program", "may_cancel", "pool")
 DEFAULTS: dict[str, Any] = {"protocol": "cow", "device": "async", "reuse": "lifo", "branches": 2, "appends": 1,
-                            "may_cancel": 0, "pool": "default"}
+                            "program": None, "may_cancel": 0, "pool": "default"}
 GRID_KEYS = ("name", "description") + AXES
 BUDGET_KEYS = ("max_states", "seconds", "max_memory")
 TOP_KEYS = ("grid", "budget")
@@ -133,6 +133,13 @@ def _check_value(axis: str, value: Any, source: str, key: str) -> Any:
                 raise SpecError(source, key, f"a list of appends per branch must hold integers from 0 to {MAXIMA['appends']}, got {value!r}")
             return value
         return integer(0, MAXIMA["appends"])
+    if axis == "program":
+        ops_list = value if isinstance(value, list) and value and all(isinstance(v, list) for v in value) else [value]
+        for ops in ops_list:
+            if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+                raise SpecError(source, key, "a program is a list of operations (\"append\", \"fork <child>\", \"speculate <K>\"), "
+                                f"or a list of such lists, one per branch; got {value!r}")
+        return value
     if axis == "pool":
         if value == "default":
             return value
@@ -155,13 +162,25 @@ def grid_from_dict(data: Any, source: str, base: Path, name: str) -> Grid:
     for key in ("block_size", "prompt"):
         if key not in table:
             raise SpecError(source, f"grid.{key}", "missing; give a value, a list or a range {from, to}")
+    if "program" in table and "appends" in table:
+        raise SpecError(source, "grid.program", "give either 'appends' or 'program', not both (a program says what each branch appends)")
     axes: dict[str, list[Any]] = {}
     for axis in AXES:
         raw = table.get(axis, DEFAULTS.get(axis))
+        if axis == "appends" and "program" in table:
+            raw = None
+        if raw is None:
+            axes[axis] = [None]
+            continue
         if axis == "appends" and isinstance(raw, list) and raw and all(isinstance(v, int) for v in raw):
             values = raw                       # a list of alternatives
         elif axis == "appends" and isinstance(raw, list) and raw and all(isinstance(v, list) for v in raw):
             values = raw                       # alternatives given per branch
+        elif axis == "program":
+            if not isinstance(raw, list) or not raw or not all(isinstance(v, list) for v in raw):
+                raise SpecError(source, "grid.program", "must be a list of alternatives, each a program (a list of operations) "
+                                "that every branch runs, or a list of programs, one per branch; e.g. [[\"speculate 2\", \"append\"]]")
+            values = raw
         else:
             values = _axis_values(raw, source, f"grid.{axis}")
         if isinstance(raw, dict) and axis in ("protocol", "device", "reuse", "pool"):
@@ -239,13 +258,35 @@ def _protocol(ref: str, base: Path, source: str) -> Protocol:
 
 
 # -- cells -------------------------------------------------------------------------
-def _appends_text(appends: Any, branches: int) -> str:
+#: how a cell's name writes each operation of a program: append, fork c, speculate K
+_OP_LETTERS = {"append": "A", "fork": "F", "speculate": "S"}
+
+
+def _program_text(program: list[str]) -> str:
+    """`["append", "fork c", "speculate 2"]` -> `AFcS2` (file-name safe)."""
+    return "".join(_OP_LETTERS.get(op.split()[0], "?") + "".join(op.split()[1:]) for op in program) or "0"
+
+
+def _appends_text(c: dict[str, Any]) -> str:
+    """What each branch does, for a cell's name: `2x1`, `1+2`, `2xS2A`, `AFcA+A+A`."""
+    program, appends, branches = c.get("program"), c["appends"], c["branches"]
+    if program is not None:
+        if all(isinstance(p, list) for p in program):
+            return "+".join(_program_text(p) for p in program)
+        return f"{branches}x{_program_text(program)}"
     return f"{branches}x{appends}" if isinstance(appends, int) else "+".join(str(a) for a in appends)
+
+
+def branch_texts(c: dict[str, Any]) -> str:
+    """A program coordinate in words, for the grid page: `a: append, fork b; b: append`."""
+    program = c["program"]
+    programs = program if all(isinstance(p, list) for p in program) else [program] * c["branches"]
+    return "; ".join(f"{BRANCH_NAMES[i]}: {', '.join(p) or 'nothing'}" for i, p in enumerate(programs))
 
 
 def cell_name(grid: str, protocol_name: str, c: dict[str, Any]) -> str:
     name = (f"{grid}~{protocol_name}-{c['device']}-{c['reuse']}-B{c['block_size']}-L{c['prompt']}-"
-            f"{_appends_text(c['appends'], c['branches'])}")
+            f"{_appends_text(c)}")
     if c["may_cancel"]:
         name += f"-c{c['may_cancel']}"
     if c["pool"] != "default":
@@ -256,18 +297,42 @@ def cell_name(grid: str, protocol_name: str, c: dict[str, Any]) -> str:
 def scenario_data(protocol: Protocol, c: dict[str, Any]) -> dict[str, Any]:
     """The cell as the dict a scenario file would hold (the protocol inline).
     Invalid coordinates raise SpecError (key and why)."""
-    n, k, appends = c["branches"], c["may_cancel"], c["appends"]
+    n, k, appends, program = c["branches"], c["may_cancel"], c["appends"], c.get("program")
     if k > n:
         raise SpecError("", "may_cancel", f"{k} branches may cancel, but the cell has {n}")
     if isinstance(appends, list) and len(appends) != n:
         raise SpecError("", "appends", f"{len(appends)} appends per branch given for {n} branches")
-    per_branch = appends if isinstance(appends, list) else [appends] * n
+    if program is not None:
+        branch = _program_branches(program, n)
+    else:
+        per_branch = appends if isinstance(appends, list) else [appends] * n
+        branch = [{"appends": a} for a in per_branch]
+    for i, b in enumerate(branch):
+        b["may_cancel"] = i >= n - k
     data: dict[str, Any] = {"protocol": protocol.definition, "block_size": c["block_size"], "prompt": c["prompt"],
-                            "device": c["device"], "reuse": c["reuse"],
-                            "branch": [{"appends": a, "may_cancel": i >= n - k} for i, a in enumerate(per_branch)]}
+                            "device": c["device"], "reuse": c["reuse"], "branch": branch}
     if c["pool"] != "default":
         data["pool"] = c["pool"]
     return data
+
+
+def _program_branches(program: list[Any], n: int) -> list[dict[str, Any]]:
+    """Branch tables for a `program` coordinate: one program for every
+    branch, or one per branch; a branch another's program forks is that
+    branch's child (its `parent`)."""
+    if all(isinstance(p, list) for p in program):
+        if len(program) != n:
+            raise SpecError("", "program", f"{len(program)} programs given for {n} branches")
+        programs = [list(p) for p in program]
+    else:
+        programs = [list(program) for _ in range(n)]
+    branch: list[dict[str, Any]] = [{"program": p} for p in programs]
+    for i, p in enumerate(programs):
+        for op in p:
+            words = op.split() if isinstance(op, str) else []
+            if len(words) == 2 and words[0] == "fork" and words[1] in BRANCH_NAMES[:n]:
+                branch[BRANCH_NAMES.index(words[1])]["parent"] = BRANCH_NAMES[i]
+    return branch
 
 
 @dataclass
@@ -344,7 +409,8 @@ def size_key(scenario: Scenario) -> tuple[Any, ...]:
     appends, branches, B, L, pool, branches that may cancel, then the device
     model and the reuse order (simplest first: stream < streams < async,
     lifo < fifo < any); the protocol and the branch programs break ties."""
-    programs = tuple(sorted(((b.appends, b.may_cancel) for b in scenario.branches), reverse=True))
+    programs = tuple(sorted(((b.appends, b.may_cancel, b.program, -1 if b.parent is None else b.parent)
+                            for b in scenario.branches), reverse=True))
     return (sum(b.appends for b in scenario.branches), len(scenario.branches), scenario.block_size, scenario.prompt,
             scenario.pool, sum(b.may_cancel for b in scenario.branches), DEVICE_RANK[scenario.device],
             REUSE_RANK[scenario.reuse], scenario.protocol.name, programs)

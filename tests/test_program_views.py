@@ -144,8 +144,8 @@ def test_explain_tells_a_verify_a_rewind_and_a_trim(late_draft, rollback):
     steps = narrated(late_draft)
     verify, rewind, trim = (step_of(late_draft, s) for s in ("verify", "rewind", "trim"))
     assert steps[verify][1] == "The verifier accepts 0 of a's 2 drafts and rejects the last 2 (a1 a2): a rolls back."
-    assert steps[rewind][1] == ("a rewinds by 2 to pos 3: its sequence drops a1 a2. What their kernels write stays in its "
-                                "slots, as garbage past pos that no faithful read reaches.")
+    assert steps[rewind][1] == ("a rewinds by 2 to pos 3: its sequence drops a1 a2. What the rejected drafts' kernels "
+                                "write stays in their slots, as garbage past pos that no faithful read reaches.")
     assert steps[trim][1].startswith("a trims its working table to [0, 2], the blocks its positions below 3 use: "
                                      "it drops block 3 and its reference to it (block 3 refcount 1 → 0). Block 3 is now FREE")
     assert "no-use-after-free breaks at step 17." in steps[trim]

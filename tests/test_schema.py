@@ -290,7 +290,7 @@ def test_sweep_json(validators, tmp_path):
     result = invoke("sweep", grid, "--workers", "0", "--json", tmp_path / "s.json", "--out", tmp_path / "cx")
     assert result.exit_code == 2, result.output          # the pool-1 cells are invalid; the others ran
     fresh = json.loads((tmp_path / "s.json").read_text())
-    committed = json.loads((ROOT / "counterexamples" / "sweeps" / "append-only.json").read_text())
+    committed = json.loads((ROOT / "counterexamples" / "sweeps" / "grids.json").read_text())
     for data in (fresh, committed):
         assert_valid(validators["sweep"], data, "sweep")
         for cell in data["cells"]:

@@ -80,6 +80,32 @@ def test_ranges_lists_and_per_branch_appends():
     assert [b.may_cancel for b in cells[3].scenario.branches] == [False, True]     # the last k branches
 
 
+def test_a_program_axis_gives_forks_and_speculation():
+    """One program for every branch, or one per branch, where a branch
+    another's program forks is its child."""
+    grid = grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "branches": 2, "may_cancel": [0, 1],
+                                    "program": [["speculate 2", "append"], [["append", "fork b", "append"], ["append"]]]}},
+                          "g.toml", Path("."), "g")
+    cells = expand([grid])
+    assert [c.name for c in cells] == ["g~cow-async-lifo-B2-L3-2xS2A", "g~cow-async-lifo-B2-L3-2xS2A-c1",
+                                       "g~cow-async-lifo-B2-L3-AFbA+A", "g~cow-async-lifo-B2-L3-AFbA+A-c1"]
+    same, forked = cells[0].scenario.branches, cells[3].scenario.branches
+    assert [b.program for b in same] == [("speculate 2", "append")] * 2 and all(b.parent is None for b in same)
+    assert forked[0].program == ("append", "fork b", "append") and forked[0].parent is None
+    assert forked[1].parent == 0 and forked[1].may_cancel
+    assert cells[0].coordinates["appends"] is None
+    results = cowcheck.sweep([grid], workers=0)
+    assert [c.verdict for c in results.cells] == ["safe and disciplined"] * 4
+
+
+def test_a_program_cell_that_makes_no_scenario_is_invalid_and_says_why():
+    grid = grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "branches": 3,
+                                    "program": [[["fork b"], ["append"]], [["fork z"]]]}}, "g.toml", Path("."), "g")
+    first, second = expand([grid])
+    assert "2 programs given for 3 branches" in first.error
+    assert "program" in second.error
+
+
 @pytest.mark.parametrize("data, key, words", [
     ({"grid": {"block_size": 2, "prompt": 3, "colour": 1}}, "grid.colour", "unknown key"),
     ({"grid": {"block_size": 2, "prompt": 3}, "cells": 1}, "cells", "unknown key"),
@@ -92,6 +118,9 @@ def test_ranges_lists_and_per_branch_appends():
     ({"grid": {"block_size": 2}}, "grid.prompt", "missing"),
     ({"grid": {"block_size": [2, 2], "prompt": 3}}, "grid.block_size[1]", "listed twice"),
     ({"block_size": 2}, "grid", "missing"),
+    ({"grid": {"block_size": 2, "prompt": 3, "appends": 1, "program": [["append"]]}}, "grid.program", "either 'appends' or 'program'"),
+    ({"grid": {"block_size": 2, "prompt": 3, "program": ["append"]}}, "grid.program", "list of alternatives"),
+    ({"grid": {"block_size": 2, "prompt": 3, "program": [[1]]}}, "grid.program[0]", "a program is a list of operations"),
 ])
 def test_bad_grids_name_the_key(data, key, words):
     with pytest.raises(SpecError) as err:

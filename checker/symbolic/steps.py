@@ -124,7 +124,7 @@ def read(system: SymbolicSystem, s: Sym, table: list, tlen: Term, count: Term, m
         t, slot = divmod(i, system.B)
         block = table[t] if t < len(table) else -1
         cell = select([s.slot[b][slot] for b in range(system.P)], block, NONE_READ)
-        out.append((i < count, z3.If(tlen > t, cell, NONE_READ)))
+        out.append((i < count, z3.If(tlen > t, cell, system.num(NONE_READ))))
     return out
 
 

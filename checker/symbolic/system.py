@@ -81,10 +81,12 @@ class SymbolicSystem:
         self.programs = not scenario.plain
         self.operations = [spec.operations for spec in scenario.branches]
         self.appends = [b.appends for b in scenario.branches]          # writes, drafts included
-        self.maxpos = [scenario.max_pos(j) for j in range(self.N)]
+        # where each operation can begin, and the furthest each branch gets (plain: L + appends)
+        where = [bounds.positions(scenario, j) for j in range(self.N)]
+        self.maxpos = [max(p for at in where[j] for p in at) for j in range(self.N)]
         # the rules the append at each operation can choose, and bounds that no run can exceed (cowcheck.symbolic.bounds says why)
         self.rules_at = [[sorted({r for p in at for r in bounds.possible_rules(scenario, p)}) if o.op is Op.APPEND else []
-                          for o, at in zip(ops, bounds.positions(scenario, j))]
+                          for o, at in zip(ops, where[j])]
                          for j, ops in enumerate(self.operations)]
         by_branch = (lambda j: self.rules_at[j].__getitem__)
         self.T = max(1, max(bounds.table_bound(scenario, self.structure, j, by_branch) for j in range(self.N)))

@@ -36,6 +36,7 @@ _EXPORTS = {
     "Counterexample": "cowcheck.trace",
     "sweep": "cowcheck.sweeps", "Sweep": "cowcheck.sweeps", "load_grid": "cowcheck.sweeps",
     "shrink": "cowcheck.shrinking", "Shrunk": "cowcheck.shrinking",
+    "OutOfBlocks": "cowcheck.model.harness", "HarnessModel": "cowcheck.model.harness",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -54,6 +55,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from cowcheck.model.errors import SpecError
+    from cowcheck.model.harness import HarnessModel, OutOfBlocks
     from cowcheck.model.protocol import Protocol, load_protocol
     from cowcheck.model.scenario import Scenario, load_scenario, make_scenario
     from cowcheck.model.state import State, Status

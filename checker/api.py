@@ -21,7 +21,8 @@ from typing import Any, Callable, Optional, Union
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol, load_builtin, load_protocol, protocol_from_dict
 from cowcheck.model.protocol import load_builtin as builtin_protocol
-from cowcheck.model.scenario import Scenario, load_scenario
+from cowcheck.model.harness import HarnessModel, OutOfBlocks
+from cowcheck.model.scenario import Scenario, default_pool, harness_pool, load_scenario
 
 from . import explicit as _explicit
 from .executor import PoolReplay, replay_on_pool
@@ -60,15 +61,20 @@ def resolve_protocol(ref: Union[Protocol, str, Path], source: str = "--protocol"
 
 
 def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None] = None,
-                   device: Optional[str] = None, reuse: Optional[str] = None) -> Scenario:
-    """The scenario under another protocol, device model or reuse order. It
-    is renamed (`name~protocol-device-reuse`), so its counterexample files
-    never overwrite those of the scenario as written, and its `expect` is
+                   device: Optional[str] = None, reuse: Optional[str] = None, allocator: Optional[str] = None) -> Scenario:
+    """The scenario under another protocol (or allocator code, a
+    "module:factory" reference, a path resolved from the working folder),
+    device model or reuse order. It is renamed
+    (`name~protocol-device-reuse`), so its counterexample files never
+    overwrite those of the scenario as written, and its `expect` is
     dropped: it was written for what the file checks, not for the override."""
-    if protocol is None and device is None and reuse is None:
+    if protocol is None and device is None and reuse is None and allocator is None:
         return scenario
     changed = scenario.with_overrides(resolve_protocol(protocol) if protocol is not None else None, device, reuse)
-    return _replace(changed, name=f"{changed.name}~{changed.protocol.name}-{changed.device}-{changed.reuse}", expect=())
+    if allocator is not None:
+        changed, _ = with_allocator(changed, allocator, base=Path.cwd())
+    what = changed.allocator.rpartition(":")[2] if changed.allocator is not None else changed.protocol.name
+    return _replace(changed, name=f"{changed.name}~{what}-{changed.device}-{changed.reuse}", expect=())
 
 
 def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICIT,
@@ -76,7 +82,7 @@ def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICI
           max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
           symmetry: bool = True, por: bool = False, compact: bool = False, fingerprints: bool = False,
           progress: Optional[Callable[..., None]] = None, max_memory_mib: Optional[int] = None,
-          max_seconds: Optional[float] = None) -> Result:
+          max_seconds: Optional[float] = None, allocator: Union[Callable[[int, int], Any], str, None] = None) -> Result:
     """Check a scenario (an object or a path) with one engine and return its
     result: a verdict per invariant (each violated one with its shortest
     counterexample), the summary, whether `expect` is met, and the engine's
@@ -84,18 +90,45 @@ def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICI
     command line's. `max_memory_mib` stops the explorer, with a partial
     result, once the process holds that much memory (None: the machine's
     available memory at the start, less a fifth; 0: no bound), and
-    `max_seconds` once it has searched that long. Writes nothing."""
+    `max_seconds` once it has searched that long. `allocator`: check
+    allocator code through the engine harness instead of the scenario's
+    protocol (a factory `(pool, block_size) -> adapter`, or its
+    "module:factory" reference; README "Checking your allocator's code").
+    Writes nothing."""
     scenario = as_scenario(scenario)     # each engine validates its `expect` against the invariants
     engine = Engine(engine)
+    system = None
+    if allocator is not None:
+        scenario, system = with_allocator(scenario, allocator)
     if engine is Engine.EXPLICIT:
         return _explicit.explore(scenario, invariants=invariants, max_states=max_states, max_depth=max_depth,
                                  first=first, symmetry=symmetry, por=por, compact=compact,
                                  fingerprints=fingerprints, progress=progress,
                                  max_memory=default_max_memory() if max_memory_mib is None else (max_memory_mib << 20) or None,
-                                 max_seconds=max_seconds)
+                                 max_seconds=max_seconds, system=system)
+    if scenario.allocator is not None:
+        raise SpecError(scenario.source, "allocator", f"the {engine} engine checks protocol files; allocator code is checked by the explorer (--engine explicit)")
     from . import symbolic   # z3 loads only for the engines that use it
     run = symbolic.run_bmc if engine is Engine.BMC else symbolic.run_kinduction
     return run(scenario, invariants, depth)
+
+
+def with_allocator(scenario: Scenario, allocator: Union[Callable[[int, int], Any], str],
+                   base: Optional[Path] = None) -> tuple[Scenario, HarnessModel]:
+    """The scenario with allocator code in place of its protocol, and the
+    harness that runs it. A factory object is named by its module and
+    qualified name, so a counterexample file can import it again; a
+    reference's path is relative to `base` (default: the scenario's folder)."""
+    if isinstance(allocator, str):
+        folder = base if base is not None else Path(scenario.source).parent
+        changed = _replace(scenario, allocator=allocator, allocator_base=str(folder))
+        factory = None
+    else:
+        ref = f"{getattr(allocator, '__module__', '?')}:{getattr(allocator, '__qualname__', repr(allocator))}"
+        changed, factory = _replace(scenario, allocator=ref), allocator
+    if scenario.allocator is None and scenario.pool == default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches):
+        changed = _replace(changed, pool=harness_pool(scenario.block_size, scenario.prompt, scenario.branches))
+    return changed, HarnessModel(changed, factory)
 
 
 def load_counterexample(path: Union[str, Path], scenario: Optional[ScenarioLike] = None) -> Counterexample:

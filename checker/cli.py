@@ -126,6 +126,8 @@ def main() -> None:
 @click.option("--device", type=click.Choice(DEVICES), help="Override every scenario's device model.")
 @click.option("--reuse", type=click.Choice(REUSES), help="Override every scenario's free-list order.")
 @click.option("--protocol", "protocol", metavar="NAME|FILE", help="Override every scenario's protocol.")
+@click.option("--allocator", "allocator", metavar="MODULE:FACTORY|FILE.py:FACTORY",
+              help="Check allocator code through the engine harness instead of each scenario's protocol.")
 @click.option("--invariant", "invariant_ids", multiple=True, metavar="ID", help="Check only this invariant (repeatable).")
 @click.option("--first", is_flag=True, help="Stop at the first violation.")
 @click.option("--max-states", type=click.IntRange(min=1), help="Stop after this many distinct states (partial result).")
@@ -151,22 +153,22 @@ def main() -> None:
                    "with --protocol, --device or --reuse].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
-def check(paths, device, reuse, protocol, invariant_ids, first, max_states, max_depth, max_memory, engine, depth, symmetry,
+def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, engine, depth, symmetry,
           por, compact, fingerprints, json_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input, 130 when interrupted (143 on
     SIGTERM). With an override (--protocol, --device, --reuse) the files'
     `expect` no longer applies: exit 1 only when a scenario is unsafe."""
-    overridden = bool(protocol or device or reuse)
+    overridden = bool(protocol or device or reuse or allocator)
     out_dir = Path(out_dir or (OVERRIDE_OUT if overridden else DEFAULT_OUT))
     try:
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None
         scenarios: list[Scenario] = []
         for path in scenario_files(paths):
-            scenario = api.with_overrides(load_scenario(path), override, device, reuse)
-            invs.validate_expect(scenario)
+            scenario = api.with_overrides(load_scenario(path), override, device, reuse, allocator)
+            invs.validate_expect(scenario, scenario.allocator is not None)
             scenarios.append(scenario)
         output.refuse_collisions(scenarios, out_dir)
         _writable(json_path, "--json")

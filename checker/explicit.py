@@ -11,11 +11,12 @@ from cowcheck.model.state import allocated
 from cowcheck.model.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.symmetry import Symmetry
-from cowcheck.model.system import ProtocolModel
+from cowcheck.model.harness import HarnessModel, system_for
+from cowcheck.model.system import TransitionSystem
 
 from .explorer import Exploration, Explorer
-from .invariants import INVARIANTS, Invariant, validate_expect
-from .results import ExplicitResult, Kind, verdict_for
+from .invariants import INVARIANTS, Invariant, for_system, validate_expect
+from .results import ExplicitResult, Kind, Outcome, Verdict, verdict_for
 from .trace import Counterexample
 
 
@@ -23,17 +24,24 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
           max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
           symmetry: bool = True, por: bool = False, compact: bool = False, fingerprints: bool = False,
           progress: Optional[Callable] = None, max_memory: Optional[int] = None,
-          max_seconds: Optional[float] = None) -> ExplicitResult:
+          max_seconds: Optional[float] = None, system: Optional[TransitionSystem] = None) -> ExplicitResult:
     """Explore the scenario with the reductions asked for. Partial-order
     reduction applies only to exhaustive runs (without --max-depth, whose
     meaning it would change); when it finds violations, a second search
     without it, bounded by the lengths found and stopped once it has them all,
     supplies the true shortest lengths and traces (it is not limited by
-    --max-states: its depth bound already limits it)."""
-    validate_expect(scenario)
-    model = ProtocolModel(scenario)
-    orbits = Symmetry(scenario) if symmetry else None
-    ample = Ample(model) if por and max_depth is None else None
+    --max-states: its depth bound already limits it). `system`: the
+    transition system to explore (default: the scenario's, see
+    cowcheck.model.harness.system_for). Allocator code through the harness
+    gets no reduction: its states are opaque snapshots, whose block ids
+    and branch names the checker cannot rename."""
+    model = system or system_for(scenario)
+    harness = isinstance(model, HarnessModel)
+    invariants, unsupported = for_system(invariants, model)
+    validate_expect(scenario, harness)
+    orbits = Symmetry(scenario) if symmetry and not harness else None
+    ample = Ample(model) if por and max_depth is None and not harness else None
+    compact = compact and not harness
 
     def search(invariants, ample, max_states, **limits) -> Explorer:
         reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
@@ -65,6 +73,8 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
                                     judged_by=inv)
         verdicts[inv.id] = verdict_for(inv.id, Kind(inv.kind), True, x.complete, length=v.length,
                                        counterexample=cx, witness=witness)
+    for inv_id, why in unsupported.items():
+        verdicts[inv_id] = Verdict(inv_id, Kind(why[0]), Outcome.UNSUPPORTED, note=why[1])
     peak = None
     if x.peak_state is not None:
         peak = Counterexample.from_run(scenario, init, explorer.path_to(x.peak_state), peak=x.peak)

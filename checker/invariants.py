@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from cowcheck.model.block import CopyDone, Fact, Freed, KernelDone, OutputChecked, TableMiss, Underflow
+from cowcheck.model.block import AllocatorRaised, CopyDone, Fact, Freed, KernelDone, OutputChecked, TableMiss, Underflow
 from cowcheck.model.errors import SpecError
+from cowcheck.model.harness import HarnessModel
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Branch, Copy, Kernel, State, Status
 from cowcheck.model.action import Transition
@@ -235,8 +236,32 @@ INVARIANTS: tuple[Invariant, ...] = (
               "each block's refcount equals the number of running branches' working tables that map it", on_state=refcount_exact),
 )
 
-BY_ID = {inv.id: inv for inv in INVARIANTS}
+def allocator_error(model, before, tr, fact):
+    return {"branch": model.names[fact.branch], "call": fact.call, "error": fact.error,
+            "message": f"{fact.call} raised {fact.error}"}
+
+
+#: allocator code only (the engine harness): an exception other than
+#: out-of-blocks, such as a refcount assertion, is a failure of its own
+ALLOCATOR_ERROR = Invariant("allocator-error", HARM, "each host call (engine harness)",
+                            "the allocator raises nothing but out-of-blocks", on_facts={AllocatorRaised: allocator_error})
+
+BY_ID = {inv.id: inv for inv in INVARIANTS + (ALLOCATOR_ERROR,)}
 IDS = tuple(BY_ID)
+
+
+def for_system(invariants: tuple[Invariant, ...], system: Any) -> tuple[tuple[Invariant, ...], dict[str, tuple[str, str]]]:
+    """The invariants a system is judged on, and those it cannot judge
+    (id -> (kind, why)): allocator code adds allocator-error when all the
+    built-in ones are asked for, and without an optional observer some
+    cannot be checked."""
+    if not isinstance(system, HarnessModel):
+        return invariants, {}
+    unsupported = system.unsupported
+    if invariants == INVARIANTS:
+        invariants = INVARIANTS + (ALLOCATOR_ERROR,)
+    kept = tuple(inv for inv in invariants if inv.id not in unsupported)
+    return kept, {inv.id: (str(inv.kind), unsupported[inv.id]) for inv in invariants if inv.id in unsupported}
 
 
 def select(ids: tuple[str, ...] | list[str] | None, source: str = "--invariant") -> tuple[Invariant, ...]:
@@ -245,12 +270,13 @@ def select(ids: tuple[str, ...] | list[str] | None, source: str = "--invariant")
     for i in ids:
         if i not in BY_ID:
             raise SpecError(source, "invariant", f"unknown invariant {i!r}; allowed: {', '.join(IDS)}")
-    return tuple(inv for inv in INVARIANTS if inv.id in ids)
+    return tuple(inv for inv in INVARIANTS + (ALLOCATOR_ERROR,) if inv.id in ids)
 
 
-def validate_expect(scenario: Scenario) -> None:
+def validate_expect(scenario: Scenario, harness: bool = False) -> None:
+    known = BY_ID if harness else {i: inv for i, inv in BY_ID.items() if inv is not ALLOCATOR_ERROR}
     for item in scenario.expect:
-        if item.startswith("violates ") and item.split()[1] not in BY_ID:
+        if item.startswith("violates ") and item.split()[1] not in known:
             raise SpecError(scenario.source, "expect", f"unknown invariant {item.split()[1]!r}; allowed: {', '.join(IDS)}")
 
 

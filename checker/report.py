@@ -17,7 +17,8 @@ SUMMARY_STYLE = {Summary.UNSAFE: "bold red", Summary.UNDISCIPLINED: "yellow", Su
 
 def show(result: Result, console: Console) -> None:
     s = result.scenario
-    title = (f"{escape(s.name)}  [dim]protocol[/] {escape(s.protocol.name)}  [dim]device[/] {s.device}  "
+    what = "[dim]allocator[/] " if s.allocator is not None else "[dim]protocol[/] "
+    title = (f"{escape(s.name)}  {what}{escape(s.subject)}  [dim]device[/] {s.device}  "
              f"[dim]reuse[/] {s.reuse}  [dim]B[/]={s.block_size} [dim]L[/]={s.prompt} [dim]pool[/]={s.pool} "
              f"[dim]branches[/]={len(s.branches)}")
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
@@ -68,7 +69,7 @@ def overview(results: list[Result], console: Console) -> None:
     protocols read side by side: a rollback that never trims is safe, and
     only its peak or steady count beside cow's shows what it costs."""
     table = Table(title="scenarios", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("scenario", "protocol", "device", "verdict", "broken (shortest)", "peak", "steady", "copies"):
+    for col in ("scenario", "protocol / allocator", "device", "verdict", "broken (shortest)", "peak", "steady", "copies"):
         table.add_column(col, justify="right" if col in ("peak", "steady", "copies") else "left", overflow="fold")
     for r in results:
         broken = ", ".join(f"{v.invariant} ({v.length})" for v in r.verdicts.values() if v.outcome is Outcome.VIOLATED)
@@ -78,7 +79,7 @@ def overview(results: list[Result], console: Console) -> None:
             peak = str(x.peak)
             steady = "n/a" if x.steady is None else str(x.steady)
             copies = f"{x.cost_range[0]}-{x.cost_range[1]}" if x.cost_range else "n/a"
-        table.add_row(escape(r.scenario.name), escape(r.scenario.protocol.name), r.scenario.device,
+        table.add_row(escape(r.scenario.name), escape(r.scenario.subject), r.scenario.device,
                       f"[{SUMMARY_STYLE[r.summary]}]{r.summary}[/]", escape(broken), peak, steady, copies)
     console.print(table)
 

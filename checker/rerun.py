@@ -10,7 +10,8 @@ from typing import Optional
 from cowcheck.model.errors import SpecError
 from cowcheck.model.state import State, allocated, state_to_json
 from cowcheck.model.action import Transition
-from cowcheck.model.system import ProtocolModel, TransitionSystem
+from cowcheck.model.harness import system_for
+from cowcheck.model.system import TransitionSystem
 
 from .invariants import BY_ID, Invariant, Judge
 from . import trace
@@ -57,9 +58,10 @@ def judging(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> Optio
 
 def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Optional[TransitionSystem] = None) -> Replayed:
     """Re-apply the actions from the initial state of `model` (by default
-    the scenario's protocol model) and judge the recorded invariant."""
+    the scenario's protocol model, or its allocator code through the
+    harness) and judge the recorded invariant."""
     inv = judging(cx, invariants)
-    model = model or ProtocolModel(cx.scenario)
+    model = model or system_for(cx.scenario)
     state = model.init_state()
     out = Replayed(ok=False, message="", states=[state])
     if state_to_json(state, cx.scenario) != cx.initial:
@@ -72,6 +74,11 @@ def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Op
         successors = model.successors(state)
         taken = next((t for t in successors if t.action == action), None)
         if taken is None:
+            same_call = next((t for t in successors if t.action[:3] == action[:3]), None)
+            if same_call is not None and cx.scenario.allocator is not None:
+                out.step, out.message = n, (f"step {n}: the allocator is not deterministic: the same call gave different "
+                                            f"observations (recorded '{action}', now '{same_call.action}')")
+                return out
             enabled = "; ".join(str(t.action) for t in successors) or "none"
             out.step, out.message = n, f"step {n}: action '{action}' is not enabled here (enabled: {enabled})"
             return out

@@ -73,7 +73,8 @@ class Counterexample:
             "cowcheck": FORMAT,
             "kind": self.kind,
             "scenario": scenario.definition(),
-            "protocol": scenario.protocol.name,
+            "protocol": scenario.subject,
+            **({"allocator": scenario.allocator} if scenario.allocator is not None else {}),
             "device": scenario.device,
             "reuse": scenario.reuse,
         }

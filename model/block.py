@@ -44,20 +44,27 @@ class KernelDone(NamedTuple):
     reads: tuple[Optional[str], ...]     # positions 0 .. pos through its snapshot
 
 
+class AllocatorRaised(NamedTuple):
+    """The allocator under the engine harness raised (not out-of-blocks)."""
+    branch: int
+    call: str                            # the call, as written: append('a', 'a1')
+    error: str                           # the exception, as `Type: message`
+
+
 class OutputChecked(NamedTuple):
     branch: int
     reads: tuple[Optional[str], ...]     # positions 0 .. pos-1 through the working table
     expected: tuple[str, ...]            # the branch's sequence at that moment
 
 
-Fact = Union[Freed, Underflow, TableMiss, CopyDone, KernelDone, OutputChecked]
+Fact = Union[Freed, Underflow, TableMiss, CopyDone, KernelDone, OutputChecked, AllocatorRaised]
 
 
 class Draft:
     """One action's working copy of a state: lists where the state has tuples,
     and the facts the action produced."""
 
-    __slots__ = ("blocks", "free", "branches", "queue", "facts", "reuse")
+    __slots__ = ("blocks", "free", "branches", "queue", "facts", "reuse", "code")
 
     def __init__(self, state: State, reuse: str):
         self.blocks = list(state.blocks)
@@ -66,9 +73,10 @@ class Draft:
         self.queue = list(state.queue)
         self.facts: list[Fact] = []
         self.reuse = reuse
+        self.code = state.code
 
     def freeze(self) -> State:
-        return State(tuple(self.blocks), tuple(self.free), tuple(self.branches), tuple(self.queue))
+        return State(tuple(self.blocks), tuple(self.free), tuple(self.branches), tuple(self.queue), self.code)
 
     def set_branch(self, index: int, branch: Branch) -> None:
         self.branches[index] = branch

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Optional, overload
@@ -15,7 +15,7 @@ from .structure import Op
 
 DEVICES = ("async", "stream", "streams")
 REUSES = ("lifo", "fifo", "any")
-SCENARIO_KEYS = ("protocol", "block_size", "prompt", "pool", "device", "reuse", "branch", "expect", "description")
+SCENARIO_KEYS = ("protocol", "allocator", "block_size", "prompt", "pool", "device", "reuse", "branch", "expect", "description")
 BRANCH_KEYS = ("appends", "may_cancel", "program", "parent")
 BRANCH_NAMES = string.ascii_lowercase
 PROGRAM_FORMS = '"append", "fork <child>", "speculate <K>" (K >= 1)'
@@ -96,6 +96,13 @@ class Scenario:
     branches: tuple[BranchSpec, ...]
     expect: tuple[str, ...] = ()
     description: str = ""
+    #: `module:factory` or `path/file.py:factory` (relative to the scenario's
+    #: folder): allocator code checked through the engine harness in place
+    #: of the protocol (specs/SEMANTICS.md#engine-harness)
+    allocator: Optional[str] = None
+    #: the folder a path in `allocator` is relative to (the scenario file's;
+    #: for a counterexample, the folder of the scenario it was made from)
+    allocator_base: str = field(default="", compare=False)
 
     @property
     def prompt_blocks(self) -> int:
@@ -103,6 +110,11 @@ class Scenario:
 
     def branch_name(self, index: int) -> str:
         return BRANCH_NAMES[index]
+
+    @property
+    def subject(self) -> str:
+        """What is checked, in a report: the protocol's name, or the allocator code's reference."""
+        return self.allocator if self.allocator is not None else self.protocol.name
 
     def own_tokens(self, index: int) -> tuple[str, ...]:
         """The tokens branch `index` can write, in write order: its k-th
@@ -148,6 +160,7 @@ class Scenario:
         changed = replace(
             self,
             protocol=protocol or self.protocol,
+            allocator=None if protocol is not None else self.allocator,
             device=device or self.device,
             reuse=reuse or self.reuse,
         )
@@ -158,7 +171,7 @@ class Scenario:
     def definition(self) -> dict[str, Any]:
         """The scenario as plain data, protocol included, so a counterexample
         file is self-contained."""
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "source": self.source,
             "block_size": self.block_size,
@@ -167,8 +180,12 @@ class Scenario:
             "device": self.device,
             "reuse": self.reuse,
             "branch": [branch_definition(b) for b in self.branches],
-            "protocol": self.protocol.definition,
         }
+        if self.allocator is not None:
+            out["allocator"] = self.allocator
+        else:
+            out["protocol"] = self.protocol.definition
+        return out
 
 
 def branch_definition(b: BranchSpec) -> dict[str, Any]:
@@ -189,6 +206,14 @@ def default_pool(protocol: Protocol, block_size: int, prompt: int, branches: tup
     return (prompt_blocks + sum(b.appends for b in branches) * protocol.max_allocs
             + sum(b.forks for b in branches) * protocol.fork_allocs
             + sum(b.speculates for b in branches) * protocol.rollback_allocs)
+
+
+def harness_pool(block_size: int, prompt: int, branches: tuple[BranchSpec, ...]) -> int:
+    """The default pool for allocator code: the prompt's blocks and one
+    block per append (drafts included), what an allocator that copies a
+    shared tail or opens a fresh block needs; code that needs more is
+    given `pool`."""
+    return -(-prompt // block_size) + sum(b.appends for b in branches)
 
 
 #: Upper bounds far beyond what exhaustive exploration can reach; they turn an
@@ -244,6 +269,12 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
     for key in data:
         if key not in SCENARIO_KEYS:
             raise SpecError(source, key, f"unknown key; allowed: {', '.join(SCENARIO_KEYS)}")
+    allocator = data.get("allocator")
+    if allocator is not None:
+        if "protocol" in data:
+            raise SpecError(source, "allocator", "give either 'protocol' (a protocol file) or 'allocator' (code through the engine harness), not both")
+        if not isinstance(allocator, str) or ":" not in allocator:
+            raise SpecError(source, "allocator", f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the scenario's folder), got {allocator!r}")
     proto = data.get("protocol", "cow")
     protocol = protocol_from_dict(proto, source + " (protocol)") if isinstance(proto, dict) else resolve_protocol(proto, base, source)
     block_size = _int(data, "block_size", source, 1, required=True)
@@ -259,7 +290,7 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
     prompt_blocks = -(-prompt // block_size)
     pool = _int(data, "pool", source, 0, required=False)
     if pool is None:
-        pool = default_pool(protocol, block_size, prompt, branches_t)
+        pool = default_pool(protocol, block_size, prompt, branches_t) if allocator is None else harness_pool(block_size, prompt, branches_t)
     elif pool < prompt_blocks:
         raise SpecError(source, "pool", f"{pool} blocks cannot hold the prompt; it needs at least {prompt_blocks} (ceil({prompt}/{block_size}))")
 
@@ -278,6 +309,8 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         branches=branches_t,
         expect=parse_expect(data["expect"], source) if "expect" in data else (),
         description=description,
+        allocator=allocator,
+        allocator_base=str(base) if allocator is not None else "",
     )
 
 

@@ -70,6 +70,9 @@ class State(NamedTuple):
     free: tuple[int, ...]          # the free list, front first
     branches: tuple[Branch, ...]
     queue: tuple[InFlight, ...]  # in-flight ops, in launch order
+    #: the engine harness's snapshot of the allocator under check (part of
+    #: the state's identity); None for a protocol file's model
+    code: Any = None
 
 
 def initial_state(scenario: Scenario) -> State:

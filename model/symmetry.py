@@ -286,7 +286,7 @@ class Symmetry:
         free = tuple(map(m, state.free))
         if self.sort_free:
             free = tuple(sorted(free))
-        return new(State, (tuple(new_blocks), free, tuple(new_branches), tuple(queue)))
+        return new(State, (tuple(new_blocks), free, tuple(new_branches), tuple(queue), state.code))
 
     _range_cache: dict[int, list[int]] = {}
 

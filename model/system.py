@@ -164,7 +164,7 @@ class ProtocolModel:
         after = br._replace(op=Op.APPEND, path=rule.path, step=0, tail=tail, new=None)
         branches = state.branches[:i] + (after,) + state.branches[i + 1:]
         action = Action(self.names[i], Op.APPEND, "decide", (("path", rule.path), ("tail", tail)))
-        out.append(Transition(action, State(state.blocks, state.free, branches, state.queue), ()))
+        out.append(Transition(action, state._replace(branches=branches), ()))
 
     def _verify(self, state: State, i: int, br: Branch, drafts: int, out: list[Transition]) -> None:
         """The rollback's first action: the verifier accepts j of the drafts,
@@ -176,7 +176,7 @@ class ProtocolModel:
                 after = self._end(after, Op.ROLLBACK)
             branches = state.branches[:i] + (after,) + state.branches[i + 1:]
             action = Action(self.names[i], Op.ROLLBACK, "verify", (("accepted", accepted), ("rejected", rejected)))
-            out.append(Transition(action, State(state.blocks, state.free, branches, state.queue), ()))
+            out.append(Transition(action, state._replace(branches=branches), ()))
 
     def choose(self, state: State, tail: Optional[int], boundary: bool, fill: int) -> Optional[Rule]:
         def counter(field: str) -> Callable[[Optional[int]], int]:

@@ -1,0 +1,346 @@
+"""The engine harness: allocator *code* as a transition system
+(specs/SEMANTICS.md#engine-harness).
+
+A protocol file is a model of an allocator; the harness checks the
+allocator itself. The user's block manager, wrapped in a small adapter,
+plays the host side; cowcheck plays the scheduler and the device. Each host
+call (`append`, `fork`, `rollback`, `free`) is one atomic action, as in a
+single-threaded engine scheduler; the copies an `append` returns and the
+branch's kernel are launched in that same action and complete later, under
+the scenario's device model, into a pool of token contents the harness
+keeps itself. So every harm invariant is judged on what the engine would
+have computed, whatever the allocator believes.
+
+`HarnessModel` implements the same TransitionSystem as the protocol model
+(cowcheck.model.system), with the same State: blocks (refcounts from the
+adapter's `refcount`, slots from the harness's pool), the free list (the
+adapter's `free_blocks`), branches (one table each, `table(branch)`, both
+working and published) and the device queue. The state's `code` field is a
+`Snapshot` of the adapter: states are equal when their snapshots are.
+
+The adapter (what `module:factory` returns, called with the pool size and
+B) answers `start(branches, L)`, `append(branch, token) -> [(src, dst)]`,
+`fork(parent, child)`, `rollback(branch, n)`, `free(branch)`,
+`table(branch)`, and optionally `refcount(block)`, `free_blocks()` and
+`snapshot()`. It raises `OutOfBlocks` when it has no block to give: the
+call is then not enabled (the branch waits, as an engine's scheduler
+would)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pickle
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Hashable, Optional
+
+from . import device
+from .action import Action, Transition, completion
+from .block import AllocatorRaised, Draft, Freed, OutputChecked, TableMiss
+from .errors import SpecError
+from .scenario import Operation, Scenario
+from .state import Block, Branch, Copy, Kernel, State, Status, read
+from .structure import Op
+
+REQUIRED = ("start", "append", "fork", "rollback", "free", "table")
+#: the invariants an optional observer is needed for, and why they are not checked without it
+NEEDS = {"refcount": ("refcount-write", "refcount-exact"), "free_blocks": ("no-leak", "no-use-after-free")}
+
+
+class OutOfBlocks(Exception):
+    """Raised by an adapter whose allocator has no free block: the call is
+    not enabled now (the branch waits)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """The allocator inside a state: `blob` restores it (a pickled deep
+    copy), `key` is what makes two states one (the blob itself, exact, or
+    the adapter's coarser `snapshot()`, for which the adapter answers)."""
+    key: Hashable
+    blob: bytes
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Snapshot) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"Snapshot({len(self.blob)} bytes)"
+
+
+def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]:
+    """`module:factory` (imported) or `path/file.py:factory` (relative to
+    `base`, the scenario's folder)."""
+    where, _, name = ref.rpartition(":")
+    if not where or not name:
+        raise SpecError(source, "allocator", f"must be \"module:factory\" or \"path/to/file.py:factory\", got {ref!r}")
+    if where.endswith(".py") or "/" in where:
+        path = (base / where).resolve()
+        if not path.is_file():
+            raise SpecError(source, "allocator", f"{ref!r}: file {str(path)!r} not found (a path is relative to the scenario's folder)")
+        # registered under a stable name, so the adapter's classes pickle
+        module_name = "cowcheck_allocator_" + "".join(c if c.isalnum() else "_" for c in str(path))
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as err:
+                del sys.modules[module_name]
+                raise SpecError(source, "allocator", f"{ref!r}: importing {path.name} failed ({type(err).__name__}: {err})") from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as err:
+            raise SpecError(source, "allocator", f"{ref!r}: module {where!r} cannot be imported ({type(err).__name__}: {err})") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise SpecError(source, "allocator", f"{ref!r}: {where} has no callable {name!r}")
+    return factory
+
+
+class HarnessModel:
+    """A scenario run with allocator code through the engine harness."""
+
+    def __init__(self, scenario: Scenario, factory: Optional[Callable[[int, int], Any]] = None):
+        self.scenario = scenario
+        self.B = scenario.block_size
+        self.P = scenario.pool
+        self.device = scenario.device
+        self.names = tuple(scenario.branch_name(i) for i in range(len(scenario.branches)))
+        self.operations = tuple(spec.operations for spec in scenario.branches)
+        self.descendants = tuple(scenario.descendants(i) for i in range(len(scenario.branches)))
+        self.ref = scenario.allocator or getattr(factory, "__qualname__", "allocator")
+        if factory is None:
+            assert scenario.allocator is not None, "a harness needs allocator code"
+            factory = load_factory(scenario.allocator, Path(scenario.allocator_base or Path(scenario.source).parent), scenario.source)
+        self.factory = factory
+        adapter = self._make()
+        self.observes = {name: callable(getattr(adapter, name, None)) for name in NEEDS}
+        self.coarse = callable(getattr(adapter, "snapshot", None))
+        #: invariant id -> why it is not checked (an observer is missing)
+        self.unsupported = {inv: f"not checked: the adapter has no {name}()"
+                            for name, invs in NEEDS.items() if not self.observes[name] for inv in invs}
+
+    # -- the adapter ----------------------------------------------------------
+    def _bad(self, method: str, message: str) -> SpecError:
+        return SpecError(self.ref, method, message)
+
+    def _make(self) -> Any:
+        try:
+            adapter = self.factory(self.P, self.B)
+        except TypeError as err:
+            raise self._bad("factory", f"must accept (pool, block_size) and return the adapter ({err})") from None
+        missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
+        if missing:
+            raise self._bad(missing[0], f"the adapter has no {missing[0]}(); an adapter answers {', '.join(REQUIRED)} "
+                            "(and optionally refcount, free_blocks, snapshot)")
+        return adapter
+
+    def _freeze(self, adapter: Any) -> Snapshot:
+        try:
+            blob = pickle.dumps(adapter, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:
+            raise self._bad("snapshot", f"the adapter cannot be pickled, so states cannot be copied ({type(err).__name__}: {err})") from None
+        key: Hashable = blob
+        if self.coarse:
+            key = adapter.snapshot()
+            try:
+                hash(key)
+            except TypeError:
+                raise self._bad("snapshot", f"must return a hashable value, got {type(key).__name__}") from None
+        return Snapshot(key, blob)
+
+    @staticmethod
+    def _thaw(state: State) -> Any:
+        return pickle.loads(state.code.blob)
+
+    def _block_id(self, method: str, value: Any, what: str) -> int:
+        if type(value) is not int or not 0 <= value < self.P:
+            raise self._bad(method, f"{what} must be a block id, an integer from 0 to {self.P - 1} (the pool), got {value!r}")
+        return value
+
+    def _table(self, adapter: Any, name: str) -> tuple[int, ...]:
+        table = adapter.table(name)
+        if not isinstance(table, (list, tuple)):
+            raise self._bad("table", f"must return a list of block ids, got {type(table).__name__}")
+        return tuple(self._block_id("table", b, "every entry") for b in table)
+
+    def _observe(self, adapter: Any, before: State, branches: list[Branch], d: Draft) -> State:
+        """The state after a host call: every live branch's table, the
+        adapter's counters and free list, the harness's own slots and queue;
+        blocks the call freed become facts."""
+        for i, br in enumerate(branches):
+            if br.status is Status.RUNNING:
+                table = self._table(adapter, self.names[i])
+                branches[i] = br._replace(working=table, published=table)
+        blocks = list(before.blocks)
+        if self.observes["refcount"]:
+            for b in range(self.P):
+                count = adapter.refcount(b)
+                if type(count) is not int:
+                    raise self._bad("refcount", f"must return an integer, got {count!r} for block {b}")
+                if count != blocks[b].refcount:
+                    blocks[b] = Block(count, 0, blocks[b].slots)
+        free = before.free
+        if self.observes["free_blocks"]:
+            raw = adapter.free_blocks()
+            if not isinstance(raw, (list, tuple)):
+                raise self._bad("free_blocks", f"must return a list of block ids, got {type(raw).__name__}")
+            free = tuple(self._block_id("free_blocks", b, "every entry") for b in raw)
+            was = set(before.free)
+            d.facts.extend(Freed(b) for b in free if b not in was)
+        return State(tuple(blocks), free, tuple(branches), tuple(d.queue), self._freeze(adapter))
+
+    # -- the TransitionSystem interface ---------------------------------------
+    def init_state(self) -> State:
+        adapter = self._make()
+        roots = [self.names[i] for i in self.scenario.roots]
+        adapter.start(roots, self.scenario.prompt)
+        L = self.scenario.prompt
+        prompt = tuple(f"p{i}" for i in range(L))
+        branches = [Branch(Status.RUNNING, L, 0, None, None, 0, None, None, (), (), 0, prompt, None) if spec.parent is None
+                    else Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None)
+                    for spec in self.scenario.branches]
+        empty = State(tuple(Block(0, 0, (None,) * self.B) for _ in range(self.P)), (), (), ())
+        state = self._observe(adapter, empty, branches, Draft(empty, "lifo"))
+        table = state.branches[self.scenario.roots[0]].working
+        if len(table) < -(-L // self.B):
+            raise self._bad("start", f"start({roots}, {L}) must give the roots the prompt's {-(-L // self.B)} blocks, table(a) is {list(table)}")
+        blocks = list(state.blocks)
+        for k, b in enumerate(table[:-(-L // self.B)]):         # the prompt's tokens, in the blocks the allocator chose
+            cells = prompt[k * self.B:(k + 1) * self.B]
+            blocks[b] = blocks[b]._replace(slots=tuple(cells) + (None,) * (self.B - len(cells)))
+        return state._replace(blocks=tuple(blocks))
+
+    def is_final(self, state: State) -> bool:
+        return not state.queue and all(b.status is Status.FINISHED or b.status is Status.CANCELLED for b in state.branches)
+
+    def is_steady(self, state: State) -> bool:
+        return not state.queue and all(br.status is Status.RUNNING and br.done == len(ops)
+                                       for br, ops in zip(state.branches, self.operations))
+
+    @staticmethod
+    def is_copy_launch(action: Action) -> int:
+        """The copies a host call launched (an append may launch several)."""
+        return len(dict(action.binds).get("copy_src") or ()) if action.op is Op.APPEND else 0
+
+    def where(self, br: Branch) -> str:
+        if br.status is Status.UNBORN:
+            return "unborn (its parent has not forked it)"
+        return "between host calls"
+
+    def successors(self, state: State) -> list[Transition]:
+        out: list[Transition] = []
+        in_flight = {op.branch for op in state.queue if type(op) is Kernel}
+        for i, br in enumerate(state.branches):
+            if br.status is not Status.RUNNING:
+                continue
+            ops = self.operations[i]
+            if i not in in_flight:      # a token depends on the last: the next call waits for the kernel
+                if br.done < len(ops):
+                    self._operation(state, i, br, ops[br.done], out)
+                else:
+                    self._call(state, i, Op.FINISH, "free", out)
+            if self.scenario.branches[i].may_cancel:    # pruning: between operations, even with a kernel in flight
+                self._call(state, i, Op.CANCEL, "free", out)
+        for index in device.ready(state, self.device):
+            d = Draft(state, "lifo")
+            op = state.queue[index]
+            device.complete(d, index, self.B)
+            out.append(Transition(completion(op, self.B, self.names), d.freeze(), tuple(d.facts)))
+        return out
+
+    def _operation(self, state: State, i: int, br: Branch, operation: Operation, out: list[Transition]) -> None:
+        if operation.op is Op.APPEND:
+            self._call(state, i, Op.APPEND, "append", out)
+        elif operation.op is Op.FORK:
+            self._call(state, i, Op.FORK, "fork", out, child=operation.arg)
+        else:
+            for accepted in range(operation.arg + 1):       # verify: each accepted count its own successor
+                self._call(state, i, Op.ROLLBACK, "rollback", out, rejected=operation.arg - accepted)
+
+    def _call(self, state: State, i: int, op: Op, method: str, out: list[Transition],
+              child: Optional[int] = None, rejected: int = 0) -> None:
+        """One host call of branch i and what follows from it in the same
+        action (copies and kernel launched, output checked, children born
+        or cancelled)."""
+        name, br = self.names[i], state.branches[i]
+        adapter = self._thaw(state)
+        d = Draft(state, "lifo")
+        branches = list(state.branches)
+        binds: list[tuple[str, Any]] = []
+        token = f"{name}{br.writes + 1}"
+        if op is Op.FINISH:     # check-output, then free
+            d.facts.append(OutputChecked(i, read(state.blocks, br.working, br.pos, self.B), br.seq))
+        args: tuple[Any, ...] = {Op.APPEND: (name, token), Op.FORK: (name, self.names[child] if child is not None else ""),
+                                 Op.ROLLBACK: (name, rejected)}.get(op, (name,))
+        call = f"{method}({', '.join(map(repr, args))})"
+        try:
+            returned = getattr(adapter, method)(*args)
+        except OutOfBlocks:
+            return              # not enabled: the branch waits for a block
+        except SpecError:
+            raise
+        except Exception as err:
+            d.facts.append(AllocatorRaised(i, call, f"{type(err).__name__}: {err}"))
+            out.append(Transition(Action(name, op, method, (("call", call), ("raised", f"{type(err).__name__}: {err}"))), None, tuple(d.facts)))
+            return
+        if op is Op.APPEND:
+            copies = self._copies(returned)
+            binds += [("token", token), ("copy_src", tuple(s for s, _ in copies)), ("copy_dst", tuple(t for _, t in copies))]
+            d.queue.extend(Copy(src, dst, self.B) for src, dst in copies)
+            table = self._table(adapter, name)
+            if len(table) <= br.pos // self.B:
+                d.facts.append(TableMiss(i, br.pos))
+                out.append(Transition(Action(name, op, method, tuple(binds) + (("table", table),)), None, tuple(d.facts)))
+                return
+            seq = br.seq + (token,)
+            d.queue.append(Kernel(i, br.pos, token, table, seq))
+            branches[i] = br._replace(pos=br.pos + 1, writes=br.writes + 1, seq=seq, done=br.done + 1)
+        elif op is Op.FORK:
+            assert child is not None
+            binds.append(("child", self.names[child]))
+            branches[child] = Branch(Status.RUNNING, br.pos, 0, None, None, 0, None, None, (), (), 0, br.seq, None)
+            branches[i] = br._replace(done=br.done + 1)
+        elif op is Op.ROLLBACK:
+            binds += [("accepted", self.operations[i][br.done].arg - rejected), ("rejected", rejected)]
+            pos = br.pos - rejected
+            branches[i] = br._replace(pos=pos, seq=br.seq[:pos], done=br.done + 1)
+        else:                   # finish or cancel: the branch is done with, and so are its unborn children
+            branches[i] = br._replace(status=Status.FINISHED if op is Op.FINISH else Status.CANCELLED, working=(), published=())
+            if op is Op.CANCEL:
+                for c in self.descendants[i]:
+                    if branches[c].status is Status.UNBORN:
+                        branches[c] = branches[c]._replace(status=Status.CANCELLED)
+        after = self._observe(adapter, state, branches, d)
+        binds.append(("table", after.branches[i].working if op not in (Op.FINISH, Op.CANCEL) else br.working))
+        out.append(Transition(Action(name, op, method, tuple(binds)), after, tuple(d.facts)))
+
+    def _copies(self, returned: Any) -> list[tuple[int, int]]:
+        if returned is None:
+            return []
+        if not isinstance(returned, (list, tuple)):
+            raise self._bad("append", f"must return the copies as a list of (src, dst) block-id pairs, got {type(returned).__name__}")
+        out = []
+        for pair in returned:
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise self._bad("append", f"must return the copies as a list of (src, dst) block-id pairs, got {returned!r}")
+            out.append((self._block_id("append", pair[0], "a copy's source"), self._block_id("append", pair[1], "a copy's destination")))
+        return out
+
+
+def system_for(scenario: Scenario) -> Any:
+    """The transition system a scenario is checked on: its protocol file's
+    model, or its allocator code through the harness."""
+    if scenario.allocator is not None:
+        return HarnessModel(scenario)
+    from .system import ProtocolModel
+    return ProtocolModel(scenario)

@@ -4,8 +4,9 @@ each invariant that breaks. Writes nothing (cowcheck.output does)."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
+from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import allocated
 from cowcheck.model.ample import Ample
@@ -18,6 +19,8 @@ from .explorer import Exploration, Explorer
 from .invariants import INVARIANTS, Invariant, for_system, validate_expect
 from .results import ExplicitResult, Kind, Outcome, Verdict, verdict_for
 from .trace import Counterexample
+
+T = TypeVar("T")
 
 
 def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANTS,
@@ -63,12 +66,25 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
         x.violations = {inv.id: shortest.result.violations[inv.id] for inv in found}
     init = model.init_state()
     verdicts = {}
+
+    def rebuilt(trace: Callable[[], T]) -> T:
+        """A trace rebuilt by re-running successors; allocator code that
+        does not give the same states again is not deterministic."""
+        try:
+            return trace()
+        except RuntimeError:
+            if not harness:
+                raise
+            raise SpecError(scenario.allocator or "allocator", "determinism", "the allocator is not deterministic: the same "
+                            "calls from a stored state gave another state (state outside what pickle copies: a global, "
+                            "a random draw, the clock)") from None
+
     for inv in invariants:
         v = x.violations.get(inv.id)
         if v is None:
             verdicts[inv.id] = verdict_for(inv.id, Kind(inv.kind), False, x.complete)
             continue
-        run, witness = shortest.trace_of(v)
+        run, witness = rebuilt(lambda: shortest.trace_of(v))
         cx = Counterexample.from_run(scenario, init, run, invariant=inv.id, invariant_kind=inv.kind, witness=witness,
                                     judged_by=inv)
         verdicts[inv.id] = verdict_for(inv.id, Kind(inv.kind), True, x.complete, length=v.length,
@@ -77,5 +93,5 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
         verdicts[inv_id] = Verdict(inv_id, Kind(why[0]), Outcome.UNSUPPORTED, note=why[1])
     peak = None
     if x.peak_state is not None:
-        peak = Counterexample.from_run(scenario, init, explorer.path_to(x.peak_state), peak=x.peak)
+        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: explorer.path_to(x.peak_state)), peak=x.peak)
     return ExplicitResult(scenario, verdicts, x.complete, x.stopped, x.seconds, exploration=x, peak_trace=peak)

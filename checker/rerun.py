@@ -65,7 +65,8 @@ def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Op
     state = model.init_state()
     out = Replayed(ok=False, message="", states=[state])
     if state_to_json(state, cx.scenario) != cx.initial:
-        out.message = "the initial state differs from the recorded one"
+        out.message = "the initial state differs from the recorded one" + (
+            " (the allocator is not deterministic: start() gave other observations)" if cx.scenario.allocator is not None else "")
         out.step = 0
         return out
     judge = Judge((inv,)) if inv is not None else Judge(())

@@ -203,7 +203,12 @@ class HarnessModel:
     def init_state(self) -> State:
         adapter = self._make()
         roots = [self.names[i] for i in self.scenario.roots]
-        adapter.start(roots, self.scenario.prompt)
+        try:
+            adapter.start(roots, self.scenario.prompt)
+        except SpecError:
+            raise
+        except Exception as err:     # nothing to explore without a start
+            raise self._bad("start", f"start({roots}, {self.scenario.prompt}) raised {type(err).__name__}: {err}") from None
         L = self.scenario.prompt
         prompt = tuple(f"p{i}" for i in range(L))
         branches = [Branch(Status.RUNNING, L, 0, None, None, 0, None, None, (), (), 0, prompt, None) if spec.parent is None
@@ -285,14 +290,21 @@ class HarnessModel:
         call = f"{method}({', '.join(map(repr, args))})"
         try:
             returned = getattr(adapter, method)(*args)
+            out.append(self._after(state, adapter, i, op, method, returned, d, branches, binds, token, child, rejected))
         except OutOfBlocks:
             return              # not enabled: the branch waits for a block
         except SpecError:
             raise
-        except Exception as err:
-            d.facts.append(AllocatorRaised(i, call, f"{type(err).__name__}: {err}"))
-            out.append(Transition(Action(name, op, method, (("call", call), ("raised", f"{type(err).__name__}: {err}"))), None, tuple(d.facts)))
-            return
+        except Exception as err:  # the call itself, or an observer right after it
+            raised = f"{type(err).__name__}: {err}"
+            d.facts.append(AllocatorRaised(i, call, raised))
+            out.append(Transition(Action(name, op, method, (("call", call), ("raised", raised))), None, tuple(d.facts)))
+
+    def _after(self, state: State, adapter: Any, i: int, op: Op, method: str, returned: Any, d: Draft,
+               branches: list[Branch], binds: list[tuple[str, Any]], token: str, child: Optional[int],
+               rejected: int) -> Transition:
+        """What follows a host call in the same action."""
+        name, br = self.names[i], state.branches[i]
         if op is Op.APPEND:
             copies = self._copies(returned)
             binds += [("token", token), ("copy_src", tuple(s for s, _ in copies)), ("copy_dst", tuple(t for _, t in copies))]
@@ -300,8 +312,7 @@ class HarnessModel:
             table = self._table(adapter, name)
             if len(table) <= br.pos // self.B:
                 d.facts.append(TableMiss(i, br.pos))
-                out.append(Transition(Action(name, op, method, tuple(binds) + (("table", table),)), None, tuple(d.facts)))
-                return
+                return Transition(Action(name, op, method, tuple(binds) + (("table", table),)), None, tuple(d.facts))
             seq = br.seq + (token,)
             d.queue.append(Kernel(i, br.pos, token, table, seq))
             branches[i] = br._replace(pos=br.pos + 1, writes=br.writes + 1, seq=seq, done=br.done + 1)
@@ -322,7 +333,7 @@ class HarnessModel:
                         branches[c] = branches[c]._replace(status=Status.CANCELLED)
         after = self._observe(adapter, state, branches, d)
         binds.append(("table", after.branches[i].working if op not in (Op.FINISH, Op.CANCEL) else br.working))
-        out.append(Transition(Action(name, op, method, tuple(binds)), after, tuple(d.facts)))
+        return Transition(Action(name, op, method, tuple(binds)), after, tuple(d.facts))
 
     def _copies(self, returned: Any) -> list[tuple[int, int]]:
         if returned is None:

@@ -1,0 +1,276 @@
+"""The engine harness (specs/SEMANTICS.md#engine-harness): allocator code
+driven through every interleaving as a second transition system. Here: the
+adapter contract (every bad adapter is one line, exit 2), allocator-error,
+observers that are missing, replays that re-run the code, the Python API.
+The shipped allocators and their agreement with the protocol files that
+describe them are in tests/test_harness_agreement.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import cowcheck
+from cowcheck.cli import main
+from cowcheck.harness import Adapter, OutOfBlocks
+from cowcheck.model.harness import HarnessModel
+from cowcheck.model.scenario import make_scenario
+from cowcheck.results import Outcome
+
+
+class Manager:
+    """A small correct block manager (copy-on-write of a shared partial
+    tail, LIFO free list), the baseline the bad adapters below break."""
+
+    def __init__(self, pool: int, block_size: int):
+        self.B, self.free_list, self.rc = block_size, list(range(pool)), [0] * pool
+        self.tables: dict[str, list[int]] = {}
+        self.length: dict[str, int] = {}
+
+    def _alloc(self) -> int:
+        if not self.free_list:
+            raise OutOfBlocks()
+        b = self.free_list.pop(0)
+        self.rc[b] = 1
+        return b
+
+    def _dec(self, b: int) -> None:
+        assert self.rc[b] > 0, f"Double free! block {b}"
+        self.rc[b] -= 1
+        if self.rc[b] == 0:
+            self.free_list.insert(0, b)
+
+    def start(self, branches, prompt):
+        blocks = [self._alloc() for _ in range(-(-prompt // self.B))]
+        for b in blocks:
+            self.rc[b] = len(branches)
+        for name in branches:
+            self.tables[name], self.length[name] = list(blocks), prompt
+
+    def append(self, branch, token):
+        table, n = self.tables[branch], self.length[branch]
+        copies = []
+        if n % self.B == 0:
+            table.append(self._alloc())
+        elif self.rc[table[-1]] > 1:
+            new = self._alloc()
+            self._dec(table[-1])
+            copies.append((table[-1], new))
+            table[-1] = new
+        self.length[branch] = n + 1
+        return copies
+
+    def fork(self, parent, child):
+        self.tables[child], self.length[child] = list(self.tables[parent]), self.length[parent]
+        for b in self.tables[child]:
+            self.rc[b] += 1
+
+    def rollback(self, branch, n):
+        self.length[branch] -= n
+        table = self.tables[branch]
+        while len(table) > -(-self.length[branch] // self.B):
+            self._dec(table.pop())
+
+    def free(self, branch):
+        for b in self.tables.pop(branch):
+            self._dec(b)
+
+    def table(self, branch):
+        return list(self.tables[branch])
+
+    def refcount(self, block):
+        return self.rc[block]
+
+    def free_blocks(self):
+        return list(self.free_list)
+
+
+def manager(pool, block_size):
+    return Manager(pool, block_size)
+
+
+class Blind(Manager):
+    """No observers: refcount and free_blocks are missing."""
+    refcount = None
+    free_blocks = None
+
+
+class NoFork(Manager):
+    fork = None
+
+
+class OddCopies(Manager):
+    def append(self, branch, token):
+        super().append(branch, token)
+        return [(1,)]
+
+
+class OutsideThePool(Manager):
+    def table(self, branch):
+        return [99]
+
+
+class WordyRefcount(Manager):
+    def refcount(self, block):
+        return "one"
+
+
+class Locked(Manager):
+    def __init__(self, pool, block_size):
+        super().__init__(pool, block_size)
+        self.lock = threading.Lock()
+
+
+class DoubleFree(Manager):
+    """Drops the old tail twice after copy-on-write: the engine's own
+    assertion fires (vLLM's "Double free!")."""
+
+    def append(self, branch, token):
+        copies = super().append(branch, token)
+        for src, _ in copies:
+            self._dec(src)
+        return copies
+
+
+class Flaky(Manager):
+    """Not deterministic once armed: hands out the free list's last block
+    (a module-level switch, state outside the snapshot)."""
+    armed = [False]
+
+    def _alloc(self):
+        if Flaky.armed[0] and len(self.free_list) > 1:
+            self.free_list.append(self.free_list.pop(0))
+        return super()._alloc()
+
+
+def no_fork(pool, block_size): return NoFork(pool, block_size)
+def odd_copies(pool, block_size): return OddCopies(pool, block_size)
+def outside_the_pool(pool, block_size): return OutsideThePool(pool, block_size)
+def wordy_refcount(pool, block_size): return WordyRefcount(pool, block_size)
+def locked(pool, block_size): return Locked(pool, block_size)
+def blind(pool, block_size): return Blind(pool, block_size)
+def double_free(pool, block_size): return DoubleFree(pool, block_size)
+def flaky(pool, block_size): return Flaky(pool, block_size)
+
+
+TWO = "block_size = 2\nprompt = 3\n[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n"
+
+
+def scenario_file(tmp_path: Path, allocator: str, device: str = "stream", body: str = TWO) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(f'allocator = "{allocator}"\ndevice = "{device}"\n' + body)
+    return path
+
+
+def error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+ADAPTERS = Path(__file__).resolve()
+
+
+@pytest.mark.parametrize("ref, words", [
+    ("no_such_module_xyz:make", ["'allocator'", "no_such_module_xyz", "cannot be imported"]),
+    (f"{ADAPTERS}:nothing_here", ["'allocator'", "no callable 'nothing_here'"]),
+    ("missing.py:make", ["'allocator'", "missing.py", "not found", "relative to the scenario's folder"]),
+    ("just-a-name", ["'allocator'", "module:factory"]),
+    (f"{ADAPTERS}:Adapter", ["factory", "must accept (pool, block_size)"]),
+    (f"{ADAPTERS}:no_fork", ["'fork'", "has no fork()", "start, append, fork, rollback, free, table"]),
+    (f"{ADAPTERS}:odd_copies", ["'append'", "(src, dst) block-id pairs", "[(1,)]"]),
+    (f"{ADAPTERS}:outside_the_pool", ["'table'", "block id", "from 0 to", "99"]),
+    (f"{ADAPTERS}:wordy_refcount", ["'refcount'", "must return an integer", "'one'"]),
+    (f"{ADAPTERS}:locked", ["cannot be pickled", "lock"]),
+])
+def test_a_bad_adapter_is_one_line_naming_the_adapter_and_the_method(tmp_path, ref, words):
+    result = CliRunner().invoke(main, ["check", str(scenario_file(tmp_path, ref)), "--out", str(tmp_path / "cx")])
+    line = error_line(result)
+    for word in words:
+        assert word in line, line
+
+
+def test_an_exception_the_allocator_raises_is_allocator_error_with_its_shortest_trace():
+    result = cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=double_free)
+    verdict = result.verdicts["allocator-error"]
+    assert verdict.outcome is Outcome.VIOLATED and verdict.kind is cowcheck.Kind.HARM
+    # the copy-on-write append drops the shared tail to 0 (freeing it); the
+    # other branch's free then fires the engine's assertion
+    assert "Double free!" in verdict.witness["error"] and verdict.witness["call"] == "free('b')"
+    assert verdict.length == len(verdict.counterexample.actions)
+    assert cowcheck.replay(verdict.counterexample, pool="none").ok
+
+
+def test_a_correct_allocator_holds_on_one_stream_and_its_copies_race_on_an_async_device():
+    scenario = make_scenario(2, 3, [2, 2], device="stream")
+    held = cowcheck.check(scenario, allocator=manager)
+    assert held.summary is cowcheck.Summary.DISCIPLINED and "allocator-error" in held.verdicts
+    assert held.exploration.reductions == ()              # opaque states: no symmetry, no partial order
+    raced = cowcheck.check(make_scenario(2, 3, [2, 2], device="async"), allocator=manager)
+    assert raced.verdicts["copy-before-use"].outcome is Outcome.VIOLATED   # a kernel may beat the copy it follows
+
+
+def test_without_observers_some_invariants_are_not_checked():
+    result = cowcheck.check(make_scenario(2, 3, [1, 1], device="stream"), allocator=blind)
+    unchecked = {k for k, v in result.verdicts.items() if v.outcome is Outcome.UNSUPPORTED}
+    assert unchecked == {"refcount-write", "refcount-exact", "no-leak", "no-use-after-free"}
+    assert all("not checked" in result.verdicts[k].note for k in unchecked)
+
+
+def test_programs_forks_and_speculation_run_through_the_harness():
+    scenario = make_scenario(2, 3, [{"program": ["append", "fork c", "speculate 2", "append"], "may_cancel": True},
+                                    {"appends": 1}, {"appends": 1, "parent": "a"}], device="stream")
+    result = cowcheck.check(scenario, allocator=manager)
+    harm = [k for k, v in result.verdicts.items() if v.outcome is Outcome.VIOLATED and v.kind is cowcheck.Kind.HARM]
+    assert harm == [] and result.complete
+    model = HarnessModel(result.scenario, manager)
+    steps = {t.action.step for s in [model.init_state()] for t in model.successors(s)}
+    assert steps == {"append", "free"}                    # a's append and a's prune; b appends
+
+
+def test_a_replay_re_runs_the_code_and_says_when_it_is_not_deterministic(tmp_path):
+    scenario = make_scenario(2, 3, [2, 2], device="async")
+    cx = cowcheck.check(scenario, allocator=manager).verdicts["copy-before-use"].counterexample
+    assert cowcheck.replay(cx, pool="none").ok
+    path = cx.write(tmp_path / "cx.json")
+    assert cowcheck.replay(cowcheck.Counterexample.load(path), pool="none").ok
+    cx = cowcheck.check(scenario, allocator=flaky).verdicts["copy-before-use"].counterexample
+    Flaky.armed[0] = True
+    try:
+        replayed = cowcheck.replay(cx, pool="none")
+    finally:
+        Flaky.armed[0] = False
+    assert not replayed.ok and "not deterministic" in replayed.model.message
+
+
+def test_the_command_line_takes_allocator_from_the_scenario_and_as_an_override(tmp_path):
+    path = scenario_file(tmp_path, f"{ADAPTERS}:manager")
+    result = CliRunner().invoke(main, ["check", str(path), "--out", str(tmp_path / "cx"), "--json", "-"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)[0]
+    assert data["allocator"] == f"{ADAPTERS}:manager" and data["summary"] == "safe and disciplined"
+    plain = tmp_path / "plain.toml"
+    plain.write_text('device = "async"\n' + TWO)
+    override = CliRunner().invoke(main, ["check", str(plain), "--allocator", f"{ADAPTERS}:manager", "--out", str(tmp_path / "o")])
+    assert override.exit_code == 1 and "allocator" in override.output
+    assert any(p.name.startswith("plain~manager-async-lifo") for p in (tmp_path / "o").iterdir())
+
+
+def test_the_z3_engines_refuse_allocator_code_in_one_line(tmp_path):
+    result = CliRunner().invoke(main, ["check", str(scenario_file(tmp_path, f"{ADAPTERS}:manager")), "--engine", "bmc"])
+    assert "allocator code is checked by the explorer" in error_line(result)
+
+
+def test_states_are_snapshots_and_equal_snapshots_are_one_state():
+    model = HarnessModel(make_scenario(2, 3, [1, 1], device="stream", name="h"), manager)
+    init = model.init_state()
+    assert init == model.init_state() and hash(init) == hash(model.init_state())
+    after = [t.state for t in model.successors(init)]
+    assert len(set(after)) == len(after)
+    assert isinstance(Manager(4, 2), Adapter)

@@ -166,7 +166,7 @@ def replay(cx: Counterexample, *, pool: str = "numpy", invariants: tuple[Invaria
     `invariants` (a counterexample from `check` in this process carries it)."""
     model = _replay_model(cx, invariants)
     applied = len(model.transitions) == len(cx.actions)   # the pool takes block ids from actions the model enabled
-    on_pool = replay_on_pool(cx.scenario, cx.actions, pool) if pool != "none" and applied else None
+    on_pool = replay_on_pool(cx.scenario, cx.actions, pool, initial=cx.initial) if pool != "none" and applied else None
     message = None
     if pool != "none" and not applied:
         message = "not replayed: the trace does not apply in the model"

@@ -168,13 +168,19 @@ class Pool:
     are non-blocking, so nothing on the null stream would be ordered with
     them (tests/fake_cupy.py checks this without a GPU)."""
 
-    def __init__(self, xp, scenario: Scenario, space: TokenSpace):
+    def __init__(self, xp, scenario: Scenario, space: TokenSpace, initial: Optional[dict] = None):
         self.xp = xp
         self.B = scenario.block_size
         self.space = space
         memory = np.zeros((scenario.pool, self.B, 2, space.head_dim), np.float32)
-        for i in range(scenario.prompt):  # the fork: the prompt fills blocks 0 .. in order
-            memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
+        if initial is None:
+            for i in range(scenario.prompt):  # the fork: the prompt fills blocks 0 .. in order
+                memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
+        else:       # where the trace's initial state has them (allocator code chooses the prompt's blocks)
+            for block in initial["blocks"]:
+                for slot, token in enumerate(block["slots"]):
+                    if token is not None:
+                        memory[block["id"], slot] = space.key_value(token, int(token[1:]))
         self.gpu = xp is not np
         if self.gpu:
             self.copy_stream, self.compute_stream = xp.cuda.Stream(non_blocking=True), xp.cuda.Stream(non_blocking=True)
@@ -278,28 +284,35 @@ class Sequences:
         self.kernel: dict[str, tuple[str, ...]] = {}     # token -> its kernel's expected sequence
 
     def apply(self, action: Action) -> None:
-        """Follow one branch action (device completions change no sequence)."""
+        """Follow one branch action (device completions change no sequence).
+        Allocator code's host calls (the engine harness) count too: an
+        `append` writes, a `fork` bears the child, a `rollback` rewinds."""
         who, binds = action.actor, dict(action.binds)
-        if action.step == "write":
+        if "raised" in binds:
+            return
+        if action.step == "write" or (action.step == "append" and "token" in binds):
             self.writes[who] += 1
             token = str(binds.get("token") or f"{who}{self.writes[who]}")
             self.of[who] += (token,)
             self.kernel[token] = self.of[who]
-        elif action.step == "share":
+        elif action.step in ("share", "fork"):
             self.of[str(binds["child"])] = self.of[who]
-        elif action.step == "rewind":
+        elif action.step == "rewind" or (action.step == "rollback" and "rejected" in binds):
             rejected = binds["rejected"]
             assert isinstance(rejected, int)
             self.of[who] = self.of[who][:len(self.of[who]) - rejected]
 
 
-def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy", head_dim: int = HEAD_DIM) -> PoolReplay:
+def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy", head_dim: int = HEAD_DIM,
+                   initial: Optional[dict] = None) -> PoolReplay:
     """Apply a trace's device completions (and check-output reads) to a real
     pool and compare each with the reference: a kernel's with its
-    remembered sequence, a check-output's with the branch's sequence then."""
+    remembered sequence, a check-output's with the branch's sequence then.
+    `initial`: the trace's initial state (JSON), where the prompt's tokens
+    lie (default: blocks 0, 1, ... in order, as the protocol model puts them)."""
     xp = array_module(pool)
     space = TokenSpace(scenario, head_dim)
-    memory = Pool(xp, scenario, space)
+    memory = Pool(xp, scenario, space, initial)
     sequences = Sequences(scenario)
     result = PoolReplay(pool, head_dim)
     for step, action in enumerate(actions, 1):
@@ -315,7 +328,7 @@ def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy
             diff = float(np.max(np.abs(paged - reference)))
             result.kernels.append(KernelReplay(step, "kernel", branch, pos, diff, space.decode(paged),
                                                space.decode(reference), diff > TOLERANCE))
-        elif action.step == "check-output":
+        elif action.step == "check-output" or (action.op == "finish" and action.step == "free" and "pos" in binds):
             result.kernels.append(_check_output(memory, space, step, action.actor, sequences.of[action.actor], binds))
     return result
 

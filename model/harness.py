@@ -332,6 +332,8 @@ class HarnessModel:
                     if branches[c].status is Status.UNBORN:
                         branches[c] = branches[c]._replace(status=Status.CANCELLED)
         after = self._observe(adapter, state, branches, d)
+        if op is Op.FINISH:     # what check-output read, for a replay on a real pool
+            binds.append(("pos", br.pos))
         binds.append(("table", after.branches[i].working if op not in (Op.FINISH, Op.CANCEL) else br.working))
         return Transition(Action(name, op, method, tuple(binds)), after, tuple(d.facts))
 

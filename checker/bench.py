@@ -65,6 +65,11 @@ SYMBOLIC_RUNS = (
 )
 #: BMC's bound in the symbolic runs (it stops at the violation)
 SYMBOLIC_DEPTH = 20
+#: the engine harness next to the protocol file that describes the same
+#: orders: (label, branches as appends each), cow B=4 L=6, async
+HARNESS_SHAPES = (("B=4 L=6 2x3", [3, 3]), ("B=4 L=6 3x2", [2, 2, 2]))
+HARNESS_ALLOCATOR = "cowcheck.specs.allocators.engine:correct"
+HARNESS_PROTOCOL = "engine"
 
 
 def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
@@ -124,6 +129,39 @@ def _measure_symbolic(args, conn) -> None:
         "explicit_states": explicit.x.states,
         "explicit_seconds": round(explicit_seconds, 2),
     })
+    conn.close()
+
+
+def _measure_harness(args, conn) -> None:
+    """The shipped correct allocator through the harness and its protocol
+    file on one scenario; where the harness's time goes, from a profile of
+    a second run: snapshots (pickling and unpickling the allocator), the
+    allocator's own calls, the rest (search, hashing, invariants)."""
+    import cProfile
+    import pstats
+
+    from . import api
+    label, appends = args
+    scenario = make_scenario(4, 6, appends, HARNESS_PROTOCOL, name=label)
+    start = time.perf_counter()
+    harness = api.check(scenario, allocator=HARNESS_ALLOCATOR, symmetry=False)
+    harness_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    protocol = api.check(scenario, symmetry=False)
+    protocol_seconds = time.perf_counter() - start
+    profile = cProfile.Profile()
+    profile.runcall(api.check, scenario, allocator=HARNESS_ALLOCATOR, symmetry=False)
+    stats = pstats.Stats(profile).stats        # type: ignore[attr-defined]  # pstats keeps its table here
+    total = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.items())
+    snapshots = sum(ct for (_, _, name), (_, _, _, ct, _) in stats.items() if name in ("_freeze", "_thaw"))
+    calls = sum(tt for (path, _, _), (_, _, tt, _, _) in stats.items() if path.endswith("allocators/engine.py"))
+    conn.send({"benchmark": f"engine allocator {label}", "harness_states": harness.exploration.states,
+               "harness_seconds": round(harness_seconds, 2), "harness_summary": str(harness.summary),
+               "protocol_states": protocol.exploration.states, "protocol_seconds": round(protocol_seconds, 2),
+               "protocol_summary": str(protocol.summary),
+               "ratio": round(harness_seconds / protocol_seconds, 1) if protocol_seconds else None,
+               "share": {"snapshots": round(snapshots / total, 2), "allocator calls": round(calls / total, 2),
+                         "search, hashing, invariants": round(max(0.0, 1 - (snapshots + calls) / total), 2)}})
     conn.close()
 
 
@@ -286,10 +324,12 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
             console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')}: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
     symbolic = [row for label, invariant, heavy in SYMBOLIC_RUNS if full or not heavy
                 if (row := _in_child(_measure_symbolic, (label, invariant))) is not None]
+    harness = [row for shape in HARNESS_SHAPES if (row := _in_child(_measure_harness, shape)) is not None]
     end_to_end = _end_to_end("cow B=4 L=6 4x2")
     replays = replay_figures(traces)
     if as_json:
-        json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "end_to_end": end_to_end, "replay": replays}, sys.stdout, indent=2)
+        json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "harness": harness, "end_to_end": end_to_end,
+                   "replay": replays}, sys.stdout, indent=2)
         print()
         return
     table = Table(title=f"cowcheck bench (python {sys.version.split()[0]})", title_justify="left")
@@ -305,6 +345,16 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
         console.print(f"{r['benchmark']}: length {r['bmc_length']}, z3 {r['bmc_z3_seconds']} s "
                       f"({r['bmc_total_seconds']} s in all); explicit --first: length {r['explicit_length']}, "
                       f"{r['explicit_states']:,} states, {r['explicit_seconds']} s")
+    if harness:
+        htable = Table(title="allocator code (engine harness) next to its protocol file (async, lifo, no reduction)",
+                       title_justify="left")
+        for col in ("scenario", "harness states", "harness s", "protocol states", "protocol s", "ratio", "where the harness's time goes"):
+            htable.add_column(col, justify="left" if col in ("scenario", "where the harness's time goes") else "right")
+        for r in harness:
+            htable.add_row(r["benchmark"], f"{r['harness_states']:,}", str(r["harness_seconds"]), f"{r['protocol_states']:,}",
+                           str(r["protocol_seconds"]), f"{r['ratio']}x",
+                           ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
+        console.print(htable)
     console.print(f"{end_to_end['benchmark']}: {end_to_end['seconds']} s")
     console.print(f"{replays['benchmark']}: {replays['actions']:,} actions in {replays['seconds']} s, "
                   f"{replays['replays_per_second']} replays/s; one {replays['long_trace_actions']}-action run "
@@ -347,7 +397,7 @@ def replay_figures(traces: list) -> dict:
     start = time.perf_counter()
     for cx in traces:
         replay(cx)
-        replay_on_pool(cx.scenario, cx.actions)
+        replay_on_pool(cx.scenario, cx.actions, initial=cx.initial)
     spent = time.perf_counter() - start
     scenario, actions = _long_walk()
     start = time.perf_counter()

@@ -318,8 +318,8 @@ def list_() -> None:
     table.add_column(style="bold", no_wrap=True)
     table.add_column(no_wrap=True)
     table.add_column()
-    for inv in invs.INVARIANTS:
-        table.add_row(inv.id, inv.kind, inv.holds_when)
+    for inv in invs.INVARIANTS + (invs.ALLOCATOR_ERROR,):
+        table.add_row(inv.id, inv.kind, inv.holds_when + (" (allocator code only)" if inv is invs.ALLOCATOR_ERROR else ""))
     console.print(table)
 
 

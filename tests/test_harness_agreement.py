@@ -1,0 +1,51 @@
+"""The harness is honest: on every shipped allocator scenario and under
+every device model, the shipped allocators (specs/allocators/engine.py)
+checked as code through the engine harness break exactly the invariants
+that the protocol files describing the same orders (specs/protocols/engine*.toml)
+break. Lengths differ (one host call is one action, where a protocol file
+spells out its steps), so only verdicts are compared. The harness cannot
+see a refcount underflow: the allocator's own assertion is its
+`allocator-error`, compared with the protocol's `no-underflow`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import cowcheck
+from conftest import SPECS
+from cowcheck.model.protocol import load_builtin
+from cowcheck.model.scenario import DEVICES, load_scenario
+from cowcheck.results import Outcome
+
+CODE = sorted((SPECS / "scenarios").glob("engine-code*.toml"))
+#: each shipped factory and the protocol file that describes it
+PROTOCOL_OF = {"correct": "engine", "copy_dst_released": "engine-copy-dst-released",
+               "double_free_after_cow": "engine-double-free-after-cow",
+               "fork_no_tail_incref": "engine-fork-no-tail-incref", "rollback_leaks": "engine-rollback-leaks"}
+
+
+def broken(result) -> set[str]:
+    out = {k for k, v in result.verdicts.items() if v.outcome is Outcome.VIOLATED}
+    if "allocator-error" in out:
+        out = (out - {"allocator-error"}) | {"no-underflow"}
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("path", CODE, ids=lambda p: p.stem)
+def test_allocator_code_and_its_protocol_file_break_the_same_invariants(path, device):
+    code = replace(load_scenario(path), device=device, expect=())
+    protocol = replace(code, allocator=None, protocol=load_builtin(PROTOCOL_OF[code.allocator.rpartition(":")[2]]))
+    through_harness, from_file = cowcheck.check(code), cowcheck.check(protocol)
+    assert through_harness.complete and from_file.complete
+    assert broken(through_harness) == broken(from_file)
+    assert through_harness.summary is from_file.summary
+
+
+def test_every_shipped_allocator_has_a_scenario_and_a_protocol_file():
+    named = {load_scenario(p).allocator.rpartition(":")[2] for p in CODE}
+    assert named == set(PROTOCOL_OF)
+    for protocol in PROTOCOL_OF.values():
+        assert load_builtin(protocol).name == protocol

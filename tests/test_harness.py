@@ -274,3 +274,29 @@ def test_states_are_snapshots_and_equal_snapshots_are_one_state():
     after = [t.state for t in model.successors(init)]
     assert len(set(after)) == len(after)
     assert isinstance(Manager(4, 2), Adapter)
+
+
+def test_the_readme_adapter_runs_as_written(tmp_path, monkeypatch):
+    """README "Checking your allocator's code": its adapter, its command
+    and its pytest examples, exactly as printed."""
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "README.md").read_text()
+    section = text[text.index("## Checking your allocator's code"):text.index("## Engines: explorer, BMC, k-induction")]
+    adapter, pytest_use = re.findall(r"```python\n(.*?)```", section, re.S)
+    (tmp_path / "my_allocator.py").write_text(adapter)
+    (tmp_path / "test_engine.py").write_text(pytest_use)
+    command = re.search(r"```sh\n(cowcheck check .*?)\n```", section).group(1).split()
+    assert command[:2] == ["cowcheck", "check"] and command[3:] == ["--allocator", "my_allocator.py:factory"]
+    exe = str(Path(sys.executable).parent / "cowcheck")
+    # the command as printed, run where my_allocator.py is, with the scenario found in this checkout
+    local = subprocess.run([exe, "check", str(root / command[2]), *command[3:], "--out", str(tmp_path / "cx")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert local.returncode == 0, local.stdout + local.stderr
+    assert "allocator my_allocator.py:factory" in local.stdout and "safe and disciplined" in local.stdout
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr

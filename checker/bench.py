@@ -154,14 +154,18 @@ def _measure_harness(args, conn) -> None:
     stats = pstats.Stats(profile).stats        # type: ignore[attr-defined]  # pstats keeps its table here
     total = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.items())
     snapshots = sum(ct for (_, _, name), (_, _, _, ct, _) in stats.items() if name in ("_freeze", "_thaw"))
-    calls = sum(tt for (path, _, _), (_, _, tt, _, _) in stats.items() if path.endswith("allocators/engine.py"))
+
+    def spent(suffix: str) -> float:
+        return sum(tt for (path, _, _), (_, _, tt, _, _) in stats.items() if path.endswith(suffix))
+    calls, bookkeeping, judging = spent("allocators/engine.py"), spent("model/harness.py"), spent("invariants.py")
     conn.send({"benchmark": f"engine allocator {label}", "harness_states": harness.exploration.states,
                "harness_seconds": round(harness_seconds, 2), "harness_summary": str(harness.summary),
                "protocol_states": protocol.exploration.states, "protocol_seconds": round(protocol_seconds, 2),
                "protocol_summary": str(protocol.summary),
                "ratio": round(harness_seconds / protocol_seconds, 1) if protocol_seconds else None,
-               "share": {"snapshots": round(snapshots / total, 2), "allocator calls": round(calls / total, 2),
-                         "search, hashing, invariants": round(max(0.0, 1 - (snapshots + calls) / total), 2)}})
+               "share": {"snapshots (pickle)": round(snapshots / total, 2), "allocator calls": round(calls / total, 2),
+                         "harness bookkeeping": round(bookkeeping / total, 2), "invariants": round(judging / total, 2),
+                         "search and hashing": round(max(0.0, 1 - (snapshots + calls + bookkeeping + judging) / total), 2)}})
     conn.close()
 
 

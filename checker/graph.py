@@ -6,7 +6,11 @@ in-flight copies and in-flight kernels. It is then written as SVG (drawn here,
 no plotting library), as Graphviz DOT, or as PNG by rendering that same SVG in
 a headless Chromium, so every format shows one drawing and cowcheck needs no
 plotting dependency. Colours are always paired with a line pattern and a
-label, so the pictures read in greyscale and on a projector."""
+label, so the pictures read in greyscale and on a projector.
+
+For allocator code (the engine harness) a branch has one table, what
+`table(branch)` returns: it is drawn once, as a "table" edge in the working
+table's style, and the legend says so."""
 
 from __future__ import annotations
 
@@ -49,19 +53,26 @@ EDGE_STYLE = {
 
 
 # -- the graph ---------------------------------------------------------------
-def block_graph(state: dict, block_size: int) -> nx.MultiDiGraph:
+#: the legend of a branch's one table, for allocator code
+HARNESS_TABLE = "table (solid): what table(branch) returns"
+
+
+def block_graph(state: dict, block_size: int, harness: bool = False) -> nx.MultiDiGraph:
     """A state (counterexample JSON form) as a graph. Nodes are "branch X"
-    and "block N"; each edge has a `kind`: working, published, copy, kernel."""
-    g = nx.MultiDiGraph()
+    and "block N"; each edge has a `kind`: working, published, copy, kernel.
+    `harness`: allocator code, whose branches have one table (drawn as
+    working edges keyed "table[i]"; no published ones)."""
+    g = nx.MultiDiGraph(harness=harness)
     for name, br in state["branches"].items():
         g.add_node(f"branch {name}", kind="branch", name=name, status=br["status"], pos=br["pos"])
     for b in state["blocks"]:
-        g.add_node(f"block {b['id']}", kind="block", id=b["id"], refcount=b["refcount"], holds=b["holds"],
+        g.add_node(f"block {b['id']}", kind="block", id=b["id"], refcount=b["refcount"], holds=None if harness else b["holds"],
                    slots=tuple(b["slots"]), free=b["free"])
     for name, br in state["branches"].items():
-        for table in ("working", "published"):
+        for table in ("working",) if harness else ("working", "published"):
             for index, block in enumerate(br[table]):
-                g.add_edge(f"branch {name}", f"block {block}", key=f"{table}[{index}]", kind=table, index=index)
+                key = f"{'table' if harness else table}[{index}]"
+                g.add_edge(f"branch {name}", f"block {block}", key=key, kind=table, index=index)
     for i, op in enumerate(state["queue"]):
         if "copy" in op:
             c = op["copy"]
@@ -149,7 +160,8 @@ def _svg_block(x: float, y: float, d: dict, pending: str = "") -> str:
     if pending:
         parts.append(_text(left + 8, top + 64, pending, "kernel", "start"))
     parts.append(_text(left + 8, top + 84, f"refcount {d['refcount']}", "bold", "start"))
-    parts.append(_text(left + 8, top + 102, f"holds {d['holds']}", "muted", "start"))
+    if d["holds"] is not None:      # allocator code has no holds
+        parts.append(_text(left + 8, top + 102, f"holds {d['holds']}", "muted", "start"))
     if d.get("mark"):
         parts.append(_text(x, top + BLOCK_H + 18, f"✗ {d['mark']['label']}", "bad"))
     return "".join(parts)
@@ -207,13 +219,14 @@ def _svg_copy_edges(g: nx.MultiDiGraph, pos: dict) -> list[str]:
     return out
 
 
-def _svg_legend(x: float, y: float) -> tuple[str, float]:
+def _svg_legend(x: float, y: float, harness: bool = False) -> tuple[str, float]:
     parts = []
-    for i, (kind, style) in enumerate(EDGE_STYLE.items()):
+    kinds = [(kind, style) for kind, style in EDGE_STYLE.items() if not (harness and kind == "published")]
+    for i, (kind, style) in enumerate(kinds):
         row = y + i * 20
         parts.append(_line(kind, f"M{x},{row} L{x + 46},{row}"))
-        parts.append(_text(x + 56, row + 4, style.legend, "", "start"))
-    row = y + len(EDGE_STYLE) * 20
+        parts.append(_text(x + 56, row + 4, HARNESS_TABLE if harness and kind == "working" else style.legend, "", "start"))
+    row = y + len(kinds) * 20
     parts.append(f'<rect x="{x}" y="{row - 8}" width="46" height="16" fill="url(#hatch)" stroke="#111" stroke-dasharray="5 3"/>')
     parts.append(_text(x + 56, row + 4, "FREE block (hatched, dashed border)", "", "start"))
     return "".join(parts), row + 12 - y
@@ -225,7 +238,7 @@ def to_svg(g: nx.MultiDiGraph, title: str, caption: tuple[str, ...] = ()) -> str
     chars = max(40, int((width - 2 * MARGIN) / 7.2))
     lines = [line for text in caption for line in textwrap.wrap(text, chars)]
     header = MARGIN + 22 + 18 * len(lines) + 26
-    legend, legend_h = _svg_legend(MARGIN, header + height + 28)
+    legend, legend_h = _svg_legend(MARGIN, header + height + 28, bool(g.graph.get("harness")))
     total = header + height + 28 + legend_h + MARGIN
     pending = {v: f"← {d['token']} in slot {d['slot']}" for _, v, d in edges_of(g, "kernel")}
     body = [_svg_block(*pos[n], d, pending.get(n, "")) if d["kind"] == "block" else _svg_branch(*pos[n], d)
@@ -255,7 +268,8 @@ def to_dot(g: nx.MultiDiGraph, title: str) -> str:
             lines.append(f"  {_dot_quote(n)} [shape=box, style={outline}, label={_dot_quote(label)}];")
         else:
             slots = " ".join("_" if t is None else t for t in d["slots"])
-            label = f"{n}{' FREE' if d['free'] else ''}\n[{slots}]\nrefcount {d['refcount']} · holds {d['holds']}"
+            holds = "" if d["holds"] is None else f" · holds {d['holds']}"
+            label = f"{n}{' FREE' if d['free'] else ''}\n[{slots}]\nrefcount {d['refcount']}{holds}"
             box_style = "dashed,filled" if d["free"] else "solid"
             lines.append(f"  {_dot_quote(n)} [shape=box, style={_dot_quote(box_style)}, fillcolor=lightgrey, label={_dot_quote(label)}];")
     blocks = " ".join(_dot_quote(n) for n, d in g.nodes(data=True) if d["kind"] == "block")
@@ -313,7 +327,7 @@ def picture(cx: dict, step: int) -> tuple[nx.MultiDiGraph, str, tuple[str, ...]]
     frame, violation = data["frames"][step], data["violation"]
     title = f"{data['scenario']['name']} ({violation.get('invariant') or 'peak'}), step {step} of {last}"
     caption: tuple[str, ...] = (frame["text"], frame["words"])
-    g = block_graph(frame["state"], data["scenario"]["block_size"])
+    g = block_graph(frame["state"], data["scenario"]["block_size"], bool(data.get("harness")))
     if step == violation["step"]:
         caption += (f"✗ {violation['title']} {violation.get('sentence', '')}".rstrip(),)
         mark = violation.get("mark")

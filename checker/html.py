@@ -8,7 +8,11 @@ network. The stepping and drawing run in the browser (checker/pages/*.js);
 everything that needs the model's vocabulary (the action in words, what each
 branch is doing, which block the violation is about) is computed here, once,
 with the sentences of checker/narrate.py, so the JavaScript only displays
-data."""
+data.
+
+A trace of allocator code (the engine harness) gets the same page: the
+header names the allocator instead of a protocol, each host call is one
+step, and a branch shows its one table (what `table(branch)` returns)."""
 
 from __future__ import annotations
 
@@ -18,8 +22,13 @@ from importlib import resources
 from typing import Optional
 
 from .results import Summary
-from .narrate import action_words, describe, doing, initial_words, is_plain, program_summary
+from .narrate import action_words, describe, doing, initial_words, is_harness, is_plain, program_summary
 from .invariants import BY_ID
+
+#: What the header says of allocator code, in place of a protocol's description.
+HARNESS_DESCRIPTION = ("Allocator code, driven through the engine harness: each host call (append, fork, rollback, free) "
+                       "is one step, its copies and the branch's kernel launched in that same step; a branch's table is "
+                       "what the allocator's table(branch) returns, and the refcounts and free list are as it reports them.")
 
 #: Forbids every fetch (scripts, styles, images, frames, connections): a page
 #: that needs the network fails loudly in the browser's console.
@@ -70,6 +79,7 @@ def _touched(action: dict, before: dict, after: dict) -> list[int]:
     changed = {b["id"] for b, a in zip(before["blocks"], after["blocks"]) if a != b}
     named = {v for k, v in action["binds"].items()
              if k in ("tail", "new", "src", "dst", "block") and isinstance(v, int) and not isinstance(v, bool)}
+    named |= {b for k, v in action["binds"].items() if k in ("copy_src", "copy_dst") for b in v}   # a host call's copies
     return sorted(changed | named)
 
 
@@ -105,14 +115,15 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
     initial state). `decoded` is the concrete executor's optional per-step
     output: {step: {"branch", "pos", "decoded", "expected"}}."""
     scenario = cx["scenario"]
-    protocol = scenario["protocol"]
+    harness = is_harness(scenario)
+    protocol = None if harness else scenario["protocol"]
     specs = dict(zip(cx["initial"]["branches"], scenario["branch"]))
 
     def frame(n: int, state: dict, text: str, words: str, touched: list[int], **extra) -> dict:
         where = {name: doing(protocol, specs[name], br) for name, br in state["branches"].items()}
         return {"n": n, "text": text, "words": words, "state": state, "touched": touched, "doing": where, **extra}
 
-    frames = [frame(0, cx["initial"], "initial state", initial_words(scenario), [])]
+    frames = [frame(0, cx["initial"], "initial state", initial_words(scenario, cx["initial"]), [])]
     state = cx["initial"]
     for step in cx["steps"]:
         after = step["state"]
@@ -121,7 +132,10 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
         state = after or state
     return {
         "scenario": {k: scenario[k] for k in ("name", "block_size", "prompt", "pool", "device", "reuse")},
-        "protocol": {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())},
+        "protocol": ({"name": scenario["allocator"], "description": HARNESS_DESCRIPTION} if protocol is None else
+                     {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())}),
+        "subject": "allocator" if harness else "protocol",
+        "harness": harness,     # one table per branch: what table(branch) returns
         "branches": [{"name": name, "summary": program_summary(spec), "parent": spec.get("parent")}
                      for name, spec in specs.items()],
         "programs": not all(map(is_plain, specs.values())),   # show sequences: pos alone does not tell them
@@ -129,6 +143,14 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
         "frames": frames,
         "decoded": {str(k): v for k, v in (decoded or {}).items()},
     }
+
+
+def _tables_legend(data: dict) -> str:
+    if data.get("harness"):
+        return ('<p class="legend"><span class="chip">table</span> the branch\'s block table, what the allocator\'s '
+                'table(branch) returns (its next kernel uses it)</p>')
+    return ('<p class="legend"><span class="chip">solid</span> working table (the scheduler\'s) ·\n'
+            ' <span class="chip chip-published">dashed</span> published table (what the next kernel uses)</p>')
 
 
 def _stepper_body(data: dict) -> str:
@@ -139,7 +161,7 @@ def _stepper_body(data: dict) -> str:
     verdict_class = "verdict-bad" if "invariant" in v else "verdict-peak"
     return f"""<header>
 <h1>{escape(s['name'])} <span class="sub">{escape(v.get('invariant') or 'peak')}</span></h1>
-<p class="meta">protocol <b>{escape(data['protocol']['name'])}</b> · device {escape(s['device'])} · reuse {escape(s['reuse'])}
+<p class="meta">{data.get('subject', 'protocol')} <b>{escape(data['protocol']['name'])}</b> · device {escape(s['device'])} · reuse {escape(s['reuse'])}
  · B={s['block_size']} · L={s['prompt']} · pool {s['pool']} blocks · branches {escape(branches)}</p>
 <p class="description">{escape(data['protocol']['description'])}</p>
 <p class="verdict {verdict_class}" id="verdict"><span class="tag">{'VIOLATION' if 'invariant' in v else 'PEAK'}</span>
@@ -171,8 +193,7 @@ def _stepper_body(data: dict) -> str:
 </section>
 <section class="panel" aria-labelledby="branches-title">
 <h2 id="branches-title">Branches</h2>
-<p class="legend"><span class="chip">solid</span> working table (the scheduler's) ·
- <span class="chip chip-published">dashed</span> published table (what the next kernel uses)</p>
+{_tables_legend(data)}
 <div id="branches"></div>
 </section>
 <section class="panel" aria-labelledby="queue-title">
@@ -234,7 +255,7 @@ def _scenario_section(summary: dict, links: dict[str, str]) -> str:
                  "<b class=\"bad-text\">NOT met</b> (" + escape("; ".join(summary["expect_failures"])) + ")") + "</p>")
     return f"""<section class="panel scenario" id="{escape(summary['scenario'])}">
 <h2>{escape(summary['scenario'])}</h2>
-<p class="meta">protocol <b>{escape(summary['protocol'])}</b> · device {escape(summary['device'])} · reuse {escape(summary['reuse'])}</p>
+<p class="meta">{'allocator' if summary.get('allocator') else 'protocol'} <b>{escape(summary['protocol'])}</b> · device {escape(summary['device'])} · reuse {escape(summary['reuse'])}</p>
 <p class="summary">{unsafe}<b>{escape(summary['summary'])}</b></p>
 <div class="table-wrap"><table>
 <thead><tr><th scope="col">invariant</th><th scope="col">verdict</th><th scope="col">shortest</th><th scope="col">counterexample</th></tr></thead>

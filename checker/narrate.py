@@ -3,6 +3,12 @@ person, step by step: the action and what it did, every branch's tables, the
 blocks it touched, the device queue, and at the end what the invariant
 expected and what happened), and the sentences every view of a trace shares.
 
+Traces of allocator code through the engine harness (cowcheck.model.harness)
+read the same way: each host call is one action, narrated as the call and
+what followed from it (the copies it returned and the kernel launched, the
+child born, the drafts rolled back, the output checked, the exception it
+raised), with the allocator's refcounts as it reports them.
+
 The stepper page (checker/html.py) and the block-graph pictures
 (checker/graph.py) say what an action did (`action_words`), where a branch is
 in its program (`doing`), what a branch's program is (`program_summary`) and
@@ -22,10 +28,14 @@ from rich.markup import escape
 
 from cowcheck.model.action import DEVICE
 from cowcheck.model.block import Freed
+from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.scenario import BRANCH_NAMES, parse_operation
 from cowcheck.model.state import Block, Copy, State, state_to_json
 from cowcheck.model.structure import Op
 from cowcheck.model.system import ProtocolModel
+
+#: the host calls of the engine harness, as an action's step names them
+HOST_CALLS = ("append", "fork", "rollback", "free")
 
 from .invariants import Invariant
 from .rerun import Replayed, judging, replay
@@ -63,18 +73,54 @@ def program_summary(spec: dict) -> str:
     return text + (", may cancel" if spec.get("may_cancel") else "")
 
 
-def initial_words(scenario: dict) -> str:
-    """The initial state in one sentence."""
+def is_harness(scenario: dict) -> bool:
+    """A scenario (JSON form) whose subject is allocator code, checked
+    through the engine harness, rather than a protocol."""
+    return scenario.get("allocator") is not None
+
+
+def subject(scenario: dict) -> tuple[str, str]:
+    """What a scenario (JSON form) checks, as ("protocol", its name) or
+    ("allocator", the code's reference)."""
+    if is_harness(scenario):
+        return "allocator", str(scenario["allocator"])
+    return "protocol", str(scenario["protocol"]["name"])
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def initial_words(scenario: dict, initial: Optional[dict] = None) -> str:
+    """The initial state in one sentence (`initial`, the initial state in
+    JSON form, names the blocks the allocator's `start` chose, for a
+    harness trace)."""
     unborn = [(name, spec["parent"]) for name, spec in zip(BRANCH_NAMES, scenario["branch"]) if spec.get("parent")]
+    children = "; ".join(f"{child} is unborn until {parent} forks it" for child, parent in unborn)
+    if is_harness(scenario):
+        roots = [name for name, spec in zip(BRANCH_NAMES, scenario["branch"]) if not spec.get("parent")]
+        call = f"start({roots!r}, {scenario['prompt']})"
+        tables = {name: initial["branches"][name]["working"] for name in roots} if initial else {}
+        if not tables:
+            given = "the prompt's blocks"
+        elif len({tuple(t) for t in tables.values()}) == 1:
+            table = next(iter(tables.values()))
+            shared = ", shared" if len(roots) > 1 else ""
+            given = f"the prompt's blocks {table}{shared}" if table else "no block (the prompt is empty)"
+        else:
+            given = "their tables: " + ", ".join(f"{name} {table}" for name, table in tables.items())
+        root = "root branch" if len(roots) == 1 else "root branches"
+        text = f"The allocator's {call} gives the {root} {_names(roots)} {given}"
+        return text + (f"; {children}." if children else ".")
     if not unborn:
         return "The fork has happened: every branch maps the prompt's blocks."
-    children = "; ".join(f"{child} is unborn until {parent} forks it" for child, parent in unborn)
     return f"The fork has happened: every root branch maps the prompt's blocks; {children}."
 
 
-def doing(protocol: dict, spec: dict, branch: dict) -> str:
+def doing(protocol: Optional[dict], spec: dict, branch: dict) -> str:
     """Where a branch is in its program and its protocol (the branch in
-    JSON form, its scenario entry, the protocol definition)."""
+    JSON form, its scenario entry, the protocol definition: None for
+    allocator code, whose branches are always between host calls)."""
     status = branch["status"]
     if status == "unborn":
         return f"unborn: not forked yet (its parent {spec.get('parent')} brings it to life with a fork)"
@@ -82,11 +128,12 @@ def doing(protocol: dict, spec: dict, branch: dict) -> str:
         return str(status)
     labels = program_labels(spec)
     done, op = branch["done"], branch["op"]
-    if op is None:
+    if op is None or protocol is None:
+        between = "between operations" if protocol is not None else "between host calls"
         if is_plain(spec):
-            return f"between operations ({done} of {len(labels)} appends done)"
+            return f"{between} ({done} of {len(labels)} appends done)"
         nxt = labels[done] if done < len(labels) else "finish"
-        return f"between operations ({done} of {len(labels)} operations done; next: {nxt})"
+        return f"{between} ({done} of {len(labels)} operations done; next: {nxt})"
     if op == Op.APPEND:
         label, steps = f"{branch['path']} path", protocol["append"]["paths"][branch["path"]]["steps"]
         if labels[done].startswith("draft"):
@@ -203,6 +250,98 @@ def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict) -
     return f"{who}: {step}."
 
 
+# -- a host call of allocator code (the engine harness) -------------------------------
+def is_host_call(action: dict) -> bool:
+    """An action that is one call into allocator code (its step is the
+    adapter method's bare name; a protocol's steps always name a block or
+    are none of these)."""
+    return action["actor"] != DEVICE and action["step"] in HOST_CALLS
+
+
+def _books(who: str, before: dict, after: dict) -> str:
+    """What a host call did to the allocator's books, as it reports them:
+    refcounts, blocks it took from its free list, and other branches'
+    tables that changed under them."""
+    changes = [f"block {b['id']} from {a['refcount']} to {b['refcount']}"
+               for a, b in zip(before["blocks"], after["blocks"]) if a["refcount"] != b["refcount"]]
+    text = "The allocator's refcounts: " + ", ".join(changes) if changes else "No refcount changes"
+    taken = [b for b in before["free"] if b not in after["free"]]
+    if taken:
+        text += f" ({_blocks(taken)} taken from the free list)"
+    text += "."
+    for name, was in before["branches"].items():
+        now = after["branches"][name]
+        if name != who and was["status"] == now["status"] == "running" and was["working"] != now["working"]:
+            text += f" {name}'s table changes too, from {was['working']} to {now['working']}."
+    return text
+
+
+def _copies(binds: dict, B: int) -> str:
+    pairs = list(zip(binds.get("copy_src") or [], binds.get("copy_dst") or []))
+    slots = f"all {B} slot{'s' if B != 1 else ''}"
+    if not pairs:
+        return "the allocator returns no copy"
+    if len(pairs) == 1:
+        return f"the allocator returns one copy, block {pairs[0][0]} → block {pairs[0][1]} ({slots}), launched first"
+    listed = ", ".join(f"block {s} → block {d}" for s, d in pairs)
+    return f"the allocator returns {len(pairs)} copies, {listed} ({slots} each), launched first in that order"
+
+
+def _kernel_in_flight(who: str, state: dict) -> Optional[dict]:
+    return next((q["kernel"] for q in state["queue"] if "kernel" in q and q["kernel"]["branch"] == who), None)
+
+
+def _host_words(action: dict, binds: dict, before: dict, after: Optional[dict]) -> str:
+    """What a host call did, in words (specs/SEMANTICS.md#engine-harness):
+    the call, then what followed from it in the same action."""
+    who, op = action["actor"], action["op"]
+    was = before["branches"][who]
+    B = len(before["blocks"][0]["slots"]) if before["blocks"] else 1
+    if "raised" in binds:
+        failed = f"calls {binds['call']}, which raises {binds['raised']} — allocator-error: the allocator's own code fails, and no state follows"
+        if op == "finish":
+            return (f"{who} has finished: it checks its output, positions 0 to {was['pos'] - 1} read through its table "
+                    f"{was['working']}, then {failed}.")
+        if op == "cancel":
+            return f"{who} is pruned: it {failed}."
+        return f"{who} {failed}."
+    if op == "append":
+        token, pos, table = binds["token"], was["pos"], binds["table"]
+        call = f"{who} calls append({who!r}, {token!r}): {_copies(binds, B)}"
+        if after is None:
+            return (f"{call}; but its table {table} has no block for position {pos}: "
+                    f"no kernel is launched (kernel-table-miss).")
+        return (f"{call}; then {who}'s kernel for position {pos}, which writes {token} into block "
+                f"{table[pos // B]}, slot {pos % B}, is launched through its table {table}. {_books(who, before, after)}")
+    assert after is not None
+    me = after["branches"][who]
+    if op == "fork":
+        child = binds["child"]
+        kid = after["branches"][child]
+        same = f", the same blocks as {who}'s" if kid["working"] == me["working"] else f"; {who}'s table is now {me['working']}"
+        return (f"{who} calls fork({who!r}, {child!r}): {child} is born with {who}'s sequence {_tokens(kid['sequence'])} "
+                f"(pos {kid['pos']}) and its own table {kid['working']}{same}. {_books(who, before, after)}")
+    if op == "rollback":
+        accepted, rejected = binds["accepted"], binds["rejected"]
+        drafts = accepted + rejected
+        if not rejected:
+            return (f"The verifier accepts all {drafts} of {who}'s drafts; {who} calls rollback({who!r}, 0), with nothing to "
+                    f"rewind: pos stays {me['pos']} and its table is {me['working']}. {_books(who, before, after)}")
+        gone = _tokens(was["sequence"][-rejected:])
+        kept = ("what the rejected draft's kernel wrote stays in its slot" if rejected == 1 else
+                "what the rejected drafts' kernels wrote stays in their slots")
+        return (f"The verifier accepts {accepted} of {who}'s {drafts} drafts; {who} calls rollback({who!r}, {rejected}): "
+                f"it drops {gone}, its pos goes back to {me['pos']} and its table is now {me['working']} ({kept}, "
+                f"as garbage past pos). {_books(who, before, after)}")
+    if op == "finish":
+        return (f"{who} has finished: it checks its output, positions 0 to {binds['pos'] - 1} read through its table "
+                f"{binds['table']}, then calls free({who!r}). {_books(who, before, after)}")
+    kernel = _kernel_in_flight(who, before)
+    flight = (f", while its kernel for position {kernel['pos']} ({kernel['token']}) is still in flight"
+              if kernel is not None else "")
+    return f"{who} is pruned: it calls free({who!r}) with its table {binds['table']}{flight}. {_books(who, before, after)}"
+
+
 def _device_words(op: str, binds: dict, after: dict) -> str:
     """What a device completion did, in one sentence."""
     if op == "copy-complete":
@@ -212,16 +351,25 @@ def _device_words(op: str, binds: dict, after: dict) -> str:
             f"{binds['block']}, slot {binds['slot']}, then reads positions 0 to {binds['pos']} through its snapshot.")
 
 
-def _consequences(before: dict, after: dict) -> str:
+def _consequences(before: dict, after: dict, harness: bool = False) -> str:
     """What an action did besides its own effect: blocks it freed, increments
-    of a block that stayed free, children cancelled with their parent."""
+    of a block that stayed free, children cancelled with their parent. (The
+    order of allocator code's free list is its own: nothing is said of
+    which block comes next.)"""
     out = ""
+    freed = [block for block in after["free"] if block not in before["free"]]
+    if harness and freed:
+        out += (f" Block {freed[0]} is now FREE: it is" if len(freed) == 1 else
+                f" Blocks {_names([str(b) for b in freed])} are now FREE: they are") + " on the allocator's free list."
     for block in after["free"]:
         if block not in before["free"]:
+            if harness:
+                continue
             first = " and will be the next one allocated" if after["free"][0] == block else ""
             out += f" Block {block} is now FREE: it is back on the free list{first}."
         elif after["blocks"][block]["refcount"] > before["blocks"][block]["refcount"]:
-            out += f" Block {block} stays FREE: an increment does not take a block off the free list."
+            out += (f" Block {block} stays FREE: its refcount rose, yet the allocator keeps it on its free list." if harness else
+                    f" Block {block} stays FREE: an increment does not take a block off the free list.")
     for name, br in after["branches"].items():
         if before["branches"][name]["status"] == "unborn" and br["status"] == "cancelled":
             out += f" {name}, never forked, is cancelled with it."
@@ -232,6 +380,8 @@ def action_words(action: dict, before: dict, after: Optional[dict]) -> str:
     """The action of one step (JSON forms) as a sentence a person can follow
     without knowing the step language, with what else it caused."""
     binds = {k: list(v) if isinstance(v, tuple) else v for k, v in action["binds"].items()}   # as in a file
+    if is_host_call(action):
+        return _host_words(action, binds, before, after) + ("" if after is None else _consequences(before, after, True))
     if after is None:
         return f"{action['actor']} tries to write, but its published table does not cover the position: no kernel is launched."
     if action["actor"] == DEVICE:
@@ -253,16 +403,22 @@ def describe(witness: dict) -> str:
 
 
 # -- explain --------------------------------------------------------------------------
-def _block_line(i: int, before: Block | None, after: Block, free: bool) -> str:
+def _block_line(i: int, before: Block | None, after: Block, free: bool, holds: bool = True) -> str:
+    """A block's counters and slots (holds only where the subject has them:
+    allocator code has none)."""
     def delta(name: str) -> str:
         new = getattr(after, name)
         old = getattr(before, name) if before is not None else new
         return f"{name} {old}->{new}" if old != new else f"{name} {new}"
     slots = _slots(after.slots) if before is None or before.slots == after.slots else f"{_slots(before.slots)} -> {_slots(after.slots)}"
-    return f"block {i}: {delta('refcount')}, {delta('holds')}, slots {slots}" + (" (free)" if free else "")
+    counters = f"{delta('refcount')}, {delta('holds')}" if holds else delta("refcount")
+    return f"block {i}: {counters}, slots {slots}" + (" (free)" if free else "")
 
 
-def _queue(model: ProtocolModel, state: State) -> str:
+Model = ProtocolModel | HarnessModel
+
+
+def _queue(model: Model, state: State) -> str:
     if not state.queue:
         return "nothing"
     items = []
@@ -275,20 +431,23 @@ def _queue(model: ProtocolModel, state: State) -> str:
     return "; ".join(items)
 
 
-def _state_lines(model: ProtocolModel, scenario: dict, before: State | None, state: State, touched: set[int]) -> list[str]:
+def _state_lines(model: Model, scenario: dict, before: State | None, state: State, touched: set[int]) -> list[str]:
     """The touched blocks, every branch (with its sequence when the scenario
-    has programs: then pos alone does not tell it), the device queue."""
+    has programs: then pos alone does not tell it), the device queue. A
+    branch of allocator code has one table, what `table(branch)` returns."""
     lines = []
+    harness = is_harness(scenario)
     for i in sorted(touched):
-        lines.append(_block_line(i, before.blocks[i] if before else None, state.blocks[i], i in state.free))
+        lines.append(_block_line(i, before.blocks[i] if before else None, state.blocks[i], i in state.free, not harness))
     plain = all(is_plain(spec) for spec in scenario["branch"])
     for (name, br), spec in zip(state_to_json(state, model.scenario)["branches"].items(), scenario["branch"]):
-        where = doing(scenario["protocol"], spec, br)
+        where = doing(scenario.get("protocol"), spec, br)
         if br["status"] == "unborn":
             lines.append(f"{name}: {where}")
             continue
         sequence = "" if plain else f", sequence {_tokens(br['sequence'])}"
-        lines.append(f"{name}: pos {br['pos']}, working {br['working']}, published {br['published']}{sequence}; {where}")
+        tables = f"table {br['working']}" if harness else f"working {br['working']}, published {br['published']}"
+        lines.append(f"{name}: pos {br['pos']}, {tables}{sequence}; {where}")
     lines.append(f"in flight: {_queue(model, state)}")
     return lines
 
@@ -296,16 +455,18 @@ def _state_lines(model: ProtocolModel, scenario: dict, before: State | None, sta
 def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when: Optional[str] = None) -> None:
     """Narrate a replayed trace; `holds_when` is the invariant's rule in words."""
     s = cx.scenario
-    model = ProtocolModel(s)
+    model: Model = system_for(s)
     definition = s.definition()
     what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})" if cx.invariant else f"reaches its peak of {cx.peak} blocks"
     branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))
-    console.print(f"[bold]{escape(s.name)}[/]: protocol [bold]{escape(s.protocol.name)}[/], device {s.device}, reuse {s.reuse}, "
+    kind, name = subject(definition)
+    harness = " (through the engine harness: each host call is one action)" if is_harness(definition) else ""
+    console.print(f"[bold]{escape(s.name)}[/]: {kind} [bold]{escape(name)}[/]{harness}, device {s.device}, reuse {s.reuse}, "
                   f"B={s.block_size}, L={s.prompt}, pool {s.pool}, {len(s.branches)} branches ({escape(branches)})")
     console.print(f"This trace {what} in {cx.length} actions.\n")
     console.print("[bold]initial state[/]")
     init = replayed.states[0]
-    console.print("   " + escape(initial_words(definition)))
+    console.print("   " + escape(initial_words(definition, state_to_json(init, s))))
     for line in _state_lines(model, definition, None, init, {i for i in range(len(init.blocks)) if i not in init.free}):
         console.print("   " + escape(line))
     for n, tr in enumerate(replayed.transitions, 1):
@@ -321,6 +482,8 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
             continue
         touched = {i for i, (a, b) in enumerate(zip(before.blocks, after.blocks)) if a != b}
         touched |= {v for k, v in tr.action.binds if k in ("tail", "new", "src", "dst", "block") and isinstance(v, int)}
+        touched |= {b for k, v in tr.action.binds if k in ("copy_src", "copy_dst") and isinstance(v, tuple)
+                    for b in v if isinstance(b, int)}     # a host call's copies
         touched |= {f.block for f in tr.facts if type(f) is Freed}
         for line in _state_lines(model, definition, before, after, touched):
             console.print("   " + escape(line))

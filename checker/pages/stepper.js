@@ -41,8 +41,8 @@
     Object.keys(state.branches).forEach(function (name) {
       const br = state.branches[name];
       const tables = [];
-      if (br.working.indexOf(id) >= 0) tables.push("working");
-      if (br.published.indexOf(id) >= 0) tables.push("published");
+      if (br.working.indexOf(id) >= 0) tables.push(data.harness ? "table" : "working");
+      if (!data.harness && br.published.indexOf(id) >= 0) tables.push("published");
       if (tables.length) parts.push(name + ": " + tables.join(" + "));
     });
     return parts.length ? "mapped by " + parts.join("; ") : "in no table";
@@ -81,8 +81,8 @@
         mark ? el("span", { class: "tag bad-tag" }, "✗ VIOLATION") : null),
       slots,
       markNote,
-      el("div", { class: "counts" }, el("span", { class: "refcount" }, "refcount " + block.refcount), " · ",
-        el("span", { class: "holds" }, "holds " + block.holds)),
+      el("div", { class: "counts" }, el("span", { class: "refcount" }, "refcount " + block.refcount),
+        data.harness ? null : " · ", data.harness ? null : el("span", { class: "holds" }, "holds " + block.holds)),  // allocator code has no holds
       notes);
   }
 
@@ -91,9 +91,15 @@
     const flight = inFlight(frame.state);
     pool.replaceChildren.apply(pool, frame.state.blocks.map(function (b) { return blockCard(b, frame, flight); }));
     const free = frame.state.free;
-    $("free-list").textContent = free.length
-      ? "Free list (front first): " + free.join(" → ") + " — the next alloc takes block " + free[0] + "."
-      : "Free list: empty — no block can be allocated.";
+    if (data.harness) {   // allocator code: its own free list, in its own order
+      $("free-list").textContent = free.length
+        ? "Free blocks, as the allocator reports them: " + free.join(", ") + "."
+        : "Free blocks: none — the allocator has no block to give (its next allocation waits).";
+    } else {
+      $("free-list").textContent = free.length
+        ? "Free list (front first): " + free.join(" → ") + " — the next alloc takes block " + free[0] + "."
+        : "Free list: empty — no block can be allocated.";
+    }
     drawArrows(frame.state);
   }
 
@@ -171,8 +177,8 @@
           unborn ? null : el("span", { class: "pos" }, "pos " + br.pos),
           active ? el("span", { class: "tag" }, "acted") : null),
         el("div", { class: "doing" }, frame.doing[name]),
-        unborn ? null : table("working", br.working, frame.state),
-        unborn ? null : table("published", br.published, frame.state),
+        unborn ? null : table(data.harness ? "table" : "working", br.working, frame.state),   // allocator code: one table
+        unborn || data.harness ? null : table("published", br.published, frame.state),
         unborn || !data.programs ? null : sequence(br));
     });
     $("branches").replaceChildren.apply($("branches"), rows);

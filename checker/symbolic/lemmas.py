@@ -31,6 +31,7 @@ from typing import Iterator, NamedTuple
 import z3
 
 from cowcheck.model.protocol import LOCALS
+from cowcheck.model.state import Status
 
 from .families import FAMILIES, Formulas, ShapeFamilies
 from .shapes import Node, Programs, count, deltas, pending_copies
@@ -76,7 +77,7 @@ class Lemmas:
             pieces = tuple(x for x in (part(name, *p) for p in pieces) if x is not None)
             return Part(name, label, formula, pieces if len(pieces) > 1 else ())
 
-        for lemma in LEMMAS:
+        for lemma in self.catalogue():
             name = lemma.__name__.replace("_", "-")
             for item in lemma(self, f):
                 made = part(name, *item)
@@ -85,7 +86,20 @@ class Lemmas:
         return out
 
     def names(self) -> list[str]:
-        return [lemma.__name__.replace("_", "-") for lemma in LEMMAS]
+        return [lemma.__name__.replace("_", "-") for lemma in self.catalogue()]
+
+    def catalogue(self) -> tuple:
+        """The lemmas tried on this scenario. The shapes of
+        cowcheck.symbolic.shapes walk a plain branch's appends only. With
+        speculation alone some of the lemmas built on them still hold (a
+        root that never forks keeps most of its bookkeeping), and Houdini
+        keeps those; but with forks (unborn children, tables shared mid-run)
+        nearly all of them fail, and trying them costs minutes for nothing:
+        such scenarios get the lemmas that do not depend on where a branch
+        is in its program, and `unborn`. Fewer lemmas can only leave more
+        proofs open, never make one unsound (every part is proven before
+        it is used)."""
+        return PROGRAM_LEMMAS if any(b.parent is not None for b in self.system.scenario.branches) else LEMMAS
 
     # helpers shared by the lemmas
     def shape_families(self, f: Formulas, j: int) -> Iterator[tuple[Node, list[ShapeFamilies]]]:
@@ -363,6 +377,27 @@ def capacity(lm: Lemmas, f: Formulas) -> Iterator[tuple]:
     yield "pool", system.P - s.flen <= system.scenario.prompt_blocks + z3.Sum(total)
 
 
+def unborn(lm: Lemmas, f: Formulas) -> Iterator[tuple]:
+    """A child is unborn until its parent's `share` sets all of its fields,
+    and nothing else touches an unborn branch but a cancel of an ancestor
+    (which only changes its status): until then it has no tables, pos 0,
+    no operation done or begun, no write, no locals and an empty sequence,
+    and no kernel of it is in flight (it never launched one)."""
+    system, s = lm.system, f.s
+    for j in range(system.N):
+        if system.scenario.branches[j].parent is None:
+            continue
+        b = s.br[j]
+        blank = [b.pos == 0, b.done == 0, b.pc == 0, b.tail == -1, b.new == -1, b.wlen == 0, b.plen == 0,
+                 *[x == -1 for x in b.wk + b.pb]]
+        if b.writes is not None:
+            blank += [b.writes == 0, b.rejected == -1, *[x == -1 for x in b.seq]]
+        blank += [z3.Not(z3.And(f.live(m, KERNEL_KIND), o.br == j)) for m, o in enumerate(s.q)]
+        yield f"branch {j}", z3.Implies(b.has(Status.UNBORN), z3.And(blank))
+
+
 LEMMAS = (node, canonical, free_distinct, free_iff_unowned, refcount, share, mapped_owned, holds, table_distinct, same_index, one_locked, shape,
           copy_owner, kernel_target, content, capacity)
-
+#: the lemmas that hold whatever a branch's program (see Lemmas.catalogue)
+PROGRAM_LEMMAS = (unborn, canonical, free_distinct, free_iff_unowned, mapped_owned, table_distinct, same_index, one_locked,
+                  kernel_target)

@@ -6,8 +6,8 @@ another. Two constraints keep, of each family of equivalent runs, at least
 one member, so the shortest length of every violation, the existence of a
 run of each length, and so every verdict stay exactly the same:
 
-- symmetry breaking (`symmetry_breaking`): branches with the same program
-  (same appends, same may_cancel) are interchangeable: renaming one into
+- symmetry breaking (`symmetry_breaking`): root branches with the same
+  program (same operations, same may_cancel) are interchangeable: renaming one into
   the other (their tokens with them) maps runs to runs and, since every
   invariant is symmetric under that renaming, violations to violations of
   the same length. So the runs where the first action of such a branch
@@ -43,11 +43,16 @@ from .terms import all_of
 
 
 def interchangeable(system: SymbolicSystem) -> list[tuple[int, int]]:
-    """Pairs (j, j') of branches with the same program, j' the next such
-    branch after j."""
+    """Pairs (j, j') of root branches with the same program, j' the next
+    such branch after j. Children are never paired: two children of one
+    parent are forked at different points of its program (renaming them
+    would rename its forks), and two roots with equal programs fork no one
+    (a child is forked exactly once)."""
     last: dict = {}
     pairs = []
     for j, spec in enumerate(system.scenario.branches):
+        if spec.parent is not None:
+            continue
         if spec in last:
             pairs.append((last[spec], j))
         last[spec] = j

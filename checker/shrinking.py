@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
-from cowcheck.model.scenario import BRANCH_NAMES, BranchSpec, Scenario, branch_definition, default_pool, load_scenario
+from cowcheck.model.scenario import BRANCH_NAMES, BranchSpec, Scenario, branch_definition, default_pool, harness_pool, load_scenario
 
 from . import atomic, trace
 from .sweeps import DEVICE_RANK, REUSE_RANK, Runner, size_key, task_for
@@ -120,11 +120,13 @@ def candidates(scenario: Scenario) -> list[Scenario]:
         for block_size in range(1, scenario.block_size + 1):
             for prompt in range(0, scenario.prompt + 1):
                 blocks = -(-prompt // block_size)
-                default = default_pool(protocol, block_size, prompt, programs)
+                default = harness_pool(block_size, prompt, programs) if scenario.allocator is not None \
+                    else default_pool(protocol, block_size, prompt, programs)
                 for pool in range(blocks, min(scenario.pool, default) + 1):
                     out.append(Scenario(name=scenario.name, source=scenario.source, protocol=protocol,
                                         block_size=block_size, prompt=prompt, pool=pool, device=scenario.device,
-                                        reuse=scenario.reuse, branches=programs))
+                                        reuse=scenario.reuse, branches=programs, allocator=scenario.allocator,
+                                        allocator_base=scenario.allocator_base))
     out.sort(key=size_key)
     return out
 
@@ -160,7 +162,7 @@ class Shrunk:
     def describe(self, scenario: Optional[Scenario] = None) -> str:
         s = scenario or self.scenario
         programs = ", ".join(b.label for b in s.branches)
-        return (f"{s.protocol.name} {s.device} {s.reuse} B={s.block_size} L={s.prompt} pool={s.pool} "
+        return (f"{s.subject} {s.device} {s.reuse} B={s.block_size} L={s.prompt} pool={s.pool} "
                 f"branches={len(s.branches)} appends=[{programs}] (total {sum(b.appends for b in s.branches)})")
 
     def to_json(self) -> dict[str, Any]:
@@ -290,10 +292,13 @@ def scenario_toml(scenario: Scenario, description: str, expect: str) -> str:
     is one, else inline)."""
     name = scenario.protocol.name
     builtin = name in builtin_names() and load_builtin(name).definition == scenario.protocol.definition
-    lines = [f"description = {_toml_value(description)}", f"expect = {_toml_value(expect)}",
-             f"protocol = {_toml_value(name) if builtin else _toml_value(scenario.protocol.definition)}",
+    checked = (f"allocator = {_toml_value(scenario.allocator)}" if scenario.allocator is not None else
+               f"protocol = {_toml_value(name) if builtin else _toml_value(scenario.protocol.definition)}")
+    lines = [f"description = {_toml_value(description)}", f"expect = {_toml_value(expect)}", checked,
              f"block_size = {scenario.block_size}", f"prompt = {scenario.prompt}"]
-    if scenario.pool != default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches):
+    default = harness_pool(scenario.block_size, scenario.prompt, scenario.branches) if scenario.allocator is not None \
+        else default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches)
+    if scenario.pool != default:
         lines.append(f"pool = {scenario.pool}")
     lines += [f"device = {_toml_value(scenario.device)}", f"reuse = {_toml_value(scenario.reuse)}"]
     for b in scenario.branches:

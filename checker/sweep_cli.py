@@ -109,7 +109,7 @@ td.v-invalid { background: #efe3f7; }
 .v-safe .tag { color: var(--good); } .v-invalid .tag { color: #5b2180; }
 .broken { display: block; color: var(--muted); font-size: 0.75rem; }
 """
-ROW_AXES = ("protocol", "device", "reuse")
+ROW_AXES = ("protocol", "allocator", "device", "reuse")
 COLUMN_AXES = ("block_size", "prompt", "branches", "appends", "program", "may_cancel", "pool")
 
 
@@ -135,7 +135,7 @@ def sweep_html(result: Sweep, links: dict[int, str]) -> str:
     rows: dict[tuple[Any, ...], dict[tuple[Any, ...], Cell]] = {}
     columns: dict[tuple[Any, ...], dict[str, Any]] = {}
     for c in result.cells:
-        r = (c.grid,) + tuple(c.coordinates[a] for a in ROW_AXES)
+        r = (c.grid,) + tuple(c.coordinates.get(a) for a in ROW_AXES)
         k = tuple(json.dumps(c.coordinates.get(a)) for a in COLUMN_AXES)
         columns.setdefault(k, c.coordinates)
         rows.setdefault(r, {})[k] = c
@@ -156,7 +156,7 @@ def sweep_html(result: Sweep, links: dict[int, str]) -> str:
             broken = ", ".join(f"{escape(i)} ({n})" for i, n in c.broken().items())
             detail = broken or escape((c.data or {}).get("error") or "")
             tds.append(f'<td class="v-{css}" title="{escape(c.name)}">{tag}<span class="broken">{detail}</span></td>')
-        name = f"{escape(r[1])} · {escape(r[2])} · {escape(r[3])}" + (f" <small>({escape(r[0])})</small>" if len(result.grids) > 1 else "")
+        name = " · ".join(escape(str(v)) for v in r[1:] if v is not None) + (f" <small>({escape(r[0])})</small>" if len(result.grids) > 1 else "")
         body.append(f'<tr><th scope="row">{name}</th>{"".join(tds)}</tr>')
     per = result.by_invariant()
     from .invariants import BY_ID
@@ -329,7 +329,7 @@ def _shrink_cells(result: Sweep, runner: Runner, out_dir: Path, out: Console) ->
         if c.scenario is None:
             continue
         for inv in c.broken():
-            key = (c.scenario.protocol.name, inv)
+            key = (c.scenario.subject, inv)
             best = smallest.get(key)
             if best is None or (size_key(c.scenario), c.index) < (size_key(best.scenario), best.index):  # type: ignore[arg-type]
                 smallest[key] = c

@@ -46,9 +46,11 @@ from .results import FORMAT, ExplicitResult, Kind, Outcome, Summary, Verdict
 #: the axes, in the order cells are expanded (the last varies fastest).
 #: `program` (branch programs: forks, speculation) takes the place of
 #: `appends`: a grid gives one or the other, and the one left out is None.
-AXES = ("protocol", "device", "reuse", "block_size", "prompt", "branches", "appends", "program", "may_cancel", "pool")
-DEFAULTS: dict[str, Any] = {"protocol": "cow", "device": "async", "reuse": "lifo", "branches": 2, "appends": 1,
-                            "program": None, "may_cancel": 0, "pool": "default"}
+#: `allocator` (code through the engine harness) takes the place of
+#: `protocol` in the same way.
+AXES = ("protocol", "allocator", "device", "reuse", "block_size", "prompt", "branches", "appends", "program", "may_cancel", "pool")
+DEFAULTS: dict[str, Any] = {"protocol": "cow", "allocator": None, "device": "async", "reuse": "lifo", "branches": 2,
+                            "appends": 1, "program": None, "may_cancel": 0, "pool": "default"}
 GRID_KEYS = ("name", "description") + AXES
 BUDGET_KEYS = ("max_states", "seconds", "max_memory")
 TOP_KEYS = ("grid", "budget")
@@ -114,6 +116,10 @@ def _check_value(axis: str, value: Any, source: str, key: str) -> Any:
         if not isinstance(value, str) or not value:
             raise SpecError(source, key, f"must be a built-in protocol name or a path to a protocol file, got {value!r}")
         return value
+    if axis == "allocator":
+        if not isinstance(value, str) or ":" not in value:
+            raise SpecError(source, key, f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the grid file), got {value!r}")
+        return value
     if axis in ("device", "reuse"):
         allowed = DEVICES if axis == "device" else REUSES
         if value not in allowed:
@@ -162,12 +168,14 @@ def grid_from_dict(data: Any, source: str, base: Path, name: str) -> Grid:
     for key in ("block_size", "prompt"):
         if key not in table:
             raise SpecError(source, f"grid.{key}", "missing; give a value, a list or a range {from, to}")
+    if "allocator" in table and "protocol" in table:
+        raise SpecError(source, "grid.allocator", "give either 'protocol' or 'allocator' (code through the engine harness), not both")
     if "program" in table and "appends" in table:
         raise SpecError(source, "grid.program", "give either 'appends' or 'program', not both (a program says what each branch appends)")
     axes: dict[str, list[Any]] = {}
     for axis in AXES:
         raw = table.get(axis, DEFAULTS.get(axis))
-        if axis == "appends" and "program" in table:
+        if (axis == "appends" and "program" in table) or (axis == "protocol" and "allocator" in table):
             raw = None
         if raw is None:
             axes[axis] = [None]
@@ -194,7 +202,8 @@ def grid_from_dict(data: Any, source: str, base: Path, name: str) -> Grid:
             seen.append(v)
         axes[axis] = checked
     for protocol in axes["protocol"]:          # a protocol that does not load is the grid's error, not a cell's
-        _protocol(protocol, base, source)
+        if protocol is not None:
+            _protocol(protocol, base, source)
     budget = data.get("budget", {})
     if not isinstance(budget, dict):
         raise SpecError(source, "budget", "must be a table")
@@ -309,8 +318,12 @@ def scenario_data(protocol: Protocol, c: dict[str, Any]) -> dict[str, Any]:
         branch = [{"appends": a} for a in per_branch]
     for i, b in enumerate(branch):
         b["may_cancel"] = i >= n - k
-    data: dict[str, Any] = {"protocol": protocol.definition, "block_size": c["block_size"], "prompt": c["prompt"],
-                            "device": c["device"], "reuse": c["reuse"], "branch": branch}
+    data: dict[str, Any] = {"block_size": c["block_size"], "prompt": c["prompt"], "device": c["device"],
+                            "reuse": c["reuse"], "branch": branch}
+    if c.get("allocator") is not None:
+        data["allocator"] = c["allocator"]
+    else:
+        data["protocol"] = protocol.definition
     if c["pool"] != "default":
         data["pool"] = c["pool"]
     return data
@@ -413,7 +426,7 @@ def size_key(scenario: Scenario) -> tuple[Any, ...]:
                             for b in scenario.branches), reverse=True))
     return (sum(b.appends for b in scenario.branches), len(scenario.branches), scenario.block_size, scenario.prompt,
             scenario.pool, sum(b.may_cancel for b in scenario.branches), DEVICE_RANK[scenario.device],
-            REUSE_RANK[scenario.reuse], scenario.protocol.name, programs)
+            REUSE_RANK[scenario.reuse], scenario.subject, programs)
 
 
 def expand(grids: list[Grid]) -> list[Cell]:
@@ -423,8 +436,9 @@ def expand(grids: list[Grid]) -> list[Cell]:
     names: dict[str, int] = {}
     for grid in grids:
         for coords in grid.coordinates():
-            protocol = _protocol(coords["protocol"], grid.base, grid.source)
-            name = cell_name(grid.name, protocol.name, coords)
+            allocator = coords.get("allocator")
+            protocol = _protocol(coords["protocol"] or "cow", grid.base, grid.source)
+            name = cell_name(grid.name, allocator.rpartition(":")[2] if allocator else protocol.name, coords)
             cell = Cell(len(cells), grid.name, coords, name)
             if name in names:
                 raise SpecError(grid.source, "grid.name", f"cell {name} is also cell {names[name]}: two grids of one sweep need different names")

@@ -98,6 +98,21 @@ def test_a_program_axis_gives_forks_and_speculation():
     assert [c.verdict for c in results.cells] == ["safe and disciplined"] * 4
 
 
+def test_an_allocator_axis_checks_code_through_the_harness():
+    grid = grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "device": "stream",
+                                    "allocator": ["cowcheck.specs.allocators.engine:correct",
+                                                  "cowcheck.specs.allocators.engine:double_free_after_cow"]}},
+                          "g.toml", Path("."), "g")
+    cells = expand([grid])
+    assert [c.name for c in cells] == ["g~correct-stream-lifo-B2-L3-2x1", "g~double_free_after_cow-stream-lifo-B2-L3-2x1"]
+    result = cowcheck.sweep([grid], workers=0)
+    assert [c.verdict for c in result.cells] == ["safe and disciplined", "unsafe"]
+    assert "allocator-error" in result.cells[1].broken()
+    with pytest.raises(SpecError) as err:
+        grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "protocol": "cow", "allocator": "m:f"}}, "g.toml", Path("."), "g")
+    assert err.value.key == "grid.allocator"
+
+
 def test_a_program_cell_that_makes_no_scenario_is_invalid_and_says_why():
     grid = grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "branches": 3,
                                     "program": [[["fork b"], ["append"]], [["fork z"]]]}}, "g.toml", Path("."), "g")

@@ -10,7 +10,7 @@ import multiprocessing
 import resource
 import sys
 import time
-from typing import Optional
+from typing import Optional, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,7 +18,7 @@ from rich.table import Table
 
 from cowcheck.model.scenario import make_scenario
 
-from .results import FORMAT
+from .results import FORMAT, ExplicitResult
 
 #: (label, block size, prompt, branches as (appends, may_cancel) or branch tables, protocol)
 SCENARIOS: dict[str, tuple] = {
@@ -144,10 +144,10 @@ def _measure_harness(args, conn) -> None:
     label, appends = args
     scenario = make_scenario(4, 6, appends, HARNESS_PROTOCOL, name=label)
     start = time.perf_counter()
-    harness = api.check(scenario, allocator=HARNESS_ALLOCATOR, symmetry=False)
+    harness = cast(ExplicitResult, api.check(scenario, allocator=HARNESS_ALLOCATOR, symmetry=False))
     harness_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    protocol = api.check(scenario, symmetry=False)
+    protocol = cast(ExplicitResult, api.check(scenario, symmetry=False))
     protocol_seconds = time.perf_counter() - start
     profile = cProfile.Profile()
     profile.runcall(api.check, scenario, allocator=HARNESS_ALLOCATOR, symmetry=False)
@@ -158,9 +158,9 @@ def _measure_harness(args, conn) -> None:
     def spent(suffix: str) -> float:
         return sum(tt for (path, _, _), (_, _, tt, _, _) in stats.items() if path.endswith(suffix))
     calls, bookkeeping, judging = spent("allocators/engine.py"), spent("model/harness.py"), spent("invariants.py")
-    conn.send({"benchmark": f"engine allocator {label}", "harness_states": harness.exploration.states,
+    conn.send({"benchmark": f"engine allocator {label}", "harness_states": harness.x.states,
                "harness_seconds": round(harness_seconds, 2), "harness_summary": str(harness.summary),
-               "protocol_states": protocol.exploration.states, "protocol_seconds": round(protocol_seconds, 2),
+               "protocol_states": protocol.x.states, "protocol_seconds": round(protocol_seconds, 2),
                "protocol_summary": str(protocol.summary),
                "ratio": round(harness_seconds / protocol_seconds, 1) if protocol_seconds else None,
                "share": {"snapshots (pickle)": round(snapshots / total, 2), "allocator calls": round(calls / total, 2),

@@ -13,7 +13,7 @@ from cowcheck.model.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.symmetry import Symmetry
 from cowcheck.model.harness import HarnessModel, system_for
-from cowcheck.model.system import TransitionSystem
+from cowcheck.model.system import ProtocolModel, TransitionSystem
 
 from .explorer import Exploration, Explorer
 from .invariants import INVARIANTS, Invariant, for_system, validate_expect
@@ -43,7 +43,7 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
     invariants, unsupported = for_system(invariants, model)
     validate_expect(scenario, harness)
     orbits = Symmetry(scenario) if symmetry and not harness else None
-    ample = Ample(model) if por and max_depth is None and not harness else None
+    ample = Ample(model) if por and max_depth is None and isinstance(model, ProtocolModel) else None
     compact = compact and not harness
 
     def search(invariants, ample, max_states, **limits) -> Explorer:
@@ -92,6 +92,7 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
     for inv_id, why in unsupported.items():
         verdicts[inv_id] = Verdict(inv_id, Kind(why[0]), Outcome.UNSUPPORTED, note=why[1])
     peak = None
-    if x.peak_state is not None:
-        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: explorer.path_to(x.peak_state)), peak=x.peak)
+    peak_state = x.peak_state
+    if peak_state is not None:
+        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: explorer.path_to(peak_state)), peak=x.peak)
     return ExplicitResult(scenario, verdicts, x.complete, x.stopped, x.seconds, exploration=x, peak_trace=peak)

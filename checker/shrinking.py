@@ -78,9 +78,9 @@ def _shorter_programs(branches: tuple[BranchSpec, ...]) -> list[tuple[BranchSpec
     out = []
     for ops in itertools.product(*per_op):
         programs: list[list[str]] = [[] for _ in branches]
-        for i, text in zip(owner, ops):
-            if text is not None:
-                programs[i].append(text)
+        for i, chosen in zip(owner, ops):
+            if chosen is not None:
+                programs[i].append(chosen)
         for roots in itertools.product(*keep_root):
             alive = [False] * len(branches)
             for i, b in enumerate(branches):        # a child lives when its parent lives and still forks it

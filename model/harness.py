@@ -34,7 +34,7 @@ import pickle
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Hashable, Optional, cast
 
 from . import device
 from .action import Action, Transition, completion
@@ -103,7 +103,7 @@ def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]
     factory = getattr(module, name, None)
     if not callable(factory):
         raise SpecError(source, "allocator", f"{ref!r}: {where} has no callable {name!r}")
-    return factory
+    return cast(Callable[[int, int], Any], factory)
 
 
 class HarnessModel:
@@ -117,7 +117,7 @@ class HarnessModel:
         self.names = tuple(scenario.branch_name(i) for i in range(len(scenario.branches)))
         self.operations = tuple(spec.operations for spec in scenario.branches)
         self.descendants = tuple(scenario.descendants(i) for i in range(len(scenario.branches)))
-        self.ref = scenario.allocator or getattr(factory, "__qualname__", "allocator")
+        self.ref = str(scenario.allocator or getattr(factory, "__qualname__", "allocator"))
         if factory is None:
             assert scenario.allocator is not None, "a harness needs allocator code"
             factory = load_factory(scenario.allocator, Path(scenario.allocator_base or Path(scenario.source).parent), scenario.source)
@@ -235,7 +235,8 @@ class HarnessModel:
     @staticmethod
     def is_copy_launch(action: Action) -> int:
         """The copies a host call launched (an append may launch several)."""
-        return len(dict(action.binds).get("copy_src") or ()) if action.op is Op.APPEND else 0
+        sources = dict(action.binds).get("copy_src")
+        return len(sources) if action.op is Op.APPEND and isinstance(sources, tuple) else 0
 
     def where(self, br: Branch) -> str:
         if br.status is Status.UNBORN:

@@ -50,7 +50,9 @@ class TransitionSystem(Protocol):
         """Every branch done with its program and not finished, nothing in flight."""
         ...
 
-    def is_copy_launch(self, action: Action) -> bool: ...
+    def is_copy_launch(self, action: Action) -> int:
+        """The copies the action launches (a protocol step: 0 or 1)."""
+        ...
 
     def where(self, branch: Branch) -> str:
         """Where a branch stands, in words (deadlock witnesses, explain)."""

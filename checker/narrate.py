@@ -287,6 +287,19 @@ def _copies(binds: dict, B: int) -> str:
     return f"the allocator returns {len(pairs)} copies, {listed} ({slots} each), launched first in that order"
 
 
+def _still_free(who: str, binds: dict, after: dict) -> str:
+    """Blocks the call put to use (a copy's destination, the branch's
+    table) that the allocator still reports free: a bug in the making."""
+    table = after["branches"][who]["working"]
+    dsts = binds.get("copy_dst") or []
+    out = ""
+    for b in dict.fromkeys([*dsts, *table]):
+        if b in after["free"]:
+            roles = [role for role, yes in (("a copy's destination", b in dsts), (f"in {who}'s table", b in table)) if yes]
+            out += f" Block {b} stays FREE: the allocator keeps it on its free list, though it is {' and '.join(roles)}."
+    return out
+
+
 def _kernel_in_flight(who: str, state: dict) -> Optional[dict]:
     return next((q["kernel"] for q in state["queue"] if "kernel" in q and q["kernel"]["branch"] == who), None)
 
@@ -312,7 +325,8 @@ def _host_words(action: dict, binds: dict, before: dict, after: Optional[dict]) 
             return (f"{call}; but its table {table} has no block for position {pos}: "
                     f"no kernel is launched (kernel-table-miss).")
         return (f"{call}; then {who}'s kernel for position {pos}, which writes {token} into block "
-                f"{table[pos // B]}, slot {pos % B}, is launched through its table {table}. {_books(who, before, after)}")
+                f"{table[pos // B]}, slot {pos % B}, is launched through its table {table}. {_books(who, before, after)}"
+                + _still_free(who, binds, after))
     assert after is not None
     me = after["branches"][who]
     if op == "fork":
@@ -320,7 +334,8 @@ def _host_words(action: dict, binds: dict, before: dict, after: Optional[dict]) 
         kid = after["branches"][child]
         same = f", the same blocks as {who}'s" if kid["working"] == me["working"] else f"; {who}'s table is now {me['working']}"
         return (f"{who} calls fork({who!r}, {child!r}): {child} is born with {who}'s sequence {_tokens(kid['sequence'])} "
-                f"(pos {kid['pos']}) and its own table {kid['working']}{same}. {_books(who, before, after)}")
+                f"(pos {kid['pos']}) and its own table {kid['working']}{same}. {_books(who, before, after)}"
+                + _still_free(child, binds, after))
     if op == "rollback":
         accepted, rejected = binds["accepted"], binds["rejected"]
         drafts = accepted + rejected

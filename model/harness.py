@@ -114,9 +114,7 @@ class HarnessModel:
         self.B = scenario.block_size
         self.P = scenario.pool
         self.device = scenario.device
-        self.names = tuple(scenario.branch_name(i) for i in range(len(scenario.branches)))
-        self.operations = tuple(spec.operations for spec in scenario.branches)
-        self.descendants = tuple(scenario.descendants(i) for i in range(len(scenario.branches)))
+        self.names, self.operations, self.descendants = scenario.names, scenario.operations, scenario.lineage
         self.ref = str(scenario.allocator or getattr(factory, "__qualname__", "allocator"))
         if factory is None:
             assert scenario.allocator is not None, "a harness needs allocator code"

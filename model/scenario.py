@@ -144,6 +144,20 @@ class Scenario:
         start = self.prompt if spec.parent is None else self.max_pos(spec.parent)
         return start + spec.appends
 
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.branch_name(i) for i in range(len(self.branches)))
+
+    @cached_property
+    def operations(self) -> tuple[tuple[Operation, ...], ...]:
+        """Each branch's flattened program."""
+        return tuple(spec.operations for spec in self.branches)
+
+    @cached_property
+    def lineage(self) -> tuple[tuple[int, ...], ...]:
+        """Each branch's descendants: the unborn ones a cancel of it cancels with it."""
+        return tuple(self.descendants(i) for i in range(len(self.branches)))
+
     def descendants(self, index: int) -> tuple[int, ...]:
         """The branches forked by `index`, and theirs."""
         out: list[int] = []

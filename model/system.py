@@ -69,10 +69,7 @@ class ProtocolModel:
         self.B = scenario.block_size
         self.reuse = scenario.reuse
         self.device = scenario.device
-        self.names = tuple(scenario.branch_name(i) for i in range(len(scenario.branches)))
-        self.operations = tuple(spec.operations for spec in scenario.branches)
-        #: the unborn branches a cancel of each branch cancels with it
-        self.descendants = tuple(scenario.descendants(i) for i in range(len(scenario.branches)))
+        self.names, self.operations, self.descendants = scenario.names, scenario.operations, scenario.lineage
         self.source = scenario.protocol.source
 
     # -- the TransitionSystem interface ---------------------------------------

@@ -16,7 +16,7 @@ from .action import Action, Transition, completion
 from .block import Draft
 from .condition import environment
 from .errors import SpecError
-from .protocol import COPIES, Rule, Step
+from .protocol import Rule, Step
 from .scenario import Scenario
 from .state import Branch, State, Status, initial_state, is_final
 from .structure import Op, Place, Structure
@@ -99,8 +99,8 @@ class ProtocolModel:
         )
 
     @staticmethod
-    def is_copy_launch(action: Action) -> bool:
-        return action.step.split(" ", 1)[0] in COPIES
+    def is_copy_launch(action: Action) -> int:
+        return action.step.startswith("copy ") or action.step.startswith("copy-block ")
 
     def where(self, br: Branch) -> str:
         if br.status is Status.UNBORN:

@@ -11,8 +11,9 @@
 - invariants.py: one z3 encoding per invariant, next to its explicit
   predicate; an invariant without one is reported unsupported.
 - bounds.py: the array sizes of the symbolic state (queue slots, table
-  entries), the rules each append can choose, and the earliest depth of
-  each action instance, by a static analysis of the scenario's programs.
+  entries), the positions each operation can begin at and the rules each
+  append can choose, and the earliest depth of each action instance, by a
+  static analysis of the scenario's programs (forks and speculation too).
 - reduction.py: symmetry breaking and commuting-action constraints that
   BMC adds to its run (same answers, fewer runs to refute).
 - bmc.py: `run_bmc(scenario, invariants, depth) -> BmcResult`, shortest

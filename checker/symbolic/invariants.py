@@ -179,6 +179,10 @@ ENCODINGS: dict[str, SymbolicInvariant] = {inv.id: inv for inv in (
                       on_state=uaf_state, explicit=(explicit.uaf_copy, explicit.uaf_kernel, explicit.uaf_freed, explicit.uaf_state)),
     SymbolicInvariant("copy-before-use", {KernelDone: copy_before_use}, explicit=(explicit.copy_before_use,)),
     SymbolicInvariant("refcount-exact", on_state=refcount_exact, explicit=(explicit.refcount_exact,)),
+    # allocator code only: the z3 engines check protocol files (cowcheck.api
+    # refuses allocator code for them), whose steps never raise, so no
+    # symbolic action produces the fact (AllocatorRaised) that breaks it
+    SymbolicInvariant("allocator-error", explicit=(explicit.allocator_error,)),
 )}
 
 

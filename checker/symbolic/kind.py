@@ -34,6 +34,11 @@ than their disjunction). At each k = 1, 2, ... up to the bound:
   get the same Houdini step at k, with the proven lemma parts assumed in
   every state of the path S_0 .. S_k.
 
+Branch programs (forks, speculation) get the same procedure with fewer
+lemmas where forks make the plain-program ones useless
+(cowcheck.symbolic.lemmas.Lemmas.catalogue), so more invariants may be
+left "not closed" there; none is ever claimed without its proof.
+
 An invariant is proven (closed_at k) once all its parts are. Nothing is
 reported proved without unsatisfiable step queries and base cases for
 exactly the set those queries assumed; a lemma that is false for a buggy

@@ -7,7 +7,11 @@ integer arithmetic), sized from the scenario: P blocks (refcount, holds, B
 slots), the free list as P positions plus a length, per branch its status,
 pos, done, one program counter for its place (cowcheck.model.structure),
 the locals tail and new, and both tables as T entries plus lengths; the
-device queue as Q slots in launch order. Absent values are -1 (an empty
+device queue as Q slots in launch order. With branch programs a branch
+also has its write counter, its `rejected` local and its sequence, and a
+kernel the sequence it must read (positions L and beyond; the prompt's are
+always p0 .. p{L-1}); a plain scenario leaves these fields out, since its
+sequences are the branches' references. Absent values are -1 (an empty
 slot, an unbound local, an unused table entry), and every entry past a
 length is kept at its canonical empty value, so that two symbolic states
 are equal exactly when the explicit states are (k-induction's simple-path

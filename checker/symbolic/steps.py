@@ -255,6 +255,7 @@ def _write(r: StepRun) -> None:
     r.leads = covered
     kseq = None
     if system.programs:
+        assert b.writes is not None     # programs: every branch has its write counter
         token = system.offset[r.j] + b.writes
         b.seq = [z3.If(b.pos == system.L + n, token, x) for n, x in enumerate(b.seq)]
         b.writes = b.writes + 1

@@ -42,9 +42,11 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
     harness = isinstance(model, HarnessModel)
     invariants, unsupported = for_system(invariants, model)
     validate_expect(scenario, harness)
-    orbits = Symmetry(scenario) if symmetry and not harness else None
-    ample = Ample(model) if por and max_depth is None and isinstance(model, ProtocolModel) else None
-    compact = compact and not harness
+    # only a protocol file's states can be renamed, reordered and encoded
+    reducible = model if isinstance(model, ProtocolModel) else None
+    orbits = Symmetry(scenario) if symmetry and reducible else None
+    ample = Ample(reducible) if por and max_depth is None and reducible else None
+    compact = compact and reducible is not None
 
     def search(invariants, ample, max_states, **limits) -> Explorer:
         reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])

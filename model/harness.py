@@ -41,7 +41,8 @@ from .action import Action, Transition, completion
 from .block import AllocatorRaised, Draft, Freed, OutputChecked, TableMiss
 from .errors import SpecError
 from .scenario import Operation, Scenario
-from .state import Block, Branch, Copy, Kernel, State, Status, read
+from .state import (UNBORN, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final, is_steady,
+                    prompt, prompt_slots, read)
 from .structure import Op
 
 REQUIRED = ("start", "append", "fork", "rollback", "free", "table")
@@ -207,28 +208,23 @@ class HarnessModel:
             raise
         except Exception as err:     # nothing to explore without a start
             raise self._bad("start", f"start({roots}, {self.scenario.prompt}) raised {type(err).__name__}: {err}") from None
-        L = self.scenario.prompt
-        prompt = tuple(f"p{i}" for i in range(L))
-        branches = [Branch(Status.RUNNING, L, 0, None, None, 0, None, None, (), (), 0, prompt, None) if spec.parent is None
-                    else Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None)
-                    for spec in self.scenario.branches]
+        s = self.scenario
+        branches = [born(s.prompt, prompt(s), ()) if spec.parent is None else UNBORN for spec in s.branches]
         empty = State(tuple(Block(0, 0, (None,) * self.B) for _ in range(self.P)), (), (), ())
         state = self._observe(adapter, empty, branches, Draft(empty, "lifo"))
-        table = state.branches[self.scenario.roots[0]].working
-        if len(table) < -(-L // self.B):
-            raise self._bad("start", f"start({roots}, {L}) must give the roots the prompt's {-(-L // self.B)} blocks, table(a) is {list(table)}")
+        table = state.branches[s.roots[0]].working
+        if len(table) < s.prompt_blocks:
+            raise self._bad("start", f"start({roots}, {s.prompt}) must give the roots the prompt's {s.prompt_blocks} blocks, table(a) is {list(table)}")
         blocks = list(state.blocks)
-        for k, b in enumerate(table[:-(-L // self.B)]):         # the prompt's tokens, in the blocks the allocator chose
-            cells = prompt[k * self.B:(k + 1) * self.B]
-            blocks[b] = blocks[b]._replace(slots=tuple(cells) + (None,) * (self.B - len(cells)))
+        for k, b in enumerate(table[:s.prompt_blocks]):         # the prompt's tokens, in the blocks the allocator chose
+            blocks[b] = blocks[b]._replace(slots=prompt_slots(s, k))
         return state._replace(blocks=tuple(blocks))
 
     def is_final(self, state: State) -> bool:
-        return not state.queue and all(b.status is Status.FINISHED or b.status is Status.CANCELLED for b in state.branches)
+        return is_final(state)
 
     def is_steady(self, state: State) -> bool:
-        return not state.queue and all(br.status is Status.RUNNING and br.done == len(ops)
-                                       for br, ops in zip(state.branches, self.operations))
+        return is_steady(state, self.operations)
 
     @staticmethod
     def is_copy_launch(action: Action) -> int:
@@ -318,7 +314,7 @@ class HarnessModel:
         elif op is Op.FORK:
             assert child is not None
             binds.append(("child", self.names[child]))
-            branches[child] = Branch(Status.RUNNING, br.pos, 0, None, None, 0, None, None, (), (), 0, br.seq, None)
+            branches[child] = born(br.pos, br.seq, ())          # its table is read from the allocator below
             branches[i] = br._replace(done=br.done + 1)
         elif op is Op.ROLLBACK:
             binds += [("accepted", self.operations[i][br.done].arg - rejected), ("rejected", rejected)]
@@ -327,9 +323,7 @@ class HarnessModel:
         else:                   # finish or cancel: the branch is done with, and so are its unborn children
             branches[i] = br._replace(status=Status.FINISHED if op is Op.FINISH else Status.CANCELLED, working=(), published=())
             if op is Op.CANCEL:
-                for c in self.descendants[i]:
-                    if branches[c].status is Status.UNBORN:
-                        branches[c] = branches[c]._replace(status=Status.CANCELLED)
+                cancel_unborn(branches, self.descendants[i])
         after = self._observe(adapter, state, branches, d)
         if op is Op.FINISH:     # what check-output read, for a replay on a real pool
             binds.append(("pos", br.pos))

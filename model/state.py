@@ -75,29 +75,56 @@ class State(NamedTuple):
     code: Any = None
 
 
+#: a child before its parent's fork: no tables, nothing owned
+UNBORN = Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None)
+
+
+def born(pos: int, seq: tuple[str, ...], table: tuple[int, ...]) -> Branch:
+    """A branch that starts running, between operations, its program ahead
+    of it: a root at the prompt, or a child at its fork (both tables the
+    given one; a child's write counter starts at 0 too)."""
+    return Branch(Status.RUNNING, pos, 0, None, None, 0, None, None, table, table, 0, seq, None)
+
+
+def prompt(scenario: Scenario) -> tuple[str, ...]:
+    return tuple(f"p{i}" for i in range(scenario.prompt))
+
+
+def prompt_slots(scenario: Scenario, k: int) -> tuple[Optional[str], ...]:
+    """The slots of the prompt's k-th block: its tokens, then empty cells."""
+    B = scenario.block_size
+    cells = prompt(scenario)[k * B:(k + 1) * B]
+    return cells + (None,) * (B - len(cells))
+
+
 def initial_state(scenario: Scenario) -> State:
     """The fork has happened: every root branch maps the prompt's blocks;
     children are unborn, with nothing."""
-    B, L = scenario.block_size, scenario.prompt
-    n = len(scenario.roots)
-    prompt_blocks = scenario.prompt_blocks
-    tokens = [f"p{i}" for i in range(L)]
-    blocks = []
-    for b in range(scenario.pool):
-        if b < prompt_blocks:
-            cells = tokens[b * B:(b + 1) * B]
-            blocks.append(Block(n, 0, tuple(cells + [None] * (B - len(cells)))))
-        else:
-            blocks.append(Block(0, 0, (None,) * B))
-    table = tuple(range(prompt_blocks))
-    root = Branch(Status.RUNNING, L, 0, None, None, 0, None, None, table, table, 0, tuple(tokens), None)
-    unborn = Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None)
-    branches = tuple(root if spec.parent is None else unborn for spec in scenario.branches)
+    n, prompt_blocks = len(scenario.roots), scenario.prompt_blocks
+    blocks = [Block(n, 0, prompt_slots(scenario, b)) if b < prompt_blocks else Block(0, 0, (None,) * scenario.block_size)
+              for b in range(scenario.pool)]
+    root = born(scenario.prompt, prompt(scenario), tuple(range(prompt_blocks)))
+    branches = tuple(root if spec.parent is None else UNBORN for spec in scenario.branches)
     return State(tuple(blocks), tuple(range(prompt_blocks, scenario.pool)), branches, ())
 
 
 def is_final(state: State) -> bool:
     return not state.queue and all(b.status is Status.FINISHED or b.status is Status.CANCELLED for b in state.branches)
+
+
+def is_steady(state: State, operations: tuple[tuple[Any, ...], ...]) -> bool:
+    """Every branch born, at the end of its program (finish not started),
+    nothing in flight."""
+    return not state.queue and all(br.status is Status.RUNNING and br.op is None and br.done == len(ops)
+                                   for br, ops in zip(state.branches, operations))
+
+
+def cancel_unborn(branches: list[Branch], descendants: tuple[int, ...]) -> None:
+    """A cancelled branch's children it never forked (and theirs) are
+    cancelled with it: they never owned anything."""
+    for c in descendants:
+        if branches[c].status is Status.UNBORN:
+            branches[c] = branches[c]._replace(status=Status.CANCELLED)
 
 
 def allocated(state: State) -> int:

@@ -15,7 +15,7 @@ from .block import Draft, OutputChecked, TableMiss
 from .errors import SpecError
 from .protocol import Step
 from .scenario import BRANCH_NAMES
-from .state import Branch, Copy, Kernel, State, Status, read
+from .state import Branch, Copy, Kernel, State, born, read
 
 
 def local(branch: Branch, name: str, step: Step, source: str) -> int:
@@ -39,33 +39,6 @@ def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tu
     return (None,)
 
 
-#: the steps that change only the acting branch (its tables, pos, place)
-BRANCH_ONLY = frozenset({"wait-kernel", "wait-copy", "append", "replace", "publish", "rewind"})
-
-
-def apply_local(br: Branch, step: Step, source: str) -> tuple[Branch, tuple[tuple[str, Bound], ...]]:
-    """A step of BRANCH_ONLY: the branch after it and what it bound."""
-    op, args = step.op, step.args
-    values = {a: local(br, a, step, source) for a in args}
-    binds: tuple[tuple[str, Bound], ...] = tuple(values.items())
-    if op == "append":
-        br = br._replace(working=br.working + (values[args[0]],))
-    elif op == "replace":
-        old, new = values[args[0]], values[args[1]]
-        if old not in br.working:
-            raise SpecError(source, step.where, f"step {step.text!r}: block {old} ({args[0]}) is not in the working table {list(br.working)}")
-        at = br.working.index(old)
-        br = br._replace(working=br.working[:at] + (new,) + br.working[at + 1:])
-    elif op == "publish":
-        br = br._replace(published=br.working)
-    elif op == "rewind":
-        assert br.rejected is not None, "rewind is only in [rollback], after verify"
-        pos = br.pos - br.rejected
-        br = br._replace(pos=pos, seq=br.seq[:pos])
-        binds = (("rejected", br.rejected), ("pos", pos))
-    return br, binds
-
-
 def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
           block_size: int, name: str, source: str, child: Optional[int] = None) -> tuple[Optional[Branch], tuple[tuple[str, Bound], ...]]:
     """Perform one step of branch `index` (called `name`; `child`: the
@@ -73,8 +46,6 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
     the step launched nothing and ends exploration: a kernel-table-miss)
     and the block ids its locals bound."""
     op, args = step.op, step.args
-    if op in BRANCH_ONLY:
-        return apply_local(br, step, source)
     values = {} if op == "alloc" else {a: local(br, a, step, source) for a in args}
     binds: tuple[tuple[str, Bound], ...] = tuple(values.items())
 
@@ -88,6 +59,16 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
     elif op in ("copy", "copy-block"):
         n = br.pos % block_size if op == "copy" else block_size
         d.queue.append(Copy(values[args[0]], values[args[1]], n))
+    elif op == "append":
+        br = br._replace(working=br.working + (values[args[0]],))
+    elif op == "replace":
+        old, new = values[args[0]], values[args[1]]
+        if old not in br.working:
+            raise SpecError(source, step.where, f"step {step.text!r}: block {old} ({args[0]}) is not in the working table {list(br.working)}")
+        at = br.working.index(old)
+        br = br._replace(working=br.working[:at] + (new,) + br.working[at + 1:])
+    elif op == "publish":
+        br = br._replace(published=br.working)
     elif op == "write":
         if len(br.published) <= br.pos // block_size:
             d.facts.append(TableMiss(index, br.pos))
@@ -106,9 +87,13 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
             blockops.incref(d, b)
     elif op == "share":
         assert child is not None, "share is only in [fork]"
-        d.set_branch(child, Branch(Status.RUNNING, br.pos, 0, None, None, 0, None, None,
-                                   br.working, br.working, 0, br.seq, None))
+        d.set_branch(child, born(br.pos, br.seq, br.working))
         binds = (("child", BRANCH_NAMES[child]), ("table", br.working))
+    elif op == "rewind":
+        assert br.rejected is not None, "rewind is only in [rollback], after verify"
+        pos = br.pos - br.rejected
+        br = br._replace(pos=pos, seq=br.seq[:pos])
+        binds = (("rejected", br.rejected), ("pos", pos))
     elif op == "trim":
         keep = -(-br.pos // block_size)
         dropped = br.working[keep:]

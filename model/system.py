@@ -18,7 +18,7 @@ from .condition import environment
 from .errors import SpecError
 from .protocol import Rule, Step
 from .scenario import Scenario
-from .state import Branch, State, Status, initial_state, is_final
+from .state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_steady
 from .structure import Op, Place, Structure
 
 #: the status a branch has once the last step of each operation is done
@@ -93,14 +93,11 @@ class ProtocolModel:
         return out
 
     def is_steady(self, state: State) -> bool:
-        return not state.queue and all(
-            br.status is Status.RUNNING and br.op is None and br.done == len(ops)
-            for br, ops in zip(state.branches, self.operations)
-        )
+        return is_steady(state, self.operations)
 
     @staticmethod
     def is_copy_launch(action: Action) -> int:
-        return action.step.startswith("copy ") or action.step.startswith("copy-block ")
+        return action.step.startswith(("copy ", "copy-block "))
 
     def where(self, br: Branch) -> str:
         if br.status is Status.UNBORN:
@@ -209,9 +206,7 @@ class ProtocolModel:
             else:
                 after = self._end(after, op)
                 if op is Op.CANCEL:
-                    for c in self.descendants[i]:       # never forked: they never owned anything
-                        if d.branches[c].status is Status.UNBORN:
-                            d.set_branch(c, d.branches[c]._replace(status=Status.CANCELLED))
+                    cancel_unborn(d.branches, self.descendants[i])
             d.set_branch(i, after)
             out.append(Transition(action, d.freeze(), tuple(d.facts)))
 

@@ -148,10 +148,15 @@ def small_scenarios(draw):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_scenarios(), st.integers(0, 2**32 - 1))
 def test_encoding_agrees_with_the_model_on_random_reachable_states(scenario, seed):
-    bench = Bench(scenario)
     rnd = random.Random(seed)
+    agree_along_a_walk(Bench(scenario), rnd, rnd.randint(0, 25))
+
+
+def agree_along_a_walk(bench: "Bench", rnd: random.Random, steps: int) -> None:
+    """The encoding agrees with the model in every state of one random walk
+    of at most `steps` actions."""
     state = bench.enc.model.init_state()
-    for _ in range(rnd.randint(0, 25)):
+    for _ in range(steps):
         bench.agree(state)
         nxt = [t.state for t in bench.enc.model.successors(state) if t.state is not None]
         if not nxt:

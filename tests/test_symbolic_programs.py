@@ -39,7 +39,7 @@ from cowcheck.symbolic.system import SymbolicSystem
 from cowcheck.trace import load
 
 from test_kind import broken_parts
-from test_symbolic import Bench, _by_depth
+from test_symbolic import Bench, _by_depth, agree_along_a_walk
 
 FORK = [{"program": ["append", "fork c", "append"]}, {"appends": 1}, {"program": ["append"], "parent": "a"}]
 SPECULATE = [{"program": ["speculate 2", "append"]}, {"appends": 1}]
@@ -71,15 +71,7 @@ def _agree(scenario, bound, whole=True):
 def _walk(scenario, seeds: int, steps: int) -> None:
     bench = Bench(scenario)
     for seed in range(seeds):
-        rnd = random.Random(seed)
-        state = bench.enc.model.init_state()
-        for _ in range(steps):
-            bench.agree(state)
-            nxt = [t.state for t in bench.enc.model.successors(state) if t.state is not None]
-            if not nxt:
-                break
-            state = rnd.choice(nxt)
-        bench.agree(state)
+        agree_along_a_walk(bench, random.Random(seed), steps)
 
 
 def test_encoding_agrees_with_the_model_on_a_small_program():

@@ -250,36 +250,43 @@ class Explorer:
                 init = self.representative(init)
             self._add(self._stored(init), init, -1, 0)
             queue.append((0, init))
+            # the loop runs once per transition: what it calls is bound once here
+            representative, stored, ample = self.representative, self._stored, self.ample
+            plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
+            steady, gauge, cost, max_depth = self.steady, self.gauge, self.cost, self.max_depth
+            depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
+            state_checks, action_checks, violate = judge.state, judge.action, self._violate
             while queue:
                 sid, state = queue.popleft()
-                depth = self.depth[sid]
-                res.depth = max(res.depth, depth)
+                depth = depths[sid]
+                if depth > res.depth:
+                    res.depth = depth
                 trs = model.successors(state)
                 final = model.is_final(state)
-                self.final.append(final)
-                self.edge_start.append(len(self.edge_dst))
-                for inv_id, witness in judge.state(model, state, final, not trs, found):
-                    self._violate(inv_id, depth, sid, witness=witness)
-                if self.steady is not None and self.steady(state):
-                    assert self.gauge is not None  # a steady predicate comes with its gauge
-                    steady_values.add(self.gauge(state))
-                if self.max_depth is not None and depth >= self.max_depth:
+                finals.append(final)
+                edge_start.append(len(edge_dst))
+                for inv_id, witness in state_checks(model, state, final, not trs, found):
+                    violate(inv_id, depth, sid, witness=witness)
+                if steady is not None and steady(state):
+                    assert gauge is not None  # a steady predicate comes with its gauge
+                    steady_values.add(gauge(state))
+                if max_depth is not None and depth >= max_depth:
                     if trs:
-                        res.complete, res.stopped = False, f"--max-depth {self.max_depth}"
+                        res.complete, res.stopped = False, f"--max-depth {max_depth}"
                     continue
-                if self.ample is not None:
-                    trs = self.ample(state, trs)
+                if ample is not None:
+                    trs = ample(state, trs)
                 for tr in trs:
                     res.transitions += 1
-                    if tr.facts:
-                        for inv_id, witness in judge.action(model, state, tr, found):
-                            self._violate(inv_id, depth + 1, sid, tr.action, tr.state, witness)
                     nxt = tr.state
+                    if tr.facts:
+                        for inv_id, witness in action_checks(model, state, tr, found):
+                            violate(inv_id, depth + 1, sid, tr.action, nxt, witness)
                     if nxt is None:
                         continue
-                    if self.representative is not None:
-                        nxt = self.representative(nxt)
-                    key = self._stored(nxt)
+                    if representative is not None:
+                        nxt = representative(nxt)
+                    key = nxt if plain else stored(nxt)
                     nid = index.get(key)
                     if nid is None:
                         if self.max_states is not None and len(self.keys) >= self.max_states:
@@ -287,8 +294,8 @@ class Explorer:
                             raise _Stop(res.stopped)
                         nid = self._add(key, nxt, sid, depth + 1)
                         queue.append((nid, nxt))
-                    self.edge_dst.append(nid)
-                    self.edge_cost.append(self.cost(tr.action) if self.cost else 0)
+                    edge_dst.append(nid)
+                    edge_cost.append(cost(tr.action) if cost else 0)
                 if not sid & 0xFFF:
                     if self.max_memory is not None and _resident_bytes() > self.max_memory:
                         raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")

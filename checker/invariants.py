@@ -167,7 +167,10 @@ def uaf_state(model, state, final, stuck):
     if not state.free:
         return None
     free = set(state.free)
+    B = model.B
     for j, br in enumerate(state.branches):
+        if free.isdisjoint(br.working) and free.isdisjoint(br.published[:-(-br.pos // B)]):
+            continue                # the common case, without naming the tables
         for name, table in tables(model, br):
             for b in table:
                 if b in free:

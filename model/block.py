@@ -13,6 +13,10 @@ from typing import NamedTuple, Optional, Union
 
 from .state import Block, Branch, Copy, Kernel, State
 
+#: a named tuple from a tuple of its fields, without the call through its
+#: generated __new__ (every action builds a few)
+_new = tuple.__new__
+
 
 # The facts an action can produce: what the invariants are judged on. An
 # action that produces none costs no invariant work. The z3 engines carry
@@ -76,7 +80,7 @@ class Draft:
         self.code = state.code
 
     def freeze(self) -> State:
-        return State(tuple(self.blocks), tuple(self.free), tuple(self.branches), tuple(self.queue), self.code)
+        return _new(State, (tuple(self.blocks), tuple(self.free), tuple(self.branches), tuple(self.queue), self.code))
 
     def set_branch(self, index: int, branch: Branch) -> None:
         self.branches[index] = branch
@@ -110,7 +114,7 @@ def _push_free(d: Draft, block: int) -> None:
 
 def incref(d: Draft, block: int) -> None:
     old = d.blocks[block]
-    d.blocks[block] = Block(old.refcount + 1, old.holds, old.slots)
+    d.blocks[block] = _new(Block, (old.refcount + 1, old.holds, old.slots))
 
 
 def decref(d: Draft, block: int) -> None:
@@ -118,14 +122,14 @@ def decref(d: Draft, block: int) -> None:
     if old.refcount == 0:
         d.facts.append(Underflow(block, "refcount"))
         return
-    d.blocks[block] = Block(old.refcount - 1, old.holds, old.slots)
+    d.blocks[block] = _new(Block, (old.refcount - 1, old.holds, old.slots))
     if old.refcount == 1 and old.holds == 0:
         _push_free(d, block)
 
 
 def hold(d: Draft, block: int) -> None:
     old = d.blocks[block]
-    d.blocks[block] = Block(old.refcount, old.holds + 1, old.slots)
+    d.blocks[block] = _new(Block, (old.refcount, old.holds + 1, old.slots))
 
 
 def release(d: Draft, block: int) -> None:
@@ -133,7 +137,7 @@ def release(d: Draft, block: int) -> None:
     if old.holds == 0:
         d.facts.append(Underflow(block, "holds"))
         return
-    d.blocks[block] = Block(old.refcount, old.holds - 1, old.slots)
+    d.blocks[block] = _new(Block, (old.refcount, old.holds - 1, old.slots))
     if old.holds == 1 and old.refcount == 0:
         _push_free(d, block)
 
@@ -141,4 +145,4 @@ def release(d: Draft, block: int) -> None:
 def write_slots(d: Draft, block: int, start: int, cells: tuple[Optional[str], ...]) -> None:
     old = d.blocks[block]
     slots = old.slots[:start] + tuple(cells) + old.slots[start + len(cells):]
-    d.blocks[block] = Block(old.refcount, old.holds, slots)
+    d.blocks[block] = _new(Block, (old.refcount, old.holds, slots))

@@ -133,10 +133,12 @@ def allocated(state: State) -> int:
 
 def read(blocks: tuple[Block, ...], table: tuple[int, ...], count: int, block_size: int) -> tuple[Optional[str], ...]:
     """Positions 0 .. count-1 read through a block table (None past its end)."""
-    out = []
-    for i in range(count):
-        index = i // block_size
-        out.append(blocks[table[index]].slots[i % block_size] if index < len(table) else None)
+    out: list[Optional[str]] = []
+    for block in table[:-(-count // block_size)]:
+        out += blocks[block].slots
+    del out[count:]
+    if len(out) < count:
+        out += [None] * (count - len(out))
     return tuple(out)
 
 

@@ -18,6 +18,13 @@ from .scenario import BRANCH_NAMES
 from .state import Branch, Copy, Kernel, State, born, read
 
 
+#: the named tuples' fields as a tuple, without the call through their __new__
+_new = tuple.__new__
+_NO_VALUES: dict[str, int] = {}
+#: an enabled step without a choice
+_ENABLED: tuple[Optional[int], ...] = (None,)
+
+
 def local(branch: Branch, name: str, step: Step, source: str) -> int:
     value = branch.tail if name == "tail" else branch.new
     if value is None:
@@ -32,11 +39,15 @@ def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tu
     if op == "alloc":
         return blockops.free_choices(state, reuse)
     if op == "wait-kernel":
-        return () if any(type(q) is Kernel and q.branch == index for q in state.queue) else (None,)
-    if op == "wait-copy":
+        for q in state.queue:
+            if type(q) is Kernel and q.branch == index:
+                return ()
+    elif op == "wait-copy":
         dst = local(state.branches[index], step.args[0], step, source)
-        return () if any(type(q) is Copy and q.dst == dst for q in state.queue) else (None,)
-    return (None,)
+        for q in state.queue:
+            if type(q) is Copy and q.dst == dst:
+                return ()
+    return _ENABLED
 
 
 def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
@@ -46,13 +57,13 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
     the step launched nothing and ends exploration: a kernel-table-miss)
     and the block ids its locals bound."""
     op, args = step.op, step.args
-    values = {} if op == "alloc" else {a: local(br, a, step, source) for a in args}
-    binds: tuple[tuple[str, Bound], ...] = tuple(values.items())
+    values = _NO_VALUES if op == "alloc" or not args else {a: local(br, a, step, source) for a in args}
+    binds: tuple[tuple[str, Bound], ...] = tuple(values.items()) if values else ()
 
     if op == "alloc":
         assert choice is not None  # `choices` gives an alloc a free block
         blockops.alloc(d, choice)
-        br = br._replace(**{args[0]: choice})  # type: ignore[arg-type]  # args[0] is a local: tail or new
+        br = _new(Branch, br[:6] + ((choice, br.new) if args[0] == "tail" else (br.tail, choice)) + br[8:])
         binds = ((args[0], choice),)
     elif op in ("incref", "decref", "hold", "release"):
         getattr(blockops, op)(d, values[args[0]])
@@ -60,15 +71,15 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
         n = br.pos % block_size if op == "copy" else block_size
         d.queue.append(Copy(values[args[0]], values[args[1]], n))
     elif op == "append":
-        br = br._replace(working=br.working + (values[args[0]],))
+        br = _new(Branch, br[:8] + (br.working + (values[args[0]],),) + br[9:])
     elif op == "replace":
         old, new = values[args[0]], values[args[1]]
         if old not in br.working:
             raise SpecError(source, step.where, f"step {step.text!r}: block {old} ({args[0]}) is not in the working table {list(br.working)}")
         at = br.working.index(old)
-        br = br._replace(working=br.working[:at] + (new,) + br.working[at + 1:])
+        br = _new(Branch, br[:8] + (br.working[:at] + (new,) + br.working[at + 1:],) + br[9:])
     elif op == "publish":
-        br = br._replace(published=br.working)
+        br = _new(Branch, br[:9] + (br.working,) + br[10:])
     elif op == "write":
         if len(br.published) <= br.pos // block_size:
             d.facts.append(TableMiss(index, br.pos))
@@ -76,7 +87,7 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
         token = f"{name}{br.writes + 1}"
         seq = br.seq + (token,)
         d.queue.append(Kernel(index, br.pos, token, br.published, seq))
-        br = br._replace(pos=br.pos + 1, writes=br.writes + 1, seq=seq)
+        br = _new(Branch, (br.status, br.pos + 1) + br[2:10] + (br.writes + 1, seq, br.rejected))
         binds = (("token", token),)
     elif op == "decref-all":
         for b in br.working:

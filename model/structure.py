@@ -56,16 +56,19 @@ class Structure:
 
     def __init__(self, protocol: Protocol):
         self.protocol = protocol
+        # every operation's steps, looked up per action by the model
+        self._programs: dict[tuple[Op, Optional[str]], tuple[Step, ...]] = {
+            (Op.FINISH, None): protocol.finish, (Op.CANCEL, None): protocol.cancel,
+            (Op.FORK, None): protocol.fork, (Op.ROLLBACK, None): protocol.rollback}
+        for path in protocol.paths.values():
+            self._programs[Op.APPEND, path.name] = path.steps
         places = [Place(Op.APPEND, p.name, k) for p in protocol.paths.values() for k in range(len(p.steps))]
         places += [Place(op, None, k) for op in TABLES for k in range(len(self.program(op)))]
         self.places: tuple[Place, ...] = tuple(places)
 
     def program(self, op: Op, path: Optional[str] = None) -> tuple[Step, ...]:
-        if op is Op.APPEND:
-            assert path is not None, "an append's program is its path's"
-            return self.protocol.paths[path].steps
-        return {Op.FINISH: self.protocol.finish, Op.CANCEL: self.protocol.cancel,
-                Op.FORK: self.protocol.fork, Op.ROLLBACK: self.protocol.rollback}[op]
+        assert op is not Op.APPEND or path is not None, "an append's program is its path's"
+        return self._programs[op, path if op is Op.APPEND else None]
 
     def atomic(self, op: Op, path: Optional[str] = None) -> bool:
         """Whether the operation (an append: its path) runs under the scheduler lock."""

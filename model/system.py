@@ -26,6 +26,9 @@ STATUS_AFTER = {Op.APPEND: Status.RUNNING, Op.FORK: Status.RUNNING, Op.ROLLBACK:
                 Op.FINISH: Status.FINISHED, Op.CANCEL: Status.CANCELLED}
 #: the operations of a branch's program (finish and cancel end it)
 PROGRAM_OPS = (Op.APPEND, Op.FORK, Op.ROLLBACK)
+#: builds a named tuple from a tuple of its fields without the call through
+#: its generated __new__ (the successor function builds millions of them)
+_new = tuple.__new__
 
 
 class TransitionSystem(Protocol):
@@ -71,6 +74,8 @@ class ProtocolModel:
         self.device = scenario.device
         self.names, self.operations, self.descendants = scenario.names, scenario.operations, scenario.lineage
         self.source = scenario.protocol.source
+        self._locking = frozenset(self.structure.locking_places)   # Places compare as plain tuples
+        self._may_cancel = tuple(spec.may_cancel for spec in scenario.branches)
 
     # -- the TransitionSystem interface ---------------------------------------
     def init_state(self) -> State:
@@ -121,14 +126,13 @@ class ProtocolModel:
         an atomic path), if any: while it does, no other branch takes a step."""
         if not self.structure.any_atomic:
             return None
-        locks = self.structure.locks
+        locking = self._locking
         for i, br in enumerate(state.branches):
-            if br.op is not None and br.op in PROGRAM_OPS and locks(Place(br.op, br.path, br.step)):
+            if br.op is not None and (br.op, br.path, br.step) in locking:
                 return i
         return None
 
     def _branch_actions(self, state: State, i: int, br: Branch, out: list[Transition]) -> None:
-        spec = self.scenario.branches[i]
         if br.op is None:
             ops = self.operations[i]
             if br.done < len(ops):
@@ -141,12 +145,11 @@ class ProtocolModel:
                     self._verify(state, i, br, nxt.arg, out)
             else:
                 self._step(state, i, br, Op.FINISH, self.protocol.finish, 0, out)
-            if spec.may_cancel:
+            if self._may_cancel[i]:
                 self._step(state, i, br, Op.CANCEL, self.protocol.cancel, 0, out)
             return
-        place = Place(br.op, br.path, br.step)
         self._step(state, i, br, br.op, self.structure.program(br.op, br.path), br.step, out)
-        if spec.may_cancel and self.structure.cancellable(place):
+        if self._may_cancel[i] and self.structure.cancellable(Place(br.op, br.path, br.step)):
             self._step(state, i, br, Op.CANCEL, self.protocol.cancel, 0, out)
 
     def _decide(self, state: State, i: int, br: Branch, out: list[Transition]) -> None:
@@ -191,28 +194,32 @@ class ProtocolModel:
     def _step(self, state: State, i: int, br: Branch, op: Op, program: tuple[Step, ...], k: int,
               out: list[Transition]) -> None:
         step = program[k]
+        options = steps.choices(state, i, step, self.reuse, self.source)
+        if not options:
+            return
         child = self.operations[i][br.done].arg if op is Op.FORK else None
-        for choice in steps.choices(state, i, step, self.reuse, self.source):
+        if op is not br.op:  # starting finish, cancel or fork (a cancel abandons the append, keeping its locals)
+            br = _new(Branch, (br.status, br.pos, br.done, op, None, 0) + br[6:])
+        name, last = self.names[i], k + 1 == len(program)
+        for choice in options:
             d = Draft(state, self.reuse)
-            if op is not br.op:  # starting finish, cancel or fork (a cancel abandons the append, keeping its locals)
-                br = br._replace(op=op, path=None, step=0)
-            after, binds = steps.apply(d, i, br, step, choice, self.B, self.names[i], self.source, child)
-            action = Action(self.names[i], op, step.text, binds)
+            after, binds = steps.apply(d, i, br, step, choice, self.B, name, self.source, child)
+            action = _new(Action, (name, op, step.text, binds))
             if after is None:
-                out.append(Transition(action, None, tuple(d.facts)))
+                out.append(_new(Transition, (action, None, tuple(d.facts))))
                 continue
-            if k + 1 < len(program):
-                after = after._replace(step=k + 1)
+            if not last:
+                after = _new(Branch, after[:5] + (k + 1,) + after[6:])
             else:
                 after = self._end(after, op)
                 if op is Op.CANCEL:
                     cancel_unborn(d.branches, self.descendants[i])
-            d.set_branch(i, after)
-            out.append(Transition(action, d.freeze(), tuple(d.facts)))
+            d.branches[i] = after
+            out.append(_new(Transition, (action, d.freeze(), tuple(d.facts))))
 
     @staticmethod
     def _end(br: Branch, op: Op) -> Branch:
         """The branch once operation `op` is done: locals cleared, and the
         program moved on (or the branch finished or cancelled)."""
         done = br.done + (op in PROGRAM_OPS)
-        return Branch(STATUS_AFTER[op], br.pos, done, None, None, 0, None, None, br.working, br.published, br.writes, br.seq, None)
+        return _new(Branch, (STATUS_AFTER[op], br.pos, done, None, None, 0, None, None, br.working, br.published, br.writes, br.seq, None))

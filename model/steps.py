@@ -92,7 +92,7 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
     elif op == "decref-all":
         for b in br.working:
             blockops.decref(d, b)
-        br = br._replace(working=(), published=())
+        br = _new(Branch, br[:8] + ((), ()) + br[10:])
     elif op == "incref-all":
         for b in br.working:
             blockops.incref(d, b)

@@ -160,22 +160,22 @@ class ProtocolModel:
         rule = self.choose(state, tail, boundary, fill)
         if rule is None:
             return  # no rule matches: the branch cannot proceed
-        after = br._replace(op=Op.APPEND, path=rule.path, step=0, tail=tail, new=None)
+        after = _new(Branch, br[:3] + (Op.APPEND, rule.path, 0, tail, None) + br[8:])
         branches = state.branches[:i] + (after,) + state.branches[i + 1:]
         action = Action(self.names[i], Op.APPEND, "decide", (("path", rule.path), ("tail", tail)))
-        out.append(Transition(action, state._replace(branches=branches), ()))
+        out.append(Transition(action, _new(State, (state.blocks, state.free, branches, state.queue, state.code)), ()))
 
     def _verify(self, state: State, i: int, br: Branch, drafts: int, out: list[Transition]) -> None:
         """The rollback's first action: the verifier accepts j of the drafts,
         each j its own successor, and binds `rejected`."""
         for accepted in range(drafts + 1):
             rejected = drafts - accepted
-            after = br._replace(op=Op.ROLLBACK, path=None, step=0, rejected=rejected)
+            after = _new(Branch, br[:3] + (Op.ROLLBACK, None, 0) + br[6:12] + (rejected,))
             if not self.protocol.rollback:       # an empty [rollback]: the operation ends here
                 after = self._end(after, Op.ROLLBACK)
             branches = state.branches[:i] + (after,) + state.branches[i + 1:]
             action = Action(self.names[i], Op.ROLLBACK, "verify", (("accepted", accepted), ("rejected", rejected)))
-            out.append(Transition(action, state._replace(branches=branches), ()))
+            out.append(Transition(action, _new(State, (state.blocks, state.free, branches, state.queue, state.code)), ()))
 
     def choose(self, state: State, tail: Optional[int], boundary: bool, fill: int) -> Optional[Rule]:
         def counter(field: str) -> Callable[[Optional[int]], int]:

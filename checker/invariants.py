@@ -100,8 +100,10 @@ def _others(queue: tuple, kernel: Kernel) -> list:
 def exclusive_write(model, before, tr, fact):
     kernel = fact.kernel
     target = _target(model, kernel)
+    B = model.B
     for j, br in enumerate(before.branches):
-        if j != kernel.branch and br.status is Status.RUNNING:
+        if j != kernel.branch and br.status is Status.RUNNING \
+                and (target in br.working or target in br.published[:-(-br.pos // B)]):
             for name, table in tables(model, br):
                 if target in table:
                     return {"block": target, "message": f"block {target} is in branch {model.names[j]}'s {name} table {list(table)}"}
@@ -151,7 +153,10 @@ def uaf_kernel(model, before, tr, fact):
 
 def uaf_freed(model, before, tr, fact):
     block, after = fact.block, tr.state
+    B = model.B
     for j, br in enumerate(after.branches):
+        if block not in br.working and block not in br.published[:-(-br.pos // B)]:
+            continue
         for name, table in tables(model, br):
             if block in table:
                 return {"block": block, "message": f"block {block} was freed while branch {model.names[j]}'s {name} table {list(table)} maps it"}

@@ -10,6 +10,8 @@ from .state import Copy, InFlight, State
 from .structure import DeviceOp, Op
 
 DEVICE = "device"
+#: a named tuple from a tuple of its fields, without the call through its __new__
+_new = tuple.__new__
 Bound = Union[int, str, None, tuple[int, ...]]
 
 
@@ -46,8 +48,8 @@ class Transition(NamedTuple):
 def completion(op: InFlight, block_size: int, names: tuple[str, ...]) -> Action:
     """The device action that completes an in-flight op."""
     if type(op) is Copy:
-        return Action(DEVICE, DeviceOp.COPY_COMPLETE, "copy-complete", (("src", op.src), ("dst", op.dst), ("n", op.n)))
-    target = op.snapshot[op.pos // block_size]
-    return Action(DEVICE, DeviceOp.KERNEL_COMPLETE, "kernel-complete",
-                  (("branch", names[op.branch]), ("pos", op.pos), ("token", op.token),
-                   ("block", target), ("slot", op.pos % block_size), ("snapshot", op.snapshot)))
+        return _new(Action, (DEVICE, DeviceOp.COPY_COMPLETE, "copy-complete", (("src", op.src), ("dst", op.dst), ("n", op.n))))
+    pos, snapshot = op.pos, op.snapshot
+    return _new(Action, (DEVICE, DeviceOp.KERNEL_COMPLETE, "kernel-complete",
+                         (("branch", names[op.branch]), ("pos", pos), ("token", op.token),
+                          ("block", snapshot[pos // block_size]), ("slot", pos % block_size), ("snapshot", snapshot))))

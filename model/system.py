@@ -94,7 +94,7 @@ class ProtocolModel:
             d = Draft(state, self.reuse)
             op = state.queue[index]
             device.complete(d, index, self.B)
-            out.append(Transition(completion(op, self.B, self.names), d.freeze(), tuple(d.facts)))
+            out.append(_new(Transition, (completion(op, self.B, self.names), d.freeze(), tuple(d.facts))))
         return out
 
     def is_steady(self, state: State) -> bool:

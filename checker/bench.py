@@ -195,15 +195,21 @@ ROW_LIMIT = 60.0
 PROFILE_SHAPES = ((4, 2), (5, 2), (6, 1), (8, 1))
 
 
+def _backstop(limit: float) -> float:
+    """A row's search stops itself after `limit` seconds and reports what it
+    explored; its process is killed only if it has not answered well after."""
+    return 2 * limit + 30
+
+
 def _branch_label(n: int, appends: int) -> str:
     return f"cow B=4 L=6 {n}x{appends}"
 
 
 def _measure_branches(args, conn) -> None:
     from .explicit import explore
-    n, appends, por = args
+    n, appends, por, limit = args
     scenario = make_scenario(4, 6, [(appends, False)] * n, "cow", name=_branch_label(n, appends))
-    result = explore(scenario, symmetry=True, por=por)
+    result = explore(scenario, symmetry=True, por=por, max_seconds=limit)
     x = result.x
     conn.send({"benchmark": _branch_label(n, appends), "branches": n, "appends": appends,
                "reductions": "symmetry + partial-order" if por else "symmetry",
@@ -220,11 +226,12 @@ def _measure_profile(args, conn) -> None:
 
     from .explorer import Explorer
     from .invariants import INVARIANTS
-    n, appends = args
+    n, appends, limit = args
     scenario = make_scenario(4, 6, [(appends, False)] * n, "cow", name=_branch_label(n, appends))
     model = ProtocolModel(scenario)
     explorer = Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
-                        representative=Symmetry(scenario).representative, reductions=("symmetry",), profile=True)
+                        representative=Symmetry(scenario).representative, reductions=("symmetry",), profile=True,
+                        max_seconds=limit)
     x = explorer.run()
     assert explorer.times is not None
     conn.send({"benchmark": _branch_label(n, appends), "states": x.states, "transitions": x.transitions,
@@ -241,13 +248,14 @@ def run_branches(console: Console, as_json: bool, limit: float = ROW_LIMIT) -> l
     rows: list[dict] = []
     for n, appends in BRANCH_SHAPES:
         for por in (False, True):
-            row = _in_child(_measure_branches, (n, appends, por), limit)
+            row = _in_child(_measure_branches, (n, appends, por, limit), _backstop(limit))
             if row is None:
                 row = {"benchmark": _branch_label(n, appends), "branches": n, "appends": appends,
                        "reductions": "symmetry + partial-order" if por else "symmetry", "over_seconds": limit}
             rows.append(row)
             if not as_json:
-                done = f"{row['states']:,} states in {row['explore_seconds']} s" if "states" in row else f"over {limit:g} s"
+                done = f"{row['states']:,} states in {row['explore_seconds']} s" + ("" if row.get("complete") else " (stopped)") \
+                    if "states" in row else f"over {limit:g} s"
                 console.print(f"  {escape(row['benchmark'])} {escape('[' + row['reductions'] + ']')}: {done}", style="dim")
     if as_json:
         json.dump({"format": FORMAT, "branches": rows, "limit_seconds": limit}, sys.stdout, indent=2)
@@ -258,8 +266,9 @@ def run_branches(console: Console, as_json: bool, limit: float = ROW_LIMIT) -> l
         table.add_column(col, justify="left" if col in ("benchmark", "reductions") else "right")
     for r in rows:
         if "states" in r:
-            table.add_row(r["benchmark"], r["reductions"], f"{r['states']:,}", str(r["explore_seconds"]),
-                          f"{r['states_per_second']:,}")
+            complete = r["complete"]
+            table.add_row(r["benchmark"], r["reductions"], f"{r['states']:,}" + ("" if complete else " so far"),
+                          str(r["explore_seconds"]) if complete else f"stopped at {limit:g}", f"{r['states_per_second']:,}")
         else:
             table.add_row(r["benchmark"], r["reductions"], "-", f"over {limit:g} s", "-")
     console.print(table)
@@ -272,7 +281,7 @@ def run_profile(console: Console, as_json: bool, limit: float = ROW_LIMIT) -> li
     from .explorer import Explorer
     rows: list[dict] = []
     for n, appends in PROFILE_SHAPES:
-        row = _in_child(_measure_profile, (n, appends), limit)
+        row = _in_child(_measure_profile, (n, appends, limit), _backstop(limit))
         rows.append(row if row is not None else {"benchmark": _branch_label(n, appends), "over_seconds": limit})
     if as_json:
         json.dump({"format": FORMAT, "profile": rows, "limit_seconds": limit}, sys.stdout, indent=2)
@@ -289,7 +298,8 @@ def run_profile(console: Console, as_json: bool, limit: float = ROW_LIMIT) -> li
             continue
         per = [r["seconds"][p] / r["states"] * 1e6 for p in parts]
         ratio = r["seconds"]["canonical form"] / r["seconds"]["successors"] if r["seconds"]["successors"] else 0.0
-        table.add_row(r["benchmark"], f"{r['states']:,}", str(r["explore_seconds"]), *(f"{v:.1f}" for v in per),
+        table.add_row(r["benchmark"], f"{r['states']:,}" + ("" if r["complete"] else " so far"),
+                      str(r["explore_seconds"]) if r["complete"] else f"stopped at {limit:g}", *(f"{v:.1f}" for v in per),
                       f"{r['rest_seconds'] / r['states'] * 1e6:.1f}", f"{ratio:.2f}")
     console.print(table)
     console.print("[dim](timing each part adds its own cost: the seconds here are longer than in a plain run)[/]")

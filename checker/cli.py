@@ -331,7 +331,7 @@ def list_() -> None:
 @click.option("--branches", is_flag=True, help="Instead: symmetry as branches grow (cow B=4 L=6, 2-8 x 1 and 2-6 x 2 appends).")
 @click.option("--profile", is_flag=True, help="Instead: where the time goes per state (successors, invariants, canonical form, storage).")
 @click.option("--limit", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="Seconds a --branches or --profile row may take before it is stopped.")
+              help="Seconds a --branches or --profile row may search; then it stops and reports what it explored.")
 def bench(as_json, folder, full, branches, profile, limit) -> None:
     """Measure exploration and replay speed on fixed benchmarks, with and
     without reductions, and z3 BMC's time to a shortest violation next to

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cowcheck import check
-from cowcheck.bench import _in_child
+from cowcheck.bench import _in_child, _measure_branches, _measure_profile
 from cowcheck.explorer import Explorer
 from cowcheck.invariants import INVARIANTS
 from cowcheck.model import symmetry as symmetry_module
@@ -125,3 +125,13 @@ def test_a_bench_row_over_its_limit_is_stopped():
     start = time.perf_counter()
     assert _in_child(_sleep, 30.0, limit=1) is None
     assert time.perf_counter() - start < 10
+
+
+def test_a_bench_row_at_its_limit_reports_what_it_explored():
+    """--branches and --profile rows stop their search at the limit and still
+    give the per-state figures of the part they explored."""
+    row = _in_child(_measure_branches, (8, 1, False, 1.0), limit=120)
+    assert row is not None and row["complete"] is False and row["states"] > 0
+    row = _in_child(_measure_profile, (8, 1, 1.0), limit=120)
+    assert row is not None and row["complete"] is False and row["states"] > 0
+    assert row["seconds"]["successors"] > 0 and row["seconds"]["canonical form"] > 0

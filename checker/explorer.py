@@ -27,6 +27,7 @@ Four options shrink what is stored, none changing any verdict or measure
 
 from __future__ import annotations
 
+import gc
 import time
 from array import array
 from collections import deque
@@ -297,6 +298,9 @@ class Explorer:
                     edge_dst.append(nid)
                     edge_cost.append(cost(tr.action) if cost else 0)
                 if not sid & 0xFFF:
+                    # What is stored stays: the collector need not look at it
+                    # again (its full passes would walk every stored state).
+                    gc.freeze()
                     if self.max_memory is not None and _resident_bytes() > self.max_memory:
                         raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")
                     if self.max_seconds is not None and time.perf_counter() - start > self.max_seconds:
@@ -311,6 +315,8 @@ class Explorer:
             res.complete, res.stopped = False, "out of memory (MemoryError)"
         except KeyboardInterrupt as interrupt:
             res.complete, res.stopped = False, interrupted(interrupt)
+        finally:
+            gc.unfreeze()        # back under the collector: what is garbage once the run ends is collected
         res.states = len(self.keys)
         res.seconds = time.perf_counter() - start
         res.bytes_per_state = max(_resident_bytes() - memory, 0) / max(res.states, 1)

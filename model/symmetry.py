@@ -53,26 +53,38 @@ is canonical; the class-size rule is fixed per scenario."""
 from __future__ import annotations
 
 from itertools import groupby, permutations, product
-from typing import Iterator, Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
 from .scenario import Scenario
 from .state import Block, Branch, Copy, InFlight, Kernel, State, Status
 
 #: a block as a signature sees it: refcount, holds, filled slots
 Shape = tuple[int, int, int]
-#: a branch as `Symmetry._signature` sees it
-Signature = tuple[Status, int, int, str, str, int, int, tuple[int, ...], bool,
-                  tuple[Shape, ...], tuple[Shape, ...], tuple[int, ...]]
+#: a branch as `_local` sees it
+Local = tuple[Status, int, int, str, str, int, int, Union[Shape, tuple[int]], bool, tuple[Shape, ...], tuple[Shape, ...]]
+#: a branch as `Symmetry._signatures` sees it: that, and its kernels' positions
+Signature = tuple[Local, tuple[int, ...]]
 #: a block as an anchor sees it: refcount, holds, place in the free list, places in the queue
 Place = tuple[int, int, int, tuple[tuple[int, ...], ...]]
 #: a branch as `_Context.anchor` sees it
 Anchor = tuple[tuple[int, ...], tuple[Place, ...], tuple[Place, ...], Union[Place, tuple[()]], Union[Place, tuple[()]],
                tuple[Place, ...]]
 
+#: no kernel in flight (shared: never written to)
+_NO_KERNELS: dict[int, tuple[int, ...]] = {}
+
+#: hot loops build states with tuple.__new__: the named tuples' own __new__
+#: is a Python function, and these are the very same objects
+_new = tuple.__new__
+
 
 class Symmetry:
-    #: recent representatives kept, per generation (refined form only)
+    #: recent representatives kept, per generation
     CACHE = 1 << 15
+    #: branch orders whose token renaming is kept (at most 8! orders at eight branches)
+    RENAMINGS = 1 << 12
+    #: branches whose local signature is kept
+    LOCALS = 1 << 13
 
     def __init__(self, scenario: Scenario, branches: bool = True, blocks: bool = True):
         self.blocks_enabled = blocks
@@ -83,6 +95,8 @@ class Symmetry:
             if spec.plain:
                 groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
         self.classes = [tuple(g) for g in groups.values() if len(g) > 1] if branches else []
+        # each class with the positions of its members
+        self._members = [(members, range(len(members))) for members in self.classes]
         # tokens each branch owns, for renaming: own[i][k-1] = f"{name_i}{k}"
         self.own = [scenario.own_tokens(i) for i in range(len(scenario.branches))]
         #: the old definition (every tied order) where it is cheap, else the refined one
@@ -94,9 +108,15 @@ class Symmetry:
                 self.owner[token] = (i, k)
         self.identity = list(range(len(scenario.branches)))
         self.prompt = scenario.prompt
-        self._recent: dict[State, State] = {}
-        self._older: dict[State, State] = {}
+        # hash(state) -> (state, representative): keyed by the hash so that a
+        # miss costs one hash of the state, not one per look-up and insertion
+        self._recent: dict[int, tuple[State, State]] = {}
+        self._older: dict[int, tuple[State, State]] = {}
         self.own_set = [frozenset(own) for own in self.own]
+        # tuple(order) -> (old token -> new token, new_of[old] = new)
+        self._renamings: dict[tuple[int, ...], tuple[dict[str, str], list[int]]] = {}
+        # id(branch) -> (branch, the blocks its local signature reads, those Block objects, that signature)
+        self._locals: dict[int, tuple[Branch, tuple[int, ...], tuple[Block, ...], Local]] = {}
 
     def describe(self) -> list[str]:
         out = []
@@ -107,23 +127,6 @@ class Symmetry:
         return out
 
     # -- the representative -------------------------------------------------
-    @staticmethod
-    def _shapes(state: State) -> list[Shape]:
-        """Per block what a signature may say of it: refcount, holds, filled slots."""
-        return [(blk.refcount, blk.holds, len(blk.slots) - blk.slots.count(None)) for blk in state.blocks]
-
-    @staticmethod
-    def _signature(state: State, i: int, shapes: list[Shape]) -> Signature:
-        """What branch i looks like without naming blocks or branches: the
-        finer it is, the fewer ties are left for `representative` to try."""
-        br = state.branches[i]
-        shape = shapes.__getitem__
-        kernels = tuple(q.pos for q in state.queue if type(q) is Kernel and q.branch == i)
-        return (br.status, br.pos, br.done, br.op or "", br.path or "", br.step,
-                -1 if br.tail is None else br.working.index(br.tail) if br.tail in br.working else -2,
-                (-1,) if br.new is None else shape(br.new),
-                br.working == br.published, tuple(map(shape, br.working)), tuple(map(shape, br.published)), kernels)
-
     def representative(self, state: State) -> State:
         """The orbit's canonical member: branches of each class sorted by
         signature, blocks numbered by first appearance; where signatures tie,
@@ -132,15 +135,54 @@ class Symmetry:
         # Interleavings meet: the same state comes back as a successor of
         # several stored ones, so recent answers are kept (two generations
         # of at most CACHE states each).
-        rep = self._recent.get(state)
-        if rep is None:
-            rep = self._older.get(state)
-            if rep is None:
-                rep = self._refined(state) if not self.exhaustive else self._exhaustive(state)
-            if len(self._recent) >= self.CACHE:
-                self._older, self._recent = self._recent, {}
-            self._recent[state] = rep
+        key = hash(state)
+        known = self._recent.get(key)
+        if known is not None and known[0] == state:
+            return known[1]
+        known = self._older.get(key)
+        if known is not None and known[0] == state:
+            rep = known[1]
+        else:
+            rep = self._refined(state) if not self.exhaustive else self._exhaustive(state)
+        if len(self._recent) >= self.CACHE:
+            self._older, self._recent = self._recent, {}
+        self._recent[key] = (state, rep)
         return rep
+
+    @staticmethod
+    def _kernels(queue: tuple[InFlight, ...]) -> dict[int, tuple[int, ...]]:
+        """Per branch with a kernel in flight, the kernels' positions in queue order."""
+        out: dict[int, tuple[int, ...]] = {}
+        for op in queue:
+            if type(op) is Kernel:
+                out[op.branch] = out.get(op.branch, ()) + (op.pos,)
+        return out
+
+    def _signatures(self, state: State, members: Iterable[int], kernels: dict[int, tuple[int, ...]]) -> list[Signature]:
+        """What each member looks like without naming blocks or branches:
+        its local part (`_local`) and its kernels' positions. The finer it
+        is, the fewer ties are left for `representative` to try.
+
+        The local part is kept per Branch object, with the Block objects it
+        was read from: a successor shares every branch but one with the
+        state it came from (and its siblings share them all), and the
+        relabelling keeps a branch it does not change, so most branches
+        come back as the same object over the same blocks."""
+        blocks = state.blocks
+        block = blocks.__getitem__
+        branches = state.branches
+        known = self._locals
+        out: list[Signature] = []
+        append = out.append
+        for i in members:
+            br = branches[i]
+            entry = known.get(id(br))
+            if entry is None or entry[0] is not br or tuple(map(block, entry[1])) != entry[2]:
+                if len(known) >= self.LOCALS:
+                    known.clear()
+                entry = known[id(br)] = _local(br, blocks)
+            append((entry[3], kernels.get(i, ())))
+        return out
 
     def _exhaustive(self, state: State) -> State:
         """The least relabelling over every order that sorts each class by
@@ -150,17 +192,24 @@ class Symmetry:
             return self._relabel(state, orders[0])
         candidates = {self._relabel(state, order) for order in orders}
         # tied branches are often truly alike (swapping them changes nothing)
-        return candidates.pop() if len(candidates) == 1 else min(candidates, key=repr)
+        return candidates.pop() if len(candidates) == 1 else _least(candidates)
 
     def _orders(self, state: State) -> list[list[int]]:
         """Every branch order (order[new] = old) that sorts each class by
         signature; more than one only where signatures tie."""
-        orders = [list(range(len(state.branches)))]
-        shapes = self._shapes(state) if self.classes else []
+        orders = [list(self.identity)]
+        if not self.classes:
+            return orders
+        kernels = self._kernels(state.queue)
         for members in self.classes:
-            sig = {i: self._signature(state, i, shapes) for i in members}
+            sig = dict(zip(members, self._signatures(state, members, kernels)))
             ranked = sorted(members, key=sig.__getitem__)
             runs = [list(g) for _, g in groupby(ranked, key=sig.__getitem__)]
+            if len(runs) == len(ranked):        # no tie: one order
+                for order in orders:
+                    for slot, old in zip(members, ranked):
+                        order[slot] = old
+                continue
             extended = []
             for choice in product(*(permutations(run) for run in runs)):
                 flat = [i for run in choice for i in run]
@@ -178,42 +227,56 @@ class Symmetry:
         signature, then each tie by anchor, and differ only inside runs of
         branches that are not all twins (see the module docstring)."""
         branches = state.branches
-        order = list(self.identity)
-        shapes = self._shapes(state)
-        kernels: dict[int, list[int]] = {}
-        for op in state.queue:
-            if type(op) is Kernel:
-                kernels.setdefault(op.branch, []).append(op.pos)
+        order = self.identity[:]
+        kernels = self._kernels(state.queue) if state.queue else _NO_KERNELS
         ties: list[tuple[tuple[int, ...], list[int]]] = []    # (slots, branches tied for them)
-        for members in self.classes:
-            sig = {i: self._quick_signature(branches[i], shapes, kernels.get(i, ())) for i in members}
-            ranked = sorted(members, key=sig.__getitem__)
-            start = 0
-            for k in range(1, len(ranked) + 1):
-                if k == len(ranked) or sig[ranked[k]] != sig[ranked[start]]:
+        signatures = self._signatures
+        for members, positions in self._members:
+            sig = signatures(state, members, kernels)
+            ranked = sorted(positions, key=sig.__getitem__)  # indices into members; stable: ties stay in index order
+            start, first = 0, sig[ranked[0]]
+            for k in positions[1:]:
+                current = sig[ranked[k]]
+                if current != first:
                     if k - start > 1:
-                        ties.append((members[start:k], ranked[start:k]))
-                    start = k
-            for slot, old in zip(members, ranked):
-                order[slot] = old
+                        ties.append((members[start:k], [members[j] for j in ranked[start:k]]))
+                    start, first = k, current
+            if len(ranked) - start > 1:
+                ties.append((members[start:], [members[j] for j in ranked[start:]]))
+            for slot, j in zip(members, ranked):
+                order[slot] = members[j]
         if not ties:
             return self._relabel(state, order)
-        ctx = _Context(self, state, kernels)
+        ctx: Optional[_Context] = None
         runs: list[tuple[tuple[int, ...], list[list[int]]]] = []   # (slots, twin classes in slot order) to enumerate
         prompt = self.prompt
         for slots, run in ties:
-            first = branches[run[0]]
-            if first.pos == prompt and all(branches[i] == first for i in run):
+            head = branches[run[0]]
+            if head.pos == prompt and all(map(head.__eq__, map(branches.__getitem__, run))):
                 continue     # the same tables and no token yet: twins, and any order of them is as good
+            if ctx is None:
+                ctx = _Context(self, state, kernels)
+            # Most ties that survive the signatures are runs of twins. Twins
+            # have equal anchors (the twin swap carries one anchor onto the
+            # other), so a run whose every member is a twin of its first
+            # keeps its order and enumerates nothing, as it would after the
+            # anchors below. A branch with a kernel is never a twin.
+            if kernels.keys().isdisjoint(run):
+                check, x = ctx._check_twins, run[0]
+                for y in run[1:]:
+                    if not check(x, y):
+                        break
+                else:
+                    continue
             anchor = {i: ctx.anchor(i) for i in run}
-            ranked = sorted(run, key=anchor.__getitem__)
-            for slot, old in zip(slots, ranked):
+            ranked_run = sorted(run, key=anchor.__getitem__)
+            for slot, old in zip(slots, ranked_run):
                 order[slot] = old
             start = 0
-            for k in range(1, len(ranked) + 1):
-                if k == len(ranked) or anchor[ranked[k]] != anchor[ranked[start]]:
+            for k in range(1, len(ranked_run) + 1):
+                if k == len(ranked_run) or anchor[ranked_run[k]] != anchor[ranked_run[start]]:
                     if k - start > 1:
-                        classes = ctx.twin_classes(ranked[start:k])
+                        classes = ctx.twin_classes(ranked_run[start:k])
                         if len(classes) > 1:
                             runs.append((slots[start:k], classes))
                     start = k
@@ -225,68 +288,76 @@ class Symmetry:
                 for slot, old in zip(slots, flat):
                     order[slot] = old
             candidates.add(self._relabel(state, order))
-        return candidates.pop() if len(candidates) == 1 else min(candidates, key=repr)
+        return candidates.pop() if len(candidates) == 1 else _least(candidates)
 
-    @staticmethod
-    def _quick_signature(br: Branch, shapes: list[Shape], kernels: list[int] | tuple[()]) -> Signature:
-        """`_signature`, with the kernels' positions gathered by the caller."""
-        shape = shapes.__getitem__
-        tail = br.tail
-        return (br.status, br.pos, br.done, br.op or "", br.path or "", br.step,
-                -1 if tail is None else br.working.index(tail) if tail in br.working else -2,
-                (-1,) if br.new is None else shape(br.new),
-                br.working == br.published, tuple(map(shape, br.working)), tuple(map(shape, br.published)), tuple(kernels))
-
+    # -- relabelling ----------------------------------------------------------
     def _relabel(self, state: State, order: list[int]) -> State:
-        branches = state.branches
+        """The state with branch `order[new]` as branch `new` (tokens
+        renamed along) and blocks numbered by `_numbering`. The state itself
+        when that renames nothing; a branch, block or op that the renaming
+        leaves as it was is kept as the same object."""
         moved = order != self.identity
-        tokens = self._token_map(order) if moved else None
-        if self.blocks_enabled:
-            block_map = self._block_map(state, order, tokens)
+        if moved:
+            tokens, new_of = self._renaming(order)
         else:
-            block_map = list(range(len(state.blocks)))
-        if not moved and block_map == self._ranges(len(block_map)):
+            tokens, new_of = None, self.identity
+        blocks = state.blocks
+        size = len(blocks)
+        identity = self._ranges(size)
+        inv = self._numbering(state, order, tokens) if self.blocks_enabled else identity
+        if not moved and inv == identity:
             return state
 
-        m = block_map.__getitem__
-        new = tuple.__new__
-        new_blocks: list[Block] = [None] * len(state.blocks)  # type: ignore[list-item]  # block_map is onto: every slot is set
-        if tokens is None:
-            for old, blk in enumerate(state.blocks):
-                new_blocks[block_map[old]] = blk
-        else:                       # blocks are immutable: moved as they are unless their tokens change
+        if inv == identity:
+            mapping = inv
+            new_blocks = list(blocks)
+        else:
+            mapping = [0] * size
+            for position, old in enumerate(inv):
+                mapping[old] = position
+            new_blocks = list(map(blocks.__getitem__, inv))
+        if tokens is not None:      # blocks are immutable: moved as they are unless their tokens change
             renamed = tokens.keys()
             get = tokens.get
-            for old, blk in enumerate(state.blocks):
-                if not renamed.isdisjoint(blk.slots):
-                    blk = new(Block, (blk.refcount, blk.holds, tuple(map(get, blk.slots, blk.slots))))  # type: ignore[arg-type]  # get(None, None) is None
-                new_blocks[block_map[old]] = blk
+            for position, blk in enumerate(new_blocks):
+                slots = blk[2]
+                if not renamed.isdisjoint(slots):
+                    new_blocks[position] = _new(Block, (blk[0], blk[1], tuple(map(get, slots, slots))))  # type: ignore[arg-type]  # get(None, None) is None
+        m = mapping.__getitem__
+        branches = state.branches
         new_branches = []
         for new_index, old in enumerate(order):
             br = branches[old]
-            tail, nw = br.tail, br.new
-            seq = br.seq if tokens is None or new_index == old else tuple(map(tokens.get, br.seq, br.seq))
-            new_branches.append(new(Branch, (br.status, br.pos, br.done, br.op, br.path, br.step,
-                                             None if tail is None else block_map[tail], None if nw is None else block_map[nw],
-                                             tuple(map(m, br.working)), tuple(map(m, br.published)), br.writes, seq, br.rejected)))
+            status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected = br
+            new_working = tuple(map(m, working))
+            new_published = new_working if published == working else tuple(map(m, published))
+            new_tail = None if tail is None else mapping[tail]
+            new_new = None if new is None else mapping[new]
+            if tokens is not None and new_index != old:
+                renamed_seq = tuple(map(tokens.get, seq, seq))
+                if renamed_seq != seq:
+                    seq = renamed_seq
+                    new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
+                                                      new_working, new_published, writes, seq, rejected)))
+                    continue
+            if new_working == working and new_published == published and new_tail == tail and new_new == new:
+                new_branches.append(br)
+                continue
+            new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
+                                              new_working, new_published, writes, seq, rejected)))
         queue: list[InFlight] = []
-        if state.queue:
-            new_of = [0] * len(order)                   # new_of[old] = new
-            for position, old in enumerate(order):
-                new_of[old] = position
-            for op in state.queue:
-                if type(op) is Copy:
-                    queue.append(new(Copy, (block_map[op.src], block_map[op.dst], op.n)))
-                else:
-                    if tokens is None or new_of[op.branch] == op.branch:
-                        token, expected = op.token, op.expected
-                    else:
-                        token, expected = tokens.get(op.token, op.token), tuple(map(tokens.get, op.expected, op.expected))
-                    queue.append(new(Kernel, (new_of[op.branch], op.pos, token, tuple(map(m, op.snapshot)), expected)))
+        for inflight in state.queue:
+            if type(inflight) is Copy:
+                queue.append(_new(Copy, (mapping[inflight.src], mapping[inflight.dst], inflight.n)))
+            else:
+                branch, pos, token, snapshot, expected = inflight
+                if tokens is not None and new_of[branch] != branch:
+                    token, expected = tokens.get(token, token), tuple(map(tokens.get, expected, expected))
+                queue.append(_new(Kernel, (new_of[branch], pos, token, tuple(map(m, snapshot)), expected)))
         free = tuple(map(m, state.free))
         if self.sort_free:
             free = tuple(sorted(free))
-        return new(State, (tuple(new_blocks), free, tuple(new_branches), tuple(queue), state.code))
+        return _new(State, (tuple(new_blocks), free, tuple(new_branches), tuple(queue), state.code))
 
     _range_cache: dict[int, list[int]] = {}
 
@@ -296,6 +367,20 @@ class Symmetry:
         if out is None:
             out = cls._range_cache[n] = list(range(n))
         return out
+
+    def _renaming(self, order: list[int]) -> tuple[dict[str, str], list[int]]:
+        """`_token_map(order)` and the inverse order (new_of[old] = new),
+        kept per order: the same few orders come back state after state."""
+        key = tuple(order)
+        known = self._renamings.get(key)
+        if known is None:
+            if len(self._renamings) >= self.RENAMINGS:
+                self._renamings.clear()
+            new_of = [0] * len(order)
+            for position, old in enumerate(order):
+                new_of[old] = position
+            known = self._renamings[key] = (self._token_map(order), new_of)
+        return known
 
     def _token_map(self, order: list[int]) -> dict[str, str]:
         """Old token -> new token when branch `order[new]` becomes branch `new`."""
@@ -308,12 +393,22 @@ class Symmetry:
 
     def _block_map(self, state: State, order: list[int], tokens: Optional[dict[str, str]]) -> list[int]:
         """old block id -> new id, numbered in order of first appearance."""
-        size = len(state.blocks)
+        mapping = [0] * len(state.blocks)
+        for position, old in enumerate(self._numbering(state, order, tokens)):
+            mapping[old] = position
+        return mapping
+
+    def _numbering(self, state: State, order: list[int], tokens: Optional[dict[str, str]]) -> list[int]:
+        """new block id -> old id: blocks in order of first appearance
+        (branch tables in the new branch order, then the queue), then the
+        blocks no one references."""
+        branches = state.branches
         seq: list[Optional[int]] = []
-        for old in order:
-            br = state.branches[old]
-            seq += br.working
-            seq += br.published
+        for br in map(branches.__getitem__, order):
+            working, published = br.working, br.published
+            seq += working
+            if published is not working:    # else it adds nothing
+                seq += published
             seq.append(br.tail)
             seq.append(br.new)
         for op in state.queue:
@@ -324,33 +419,63 @@ class Symmetry:
                 seq += op.snapshot
         first = dict.fromkeys(seq)
         first.pop(None, None)
-        mapping = [-1] * size
-        count = 0
-        for b in first:
-            mapping[b] = count      # type: ignore[index]  # None was popped
-            count += 1
-        if count == size:
-            return mapping
-        # Blocks no one references are told apart only by their contents, so
-        # order them by contents: equal ones are interchangeable, and any
-        # order among them gives the same state. Under `any` reuse the free
-        # list is a set, so its blocks are ordered the same way.
+        size = len(state.blocks)
+        if len(first) == size:
+            return list(first)      # type: ignore[arg-type]  # None was popped
+        if not self.sort_free:
+            # the usual case: every block no one references is free, and
+            # those are numbered in free-list order
+            numbered = len(first)
+            first.update(dict.fromkeys(state.free))
+            if len(first) == size:
+                return list(first)      # type: ignore[arg-type]
+            first = dict.fromkeys(list(first)[:numbered])
+        return self._number_unreferenced(state, first, tokens)  # type: ignore[arg-type]
+
+    def _number_unreferenced(self, state: State, first: dict[int, None], tokens: Optional[dict[str, str]]) -> list[int]:
+        """`first` (the blocks in order of first appearance) followed by the
+        blocks no one references: allocated ones, then free ones.
+
+        Blocks no one references are told apart only by their contents, so
+        order them by contents: equal ones are interchangeable, and any
+        order among them gives the same state. Under `any` reuse the free
+        list is a set, so its blocks are ordered the same way (sorting is
+        stable, so sorting only the free blocks not yet numbered keeps them
+        in the order that sorting the whole list gives them)."""
+        blocks, size = state.blocks, len(state.blocks)
+
         def contents(b: int) -> tuple[int, int, tuple[str, ...]]:
-            blk = state.blocks[b]
+            blk = blocks[b]
             slots = blk.slots if tokens is None else tuple(map(tokens.get, blk.slots, blk.slots))  # type: ignore[arg-type]  # get(None, None) is None
             return blk.refcount, blk.holds, tuple(t or "" for t in slots)
 
         free = state.free
-        if count + sum(1 for b in free if mapping[b] < 0) < size:    # some allocated block no one references
-            rest = sorted((b for b in range(size) if mapping[b] < 0 and b not in free), key=contents)
-            for b in rest:
-                mapping[b] = count
-                count += 1
-        for b in (sorted(free, key=contents) if self.sort_free else free):
-            if mapping[b] < 0:
-                mapping[b] = count
-                count += 1
-        return mapping
+        unnumbered_free = [b for b in free if b not in first]
+        if len(first) + len(unnumbered_free) < size:    # some allocated block no one references
+            first.update(dict.fromkeys(sorted((b for b in range(size) if b not in first and b not in free), key=contents)))
+        if self.sort_free:
+            unnumbered_free.sort(key=contents)
+        first.update(dict.fromkeys(unnumbered_free))
+        return list(first)
+
+
+def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ...], tuple[Block, ...], Local]:
+    """Branch `br` as a signature sees it, but for its kernels, naming no
+    block and no branch: status, pos, done, op, path, step, where its tail
+    is in its table, and the shapes (refcount, holds, filled slots) of the
+    blocks it maps; with the ids and objects of the blocks read."""
+    status, pos, done, op, path, step, tail, new, working, published, _, _, _ = br
+    reads = working + published if new is None else working + published + (new,)
+    held = tuple(map(blocks.__getitem__, reads))
+    shapes = [(refcount, holds, len(slots) - slots.count(None)) for refcount, holds, slots in held]
+    n = len(working)
+    same = working == published
+    mapped = tuple(shapes[:n])
+    local = (status, pos, done, op or "", path or "", step,
+             -1 if tail is None else working.index(tail) if tail in working else -2,
+             (-1,) if new is None else shapes[-1],
+             same, mapped, mapped if same else tuple(shapes[n:n + len(published)]))
+    return br, reads, held, local
 
 
 def _arrangements(classes: list[list[int]]) -> Iterator[list[int]]:
@@ -371,19 +496,73 @@ def _arrangements(classes: list[list[int]]) -> Iterator[list[int]]:
         yield out
 
 
+def _least(candidates: Iterable[State]) -> State:
+    """`min(candidates, key=repr)` (the first least in iteration order),
+    without writing out every repr: a state's repr is about 100 us of
+    Python, and candidates mostly differ in one branch or block."""
+    best: Optional[State] = None
+    for state in candidates:
+        if best is None:
+            best = state
+            continue
+        sign = _repr_order(state, best)
+        if sign is None:
+            sign = -1 if repr(state) < repr(best) else 0
+        if sign < 0:
+            best = state
+    assert best is not None
+    return best
+
+
+def _repr_order(x: object, y: object) -> Optional[int]:
+    """The sign of repr(x) against repr(y), or None where neither decides
+    it without the other: one repr is a prefix of the other, so what follows
+    them in an enclosing repr does. Two (named) tuples of one type and
+    length are written with the same template, field after field, so their
+    reprs first differ inside the first field that differs (equal fields of
+    the same types are written alike), and that field's reprs decide unless
+    one is a prefix of the other."""
+    if type(x) is type(y) and isinstance(x, tuple) and len(x) == len(y):  # type: ignore[arg-type]  # a tuple
+        for u, v in zip(x, y):     # type: ignore[call-overload]
+            if u != v:
+                sign = _repr_order(u, v)
+                if sign is not None:
+                    return sign
+                break
+        else:
+            return 0
+    rx, ry = repr(x), repr(y)
+    if rx == ry:
+        return 0
+    if rx.startswith(ry) or ry.startswith(rx):
+        return None
+    return -1 if rx < ry else 1
+
+
 class _Context:
     """What the refinement of one state needs, each part computed once and
     only when asked for: who maps each block, which blocks the queue and the
     free list hold, where each branch's tokens lie, and each block's
     label-free place."""
 
-    def __init__(self, sym: Symmetry, state: State, kernels: dict[int, list[int]]):
+    __slots__ = ("sym", "state", "kernels", "_free", "_queued", "_holding", "_place", "_launched", "_twins")
+
+    def __init__(self, sym: Symmetry, state: State, kernels: dict[int, tuple[int, ...]]):
         self.sym, self.state, self.kernels = sym, state, kernels
-        self.free = dict.fromkeys(state.free, 0) if sym.sort_free else {b: k for k, b in enumerate(state.free)}
+        self._free: Optional[dict[int, int]] = None
         self._queued: Optional[set[int]] = None
         self._holding: dict[int, set[int]] = {}
         self._place: Optional[list[Place]] = None
+        self._launched: Optional[dict[int, tuple[int, ...]]] = None
         self._twins: dict[tuple[int, int], bool] = {}
+
+    @property
+    def free(self) -> dict[int, int]:
+        """Free block -> its place in the free list (0 for all under `any` reuse, where it is a set)."""
+        if self._free is None:
+            free = self.state.free
+            self._free = dict.fromkeys(free, 0) if self.sym.sort_free else {b: k for k, b in enumerate(free)}
+        return self._free
 
     @property
     def queued(self) -> set[int]:
@@ -403,12 +582,11 @@ class _Context:
         """Blocks holding one of branch i's tokens (none before its first write)."""
         out = self._holding.get(i)
         if out is None:
-            out = set()
             if self.state.branches[i].pos > self.sym.prompt:
-                own = self.sym.own_set[i]
-                for b, blk in enumerate(self.state.blocks):
-                    if not own.isdisjoint(blk.slots):
-                        out.add(b)
+                disjoint = self.sym.own_set[i].isdisjoint
+                out = {b for b, (_, _, slots) in enumerate(self.state.blocks) if not disjoint(slots)}
+            else:
+                out = set()
             self._holding[i] = out
         return out
 
@@ -425,27 +603,33 @@ class _Context:
         of its tokens."""
         if self._place is None:
             self._place = self._places()
+        if self._launched is None:
+            launched: dict[int, tuple[int, ...]] = {}
+            for q, op in enumerate(self.state.queue):
+                if type(op) is Kernel:
+                    launched[op.branch] = launched.get(op.branch, ()) + (q,)
+            self._launched = launched
         place = self._place.__getitem__
-        br = self.state.branches[i]
-        kernels = tuple(q for q, op in enumerate(self.state.queue) if type(op) is Kernel and op.branch == i)
-        return (kernels, tuple(map(place, br.working)), tuple(map(place, br.published)),
-                () if br.tail is None else place(br.tail), () if br.new is None else place(br.new),
+        _, _, _, _, _, _, tail, new, working, published, _, _, _ = self.state.branches[i]
+        return (self._launched.get(i, ()), tuple(map(place, working)), tuple(map(place, published)),
+                () if tail is None else place(tail), () if new is None else place(new),
                 tuple(sorted(map(place, self.holding(i)))))
 
     def _places(self) -> list[Place]:
         """Per block: refcount, holds, place in the free list (-1 when not
         free) and places in the queue."""
         state = self.state
-        queued: list[list[tuple[int, ...]]] = [[] for _ in state.blocks]
+        queued: dict[int, list[tuple[int, ...]]] = {}
         for q, op in enumerate(state.queue):
             if type(op) is Copy:
-                queued[op.src].append((q, 0))
-                queued[op.dst].append((q, 1))
+                queued.setdefault(op.src, []).append((q, 0))
+                queued.setdefault(op.dst, []).append((q, 1))
             else:
                 for j, b in enumerate(op.snapshot):
-                    queued[b].append((q, 2, j))
-        free = self.free
-        return [(blk.refcount, blk.holds, free.get(b, -1), tuple(queued[b])) for b, blk in enumerate(state.blocks)]
+                    queued.setdefault(b, []).append((q, 2, j))
+        free = self.free.get
+        at = queued.get
+        return [(refcount, holds, free(b, -1), tuple(at(b, ()))) for b, (refcount, holds, _) in enumerate(state.blocks)]
 
     def twin_classes(self, run: list[int]) -> list[list[int]]:
         """`run` split into classes of twins (each checked against the first
@@ -470,36 +654,44 @@ class _Context:
         """Whether swapping branches x and y (their tokens with them) and
         the blocks only they map gives back the same state: an automorphism,
         so orders that differ by it give the same relabelling. Sound, not
-        complete: a False only costs enumeration."""
-        state, sym = self.state, self.sym
-        bx, by = state.branches[x], state.branches[y]
-        if bx[:6] != by[:6] or x in self.kernels or y in self.kernels:
+        complete: a False only costs enumeration. (Every test below is a
+        condition of the answer; the cheap ones, and the ones that fail
+        most often, go first.)"""
+        state, sym, kernels = self.state, self.sym, self.kernels
+        branches = state.branches
+        bx, by = branches[x], branches[y]
+        if bx[:6] != by[:6] or x in kernels or y in kernels:
             return False
-        if bx == by and bx.pos == sym.prompt:
+        _, pos, _, _, _, _, tail_x, new_x, working_x, published_x, _, _, _ = bx
+        if pos == sym.prompt and bx == by:
             return True          # the same tables and no token yet: nothing to swap
-        if len(bx.working) != len(by.working) or len(bx.published) != len(by.published) \
-                or (bx.tail is None) != (by.tail is None) or (bx.new is None) != (by.new is None):
+        _, _, _, _, _, _, tail_y, new_y, working_y, published_y, _, _, _ = by
+        if len(working_x) != len(working_y) or len(published_x) != len(published_y) \
+                or (tail_x is None) != (tail_y is None) or (new_x is None) != (new_y is None):
             return False
+        # beta: the block swap that goes with the branch swap (an involution)
         beta: dict[int, int] = {}
-        pairs = list(zip(bx.working, by.working)) + list(zip(bx.published, by.published))
-        if bx.tail is not None and by.tail is not None:
-            pairs.append((bx.tail, by.tail))
-        if bx.new is not None and by.new is not None:
-            pairs.append((bx.new, by.new))
-        for p, q in pairs:
-            if beta.setdefault(p, q) != q or beta.setdefault(q, p) != p:
+        setdefault = beta.setdefault
+        for p, q in zip(working_x + published_x + (tail_x, new_x), working_y + published_y + (tail_y, new_y)):
+            if p is None:               # then q is None too
+                continue
+            if setdefault(p, q) != q or setdefault(q, p) != p:  # type: ignore[arg-type]  # q is not None either
                 return False
-        free, sort_free = self.free, sym.sort_free
-        moved = [b for b, c in beta.items() if b != c]
+        moved = {b for b, c in beta.items() if b != c}
+        free, sort_free = state.free, sym.sort_free
         if moved:
             queued = self.queued
-            for b in moved:
-                c = beta[b]
-                if b in queued or ((b in free) != (c in free)) or (b in free and not sort_free) \
-                        or self.used_by_others(b, (x, y)):
+            for b in moved:             # beta(b) is moved too, and checked in its turn
+                if b in queued or (b in free and not sort_free) or ((b in free) != (beta[b] in free)):
                     return False
+            disjoint = moved.isdisjoint
+            for i, (_, _, _, _, _, _, tail, new, working, published, _, _, _) in enumerate(branches):
+                if i != x and i != y and not (disjoint(working) and disjoint(published)
+                                              and tail not in moved and new not in moved):
+                    return False        # a block that others map too
         blocks = state.blocks
-        tokened = self.holding(x) | self.holding(y)
+        # blocks holding x's or y's tokens (none before their first write)
+        tokened = self.holding(x) | self.holding(y) if pos > sym.prompt else _NOTHING
         for b in moved:                 # blocks without their tokens must match as they are
             if b not in tokened and blocks[beta[b]] != blocks[b]:
                 return False
@@ -511,8 +703,8 @@ class _Context:
         get = rho.get
 
         def renamed(b: int) -> Block:
-            blk = blocks[b]
-            return Block(blk.refcount, blk.holds, tuple(map(get, blk.slots, blk.slots)))  # type: ignore[arg-type]  # get(None, None) is None
+            refcount, holds, slots = blocks[b]
+            return _new(Block, (refcount, holds, tuple(map(get, slots, slots))))  # type: ignore[arg-type]  # get(None, None) is None
 
         loose: dict[bool, list[int]] = {False: [], True: []}   # unreferenced blocks, interchangeable by contents
         for b in tokened:
@@ -526,3 +718,7 @@ class _Context:
             if group and sorted(map(repr, map(renamed, group))) != sorted(repr(blocks[b]) for b in group):
                 return False
         return True
+
+
+#: no blocks
+_NOTHING: frozenset[int] = frozenset()

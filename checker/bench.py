@@ -228,9 +228,9 @@ def _measure_profile(args, conn) -> None:
     from .invariants import INVARIANTS
     n, appends, limit = args
     scenario = make_scenario(4, 6, [(appends, False)] * n, "cow", name=_branch_label(n, appends))
-    model = ProtocolModel(scenario)
+    model, symmetry = ProtocolModel(scenario), Symmetry(scenario)
     explorer = Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
-                        representative=Symmetry(scenario).representative, reductions=("symmetry",), profile=True,
+                        representative=symmetry.representative, mirror=symmetry.unmirrored, reductions=("symmetry",), profile=True,
                         max_seconds=limit)
     x = explorer.run()
     assert explorer.times is not None

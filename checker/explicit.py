@@ -52,6 +52,7 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
         reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
         explorer = Explorer(model, invariants, max_states=max_states, gauge=allocated, steady=model.is_steady,
                             cost=model.is_copy_launch, representative=orbits.representative if orbits else None,
+                            mirror=orbits.unmirrored if orbits else None,
                             ample=ample if ample and ample.enabled else None, reductions=tuple(reductions),
                             encode=Compact(scenario).encode if compact else None, fingerprints=fingerprints,
                             progress=progress, max_memory=max_memory, max_seconds=max_seconds, **limits)

@@ -118,7 +118,7 @@ class Explorer:
                  stop_after: Optional[frozenset[str]] = None,
                  gauge: Optional[Callable] = None, steady: Optional[Callable] = None,
                  cost: Optional[Callable] = None, representative: Optional[Callable] = None,
-                 ample: Optional[Callable] = None,
+                 mirror: Optional[Callable] = None, ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None, fingerprints: bool = False,
                  progress: Optional[Callable[["Explorer", int], None]] = None,
                  max_memory: Optional[int] = None, max_seconds: Optional[float] = None, profile: bool = False):
@@ -134,6 +134,7 @@ class Explorer:
         self.steady = steady
         self.cost = cost
         self.representative = representative
+        self.mirror = mirror
         self.ample = ample
         self.encode = encode
         self.fingerprints = fingerprints
@@ -200,6 +201,8 @@ class Explorer:
         self.judge = _TimedJudge(judge, times)  # type: ignore[assignment]
         if self.representative is not None:
             self.representative = timed("canonical form", self.representative)
+        if self.mirror is not None:
+            self.mirror = timed("canonical form", self.mirror)
         if self.ample is not None:
             self.ample = timed("partial-order", self.ample)
         for name in ("gauge", "steady", "cost"):
@@ -252,7 +255,7 @@ class Explorer:
             self._add(self._stored(init), init, -1, 0)
             queue.append((0, init))
             # the loop runs once per transition: what it calls is bound once here
-            representative, stored, ample = self.representative, self._stored, self.ample
+            representative, stored, mirror, ample = self.representative, self._stored, self.mirror, self.ample
             plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
             steady, gauge, cost, max_depth = self.steady, self.gauge, self.cost, self.max_depth
             depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
@@ -275,6 +278,8 @@ class Explorer:
                     if trs:
                         res.complete, res.stopped = False, f"--max-depth {max_depth}"
                     continue
+                if mirror is not None:
+                    trs = mirror(state, trs)
                 if ample is not None:
                     trs = ample(state, trs)
                 for tr in trs:

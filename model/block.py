@@ -68,9 +68,10 @@ class Draft:
     """One action's working copy of a state: lists where the state has tuples,
     and the facts the action produced."""
 
-    __slots__ = ("blocks", "free", "branches", "queue", "facts", "reuse", "code")
+    __slots__ = ("blocks", "free", "branches", "queue", "facts", "reuse", "code", "before")
 
     def __init__(self, state: State, reuse: str):
+        self.before = state
         self.blocks = list(state.blocks)
         self.free = list(state.free)
         self.branches = list(state.branches)
@@ -80,7 +81,19 @@ class Draft:
         self.code = state.code
 
     def freeze(self) -> State:
-        return _new(State, (tuple(self.blocks), tuple(self.free), tuple(self.branches), tuple(self.queue), self.code))
+        """The new state. A part the action left as it was is the state's
+        own tuple again, not an equal copy: states then share what they
+        have in common (memory), and the canonical form's caches, which
+        test what they read by identity first, see it unchanged."""
+        before = self.before
+        blocks, free, queue = tuple(self.blocks), tuple(self.free), tuple(self.queue)
+        if blocks == before.blocks:
+            blocks = before.blocks
+        if free == before.free:
+            free = before.free
+        if queue == before.queue:
+            queue = before.queue
+        return _new(State, (blocks, free, tuple(self.branches), queue, self.code))
 
     def set_branch(self, index: int, branch: Branch) -> None:
         self.branches[index] = branch

@@ -32,7 +32,10 @@ where it is cheap: when no class has more than three branches (at most
 Larger classes get the *refined* representative, the least relabelling
 among the orders that agree with a finer, still label-free, partition:
 
-1. signatures, as above;
+1. signatures, as above, with the queue index of each op in flight that is
+   the branch's own (its kernels, a copy into its `new` block): branches
+   waiting at one step for copies launched at different times are told
+   apart here, before any anchor is built;
 2. then, within a tie, an *anchor* per branch: the queue positions of its
    kernels, and for each block it maps and each block holding one of its
    tokens, that block's place in the free list and in the queue and its
@@ -41,10 +44,12 @@ among the orders that agree with a finer, still label-free, partition:
    that is not a true symmetry;
 3. branches still tied are tested pairwise for *twins*: swapping the two
    (tokens and the blocks only they map included) gives back the same state
-   (`_twins` builds that block map and checks it). Orders that differ by
-   swapping twins give the same relabelling, so a run of twins needs one
-   order, not k!; only runs that are not all twins are enumerated, modulo
-   their twin classes (in practice never, see tests/test_symmetry.py).
+   (`_Context._check_twins` builds that block map and checks it). Orders
+   that differ by swapping twins give the same relabelling, so a run of
+   twins needs one order, not k!; only runs that are not all twins are
+   enumerated, modulo their twin classes (in practice never, see
+   tests/test_symmetry.py). A run whose members are all twins of its first
+   keeps its order without anchors (twins have equal anchors).
 
 The partition depends only on the orbit and the twin relation is an
 automorphism relation, so the least relabelling over the orders it allows
@@ -55,6 +60,7 @@ from __future__ import annotations
 from itertools import groupby, permutations, product
 from typing import Iterable, Iterator, Optional, Union
 
+from .action import Transition
 from .scenario import Scenario
 from .state import Block, Branch, Copy, InFlight, Kernel, State, Status
 
@@ -115,8 +121,9 @@ class Symmetry:
         self.own_set = [frozenset(own) for own in self.own]
         # tuple(order) -> (old token -> new token, new_of[old] = new)
         self._renamings: dict[tuple[int, ...], tuple[dict[str, str], list[int]]] = {}
-        # id(branch) -> (branch, the blocks its local signature reads, those Block objects, that signature)
-        self._locals: dict[int, tuple[Branch, tuple[int, ...], tuple[Block, ...], Local]] = {}
+        # id(branch) -> (branch, the blocks its local signature reads, those Block objects, that signature,
+        # the state's blocks it was read from: when a later state has the very same tuple, nothing changed)
+        self._locals: dict[int, tuple[Branch, tuple[int, ...], tuple[Block, ...], Local, tuple[Block, ...]]] = {}
 
     def describe(self) -> list[str]:
         out = []
@@ -158,6 +165,30 @@ class Symmetry:
                 out[op.branch] = out.get(op.branch, ()) + (op.pos,)
         return out
 
+    @staticmethod
+    def _in_flight(state: State) -> dict[int, tuple[int, ...]]:
+        """Per branch with an op of its own in flight, where: for each of
+        its kernels its queue index and position, for each copy into its
+        `new` block its queue index (and -1), in queue order. Label-free,
+        like the kernels' positions alone, and it splits most of the ties
+        that the anchors would otherwise have to: branches waiting at the
+        same step for copies launched at different times. (A branch with
+        an op of its own in flight is never a twin: the op names it or a
+        block only it maps.)"""
+        out: dict[int, tuple[int, ...]] = {}
+        into: dict[int, tuple[int, ...]] = {}
+        for q, op in enumerate(state.queue):
+            if type(op) is Kernel:
+                out[op.branch] = out.get(op.branch, ()) + (q, op.pos)
+            else:
+                into[op.dst] = into.get(op.dst, ()) + (q, -1)
+        if into:
+            for i, br in enumerate(state.branches):
+                copies = into.get(br.new)        # type: ignore[arg-type]  # get(None) is None
+                if copies is not None:
+                    out[i] = out.get(i, ()) + copies
+        return out
+
     def _signatures(self, state: State, members: Iterable[int], kernels: dict[int, tuple[int, ...]]) -> list[Signature]:
         """What each member looks like without naming blocks or branches:
         its local part (`_local`) and its kernels' positions. The finer it
@@ -177,11 +208,52 @@ class Symmetry:
         for i in members:
             br = branches[i]
             entry = known.get(id(br))
-            if entry is None or entry[0] is not br or tuple(map(block, entry[1])) != entry[2]:
+            if entry is None or entry[0] is not br or (entry[4] is not blocks and tuple(map(block, entry[1])) != entry[2]):
                 if len(known) >= self.LOCALS:
                     known.clear()
                 entry = known[id(br)] = _local(br, blocks)
             append((entry[3], kernels.get(i, ())))
+        return out
+
+    # -- mirrored moves -------------------------------------------------------
+    def unmirrored(self, state: State, transitions: list[Transition]) -> list[Transition]:
+        """The transitions but those of branches whose moves mirror an
+        earlier branch's (`mirrored`): each leads to the orbit of one kept,
+        with the same facts renamed, so the explorer stores the same states
+        and finds the same violations at the same depths without them."""
+        mirrored = self.mirrored(state)
+        if not mirrored:
+            return transitions
+        names = {self.names[i] for i in mirrored}
+        return [tr for tr in transitions if tr.action.actor not in names]
+
+    def mirrored(self, state: State) -> list[int]:
+        """Branches that are twins (see the module docstring) of an earlier
+        branch of their class with the same signature: a symmetry of the
+        state swaps the two, so whatever one does the other does too, up to
+        that renaming. Only where the refined representative is used (a
+        class of more than three): elsewhere every move is explored, which
+        keeps each committed counterexample's choice of actor."""
+        if self.exhaustive:
+            return []
+        out: list[int] = []
+        kernels = self._in_flight(state) if state.queue else _NO_KERNELS
+        branches, prompt = state.branches, self.prompt
+        ctx: Optional[_Context] = None
+        for members in self.classes:
+            first: dict[Signature, int] = {}
+            for i, sig in zip(members, self._signatures(state, members, kernels)):
+                x = first.setdefault(sig, i)
+                if x == i:
+                    continue
+                bx = branches[x]
+                if bx.pos == prompt and bx == branches[i]:
+                    out.append(i)       # the same tables and no token yet
+                    continue
+                if ctx is None:
+                    ctx = _Context(self, state, kernels)
+                if ctx.twins(x, i):
+                    out.append(i)
         return out
 
     def _exhaustive(self, state: State) -> State:
@@ -228,7 +300,7 @@ class Symmetry:
         branches that are not all twins (see the module docstring)."""
         branches = state.branches
         order = self.identity[:]
-        kernels = self._kernels(state.queue) if state.queue else _NO_KERNELS
+        kernels = self._in_flight(state) if state.queue else _NO_KERNELS
         ties: list[tuple[tuple[int, ...], list[int]]] = []    # (slots, branches tied for them)
         signatures = self._signatures
         for members, positions in self._members:
@@ -297,10 +369,17 @@ class Symmetry:
         when that renames nothing; a branch, block or op that the renaming
         leaves as it was is kept as the same object."""
         moved = order != self.identity
+        tokens: Optional[dict[str, str]] = None
         if moved:
             tokens, new_of = self._renaming(order)
+            # a plain branch's tokens exist (in blocks, its sequence or a
+            # kernel) only once it has launched a write: if no branch that
+            # moves has, there is nothing to rename
+            prompt, branches = self.prompt, state.branches
+            if all(branches[old].pos == prompt for new, old in enumerate(order) if new != old):
+                tokens = None
         else:
-            tokens, new_of = None, self.identity
+            new_of = self.identity
         blocks = state.blocks
         size = len(blocks)
         identity = self._ranges(size)
@@ -308,7 +387,8 @@ class Symmetry:
         if not moved and inv == identity:
             return state
 
-        if inv == identity:
+        same_ids = inv == identity
+        if same_ids:
             mapping = inv
             new_blocks = list(blocks)
         else:
@@ -329,11 +409,17 @@ class Symmetry:
         for new_index, old in enumerate(order):
             br = branches[old]
             status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected = br
-            new_working = tuple(map(m, working))
-            new_published = new_working if published == working else tuple(map(m, published))
-            new_tail = None if tail is None else mapping[tail]
-            new_new = None if new is None else mapping[new]
-            if tokens is not None and new_index != old:
+            if same_ids:
+                if tokens is None or new_index == old or pos == self.prompt:
+                    new_branches.append(br)
+                    continue
+                new_working, new_published, new_tail, new_new = working, published, tail, new
+            else:
+                new_working = tuple(map(m, working))
+                new_published = new_working if published == working else tuple(map(m, published))
+                new_tail = None if tail is None else mapping[tail]
+                new_new = None if new is None else mapping[new]
+            if tokens is not None and new_index != old and pos != self.prompt:
                 renamed_seq = tuple(map(tokens.get, seq, seq))
                 if renamed_seq != seq:
                     seq = renamed_seq
@@ -354,10 +440,15 @@ class Symmetry:
                 if tokens is not None and new_of[branch] != branch:
                     token, expected = tokens.get(token, token), tuple(map(tokens.get, expected, expected))
                 queue.append(_new(Kernel, (new_of[branch], pos, token, tuple(map(m, snapshot)), expected)))
-        free = tuple(map(m, state.free))
-        if self.sort_free:
-            free = tuple(sorted(free))
-        return _new(State, (tuple(new_blocks), free, tuple(new_branches), tuple(queue), state.code))
+        if same_ids:
+            free = state.free
+            new_blocks_tuple = blocks if tokens is None else tuple(new_blocks)
+        else:
+            free = tuple(map(m, state.free))
+            if self.sort_free:
+                free = tuple(sorted(free))
+            new_blocks_tuple = tuple(new_blocks)
+        return _new(State, (new_blocks_tuple, free, tuple(new_branches), tuple(queue), state.code))
 
     _range_cache: dict[int, list[int]] = {}
 
@@ -459,7 +550,7 @@ class Symmetry:
         return list(first)
 
 
-def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ...], tuple[Block, ...], Local]:
+def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ...], tuple[Block, ...], Local, tuple[Block, ...]]:
     """Branch `br` as a signature sees it, but for its kernels, naming no
     block and no branch: status, pos, done, op, path, step, where its tail
     is in its table, and the shapes (refcount, holds, filled slots) of the
@@ -467,7 +558,7 @@ def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ..
     status, pos, done, op, path, step, tail, new, working, published, _, _, _ = br
     reads = working + published if new is None else working + published + (new,)
     held = tuple(map(blocks.__getitem__, reads))
-    shapes = [(refcount, holds, len(slots) - slots.count(None)) for refcount, holds, slots in held]
+    shapes = list(map(_shape, held))
     n = len(working)
     same = working == published
     mapped = tuple(shapes[:n])
@@ -475,7 +566,23 @@ def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ..
              -1 if tail is None else working.index(tail) if tail in working else -2,
              (-1,) if new is None else shapes[-1],
              same, mapped, mapped if same else tuple(shapes[n:n + len(published)]))
-    return br, reads, held, local
+    return br, reads, held, local, blocks
+
+
+#: id(block) -> (block, its shape); Blocks are immutable and shared by many states
+_SHAPES: dict[int, tuple[Block, Shape]] = {}
+
+
+def _shape(block: Block) -> Shape:
+    """A block as a signature sees it: refcount, holds, filled slots."""
+    known = _SHAPES.get(id(block))
+    if known is not None and known[0] is block:
+        return known[1]
+    if len(_SHAPES) >= 1 << 14:
+        _SHAPES.clear()
+    refcount, holds, slots = block
+    shape = _SHAPES[id(block)] = block, (refcount, holds, len(slots) - slots.count(None))
+    return shape[1]
 
 
 def _arrangements(classes: list[list[int]]) -> Iterator[list[int]]:

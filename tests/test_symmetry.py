@@ -135,3 +135,79 @@ def test_a_bench_row_at_its_limit_reports_what_it_explored():
     row = _in_child(_measure_profile, (8, 1, 1.0), limit=120)
     assert row is not None and row["complete"] is False and row["states"] > 0
     assert row["seconds"]["successors"] > 0 and row["seconds"]["canonical form"] > 0
+
+
+def _explore(scenario, mirror: bool):
+    model, sym = ProtocolModel(scenario), Symmetry(scenario)
+    explorer = Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+                        representative=sym.representative, mirror=sym.unmirrored if mirror else None)
+    return explorer.run()
+
+
+@pytest.mark.parametrize("protocol, branches, pool, device, reuse", [
+    ("cow", [(1, False)] * 4, None, "async", "lifo"),
+    ("cow", [(1, True)] * 4, None, "streams", "fifo"),
+    ("cow", [(0, True)] * 5, None, "async", "any"),
+    ("premature-decrement", [(1, False)] * 4, 3, "async", "lifo"),
+    ("publish-before-copy", [(1, False)] * 4, None, "stream", "lifo"),
+    ("double-decrement", [(1, False)] * 4, None, "async", "any"),
+])
+def test_skipping_mirrored_moves_keeps_every_state_verdict_and_measure(protocol, branches, pool, device, reuse):
+    """Moves of a branch that mirrors a twin's lead to the same orbits: the
+    search without them stores the same states and finds the same
+    violations at the same depths, peak, steady values and copy range."""
+    scenario = make_scenario(2, 1, branches, protocol, pool=pool, device=device, reuse=reuse)
+    full, skipped = _explore(scenario, False), _explore(scenario, True)
+    assert skipped.states == full.states and skipped.depth == full.depth
+    assert {k: v.length for k, v in skipped.violations.items()} == {k: v.length for k, v in full.violations.items()}
+    assert (skipped.peak, skipped.cost_range, skipped.steady_values) == (full.peak, full.cost_range, full.steady_values)
+    assert skipped.transitions < full.transitions
+
+
+def _moves_by_actor(model, sym, state) -> dict[str, set]:
+    out: dict[str, set] = {}
+    for tr in model.successors(state):
+        out.setdefault(tr.action.actor, set()).add(
+            (tr.action.step, tr.facts != (), None if tr.state is None else sym.representative(tr.state)))
+    return out
+
+
+def _check_mirrored_on_walks(scenario, rnd, walks: int, steps: int) -> int:
+    """Random walks over representatives: every branch `mirrored` names has
+    an earlier branch whose moves reach the same orbits by the same steps.
+    Returns how many mirrored branches were checked."""
+    model, sym = ProtocolModel(scenario), Symmetry(scenario)
+    checked = 0
+    for _ in range(walks):
+        state = sym.representative(model.init_state())
+        for _ in range(steps):
+            moves = _moves_by_actor(model, sym, state)
+            for i in sym.mirrored(state):
+                mine = moves.get(scenario.branch_name(i), set())
+                assert any(moves.get(scenario.branch_name(x), set()) == mine for x in range(i)), (i, state)
+                checked += 1
+            options = [t.state for t in model.successors(state) if t.state is not None]
+            if not options:
+                break
+            state = sym.representative(rnd.choice(options))
+    return checked
+
+
+@pytest.mark.parametrize("n", [4, 6, 8])
+def test_a_mirrored_branch_moves_to_the_orbits_of_an_earlier_one(n):
+    checked = _check_mirrored_on_walks(make_scenario(4, 6, [(1, False)] * n, "cow"), random.Random(n), walks=6, steps=60)
+    assert checked > 20
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wide_scenarios(), st.randoms(use_true_random=False))
+def test_mirrored_branches_on_random_scenarios(scenario, rnd):
+    _check_mirrored_on_walks(scenario, rnd, walks=1, steps=40)
+
+
+def test_eight_branches_at_the_fork_move_as_one():
+    scenario = make_scenario(4, 6, [(1, False)] * 8, "cow")
+    sym = Symmetry(scenario)
+    state = ProtocolModel(scenario).init_state()
+    assert sym.mirrored(state) == list(range(1, 8))
+    assert {tr.action.actor for tr in sym.unmirrored(state, ProtocolModel(scenario).successors(state))} == {"a"}

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from cowcheck.model.scenario import make_scenario
 
+from .explorer import Exploration
 from .results import FORMAT, ExplicitResult
 
 #: (label, block size, prompt, branches as (appends, may_cancel) or branch tables, protocol)
@@ -239,6 +240,81 @@ def _measure_profile(args, conn) -> None:
                "seconds": {part: round(t, 3) for part, t in explorer.times.items()},
                "rest_seconds": round(x.seconds - sum(explorer.times.values()), 3)})
     conn.close()
+
+
+#: (branches, appends each) for `--floor`: the rows whose target is 10 s
+FLOOR_SHAPES = ((6, 1), (5, 2))
+
+
+def _measure_floor(args, conn) -> None:
+    """The search twice, unprofiled: as it is, recording each
+    representative and each state's mirrored branches; then with both
+    looked up in what the first run recorded. The second run is the
+    search a free canonical form would leave: successors, invariants,
+    storage, measures and the loop, the same states and transitions."""
+    from cowcheck.model.state import State, allocated
+    from cowcheck.model.symmetry import Symmetry
+    from cowcheck.model.system import ProtocolModel
+
+    from .explorer import Explorer
+    from .invariants import INVARIANTS
+    n, appends, limit = args
+    scenario = make_scenario(4, 6, [(appends, False)] * n, "cow", name=_branch_label(n, appends))
+    model, symmetry = ProtocolModel(scenario), Symmetry(scenario)
+    reps: dict[State, State] = {}
+    skipped: dict[State, frozenset[str]] = {}
+
+    def recorded(state: State) -> State:
+        rep = reps[state] = symmetry.representative(state)
+        return rep
+
+    def mirrored(state: State) -> frozenset[str]:
+        names = skipped.get(state)
+        if names is None:
+            names = skipped[state] = frozenset(symmetry.names[i] for i in symmetry.mirrored(state))
+        return names
+
+    def unmirrored(state, transitions):
+        names = mirrored(state)
+        return [tr for tr in transitions if tr.action.actor not in names] if names else transitions
+
+    def search(representative) -> Exploration:
+        return Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+                        representative=representative, mirror=unmirrored, max_seconds=limit).run()
+
+    full = search(recorded)
+    free = search(reps.__getitem__) if full.complete else None
+    conn.send({"benchmark": _branch_label(n, appends), "states": full.states, "transitions": full.transitions,
+               "complete": full.complete, "explore_seconds": round(full.seconds, 2),
+               "looked_up_seconds": None if free is None else round(free.seconds, 2)})
+    conn.close()
+
+
+def run_floor(console: Console, as_json: bool, limit: float = ROW_LIMIT) -> list[dict]:
+    """What the search would take if the canonical form cost nothing."""
+    rows: list[dict] = []
+    for n, appends in FLOOR_SHAPES:
+        row = _in_child(_measure_floor, (n, appends, limit), _backstop(limit) + limit)
+        rows.append(row if row is not None else {"benchmark": _branch_label(n, appends), "over_seconds": limit})
+    if as_json:
+        json.dump({"format": FORMAT, "floor": rows, "limit_seconds": limit}, sys.stdout, indent=2)
+        print()
+        return rows
+    table = Table(title="the search with the canonical form looked up (what a free canonical form would leave)",
+                  title_justify="left")
+    for col, justify in (("benchmark", "left"), ("states", "right"), ("transitions", "right"), ("seconds", "right"),
+                         ("seconds, canonical form looked up", "right"), ("canonical form's share", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        if r.get("looked_up_seconds") is None:
+            table.add_row(r["benchmark"], f"{r['states']:,} so far" if "states" in r else "-", "-",
+                          f"stopped at {limit:g}", "-", "-")
+            continue
+        share = 1 - r["looked_up_seconds"] / r["explore_seconds"]
+        table.add_row(r["benchmark"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["explore_seconds"]),
+                      str(r["looked_up_seconds"]), f"{share:.0%}")
+    console.print(table)
+    return rows
 
 
 def run_branches(console: Console, as_json: bool, limit: float = ROW_LIMIT) -> list[dict]:

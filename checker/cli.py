@@ -330,19 +330,23 @@ def list_() -> None:
 @click.option("--full", is_flag=True, help="Also run the slow ones: 4x2 unreduced (3.3 million states) and 5x2.")
 @click.option("--branches", is_flag=True, help="Instead: symmetry as branches grow (cow B=4 L=6, 2-8 x 1 and 2-6 x 2 appends).")
 @click.option("--profile", is_flag=True, help="Instead: where the time goes per state (successors, invariants, canonical form, storage).")
+@click.option("--floor", is_flag=True, help="Instead: 6x1 and 5x2 as they are and with the canonical form looked up "
+              "in a table the first run recorded (what a free canonical form would leave).")
 @click.option("--limit", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="Seconds a --branches or --profile row may search; then it stops and reports what it explored.")
-def bench(as_json, folder, full, branches, profile, limit) -> None:
+              help="Seconds a --branches, --profile or --floor row may search; then it stops and reports what it explored.")
+def bench(as_json, folder, full, branches, profile, floor, limit) -> None:
     """Measure exploration and replay speed on fixed benchmarks, with and
     without reductions, and z3 BMC's time to a shortest violation next to
     the explorer's."""
-    from .bench import run_benchmarks, run_branches, run_profile
+    from .bench import run_benchmarks, run_branches, run_floor, run_profile
     try:
-        if branches or profile:
+        if branches or profile or floor:
             if branches:
                 run_branches(console, as_json, limit)
             if profile:
                 run_profile(console, as_json, limit)
+            if floor:
+                run_floor(console, as_json, limit)
             return
         run_benchmarks(console, as_json, folder, full)
     except SpecError as error:

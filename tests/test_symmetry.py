@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cowcheck import check
-from cowcheck.bench import _in_child, _measure_branches, _measure_profile
+from cowcheck.bench import _in_child, _measure_branches, _measure_floor, _measure_profile
 from cowcheck.explorer import Explorer
 from cowcheck.invariants import INVARIANTS
 from cowcheck.model import symmetry as symmetry_module
@@ -211,3 +211,12 @@ def test_eight_branches_at_the_fork_move_as_one():
     state = ProtocolModel(scenario).init_state()
     assert sym.mirrored(state) == list(range(1, 8))
     assert {tr.action.actor for tr in sym.unmirrored(state, ProtocolModel(scenario).successors(state))} == {"a"}
+
+
+def test_the_floor_row_looks_up_the_same_search():
+    """`cowcheck bench --floor`: the second search, with the canonical form
+    looked up, runs (it would raise KeyError on a state the first did not
+    see) and the first explores the scenario in full."""
+    row = _in_child(_measure_floor, (4, 1, 60.0), limit=300)
+    assert row is not None and row["complete"] and row["states"] == 6059
+    assert row["looked_up_seconds"] is not None and row["looked_up_seconds"] > 0

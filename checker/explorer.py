@@ -8,8 +8,8 @@ complete runs). It stores each state once with a parent link and rebuilds a
 trace on demand; because the search is breadth-first, the first violation it
 finds of each invariant is a shortest one.
 
-Four options shrink what is stored, none changing any verdict or measure
-(and all but `ample` no shortest length either):
+Five options shrink what is stored or explored, none changing any verdict or
+measure (and all but `ample` no shortest length either):
 
 - `representative`: a map from a state to a member of its symmetry orbit
   (model.symmetry); each orbit is stored once. Traces are rebuilt concretely
@@ -17,6 +17,11 @@ Four options shrink what is stored, none changing any verdict or measure
   whose representative is the stored one.
 - `encode`: the visited set holds each state's compact encoding
   (model.encoding: fixed-width bytes) instead of a tree of tuples.
+- `mirror`: a map from a state and its transitions to those left once the
+  moves of actors that a symmetry of the state swaps with another actor
+  are dropped (model.symmetry's `unmirrored`): they lead to the orbits the
+  kept ones reach, so the states, depths and measures are the same, from
+  fewer transitions.
 - `ample`: a map from a state and its transitions to the ones to explore
   (model.ample's partial-order reduction). Verdicts and measures are kept;
   shortest lengths may grow, which the caller re-searches (cowcheck.explicit).

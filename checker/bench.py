@@ -253,7 +253,7 @@ def _measure_floor(args, conn) -> None:
     search a free canonical form would leave: successors, invariants,
     storage, measures and the loop, the same states and transitions."""
     from cowcheck.model.state import State, allocated
-    from cowcheck.model.symmetry import Symmetry
+    from cowcheck.model.symmetry import Symmetry, without_actors
     from cowcheck.model.system import ProtocolModel
 
     from .explorer import Explorer
@@ -268,22 +268,19 @@ def _measure_floor(args, conn) -> None:
         rep = reps[state] = symmetry.representative(state)
         return rep
 
-    def mirrored(state: State) -> frozenset[str]:
-        names = skipped.get(state)
-        if names is None:
-            names = skipped[state] = frozenset(symmetry.names[i] for i in symmetry.mirrored(state))
-        return names
+    def recorded_mirror(state: State, transitions):
+        names = skipped[state] = symmetry.mirrored_actors(state)
+        return without_actors(transitions, names)
 
-    def unmirrored(state, transitions):
-        names = mirrored(state)
-        return [tr for tr in transitions if tr.action.actor not in names] if names else transitions
+    def looked_up_mirror(state: State, transitions):
+        return without_actors(transitions, skipped[state])
 
-    def search(representative) -> Exploration:
+    def search(representative, mirror) -> Exploration:
         return Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
-                        representative=representative, mirror=unmirrored, max_seconds=limit).run()
+                        representative=representative, mirror=mirror, max_seconds=limit).run()
 
-    full = search(recorded)
-    free = search(reps.__getitem__) if full.complete else None
+    full = search(recorded, recorded_mirror)
+    free = search(reps.__getitem__, looked_up_mirror) if full.complete else None
     conn.send({"benchmark": _branch_label(n, appends), "states": full.states, "transitions": full.transitions,
                "complete": full.complete, "explore_seconds": round(full.seconds, 2),
                "looked_up_seconds": None if free is None else round(free.seconds, 2)})

@@ -221,11 +221,12 @@ class Symmetry:
         earlier branch's (`mirrored`): each leads to the orbit of one kept,
         with the same facts renamed, so the explorer stores the same states
         and finds the same violations at the same depths without them."""
+        return without_actors(transitions, self.mirrored_actors(state))
+
+    def mirrored_actors(self, state: State) -> frozenset[str]:
+        """The names of the `mirrored` branches."""
         mirrored = self.mirrored(state)
-        if not mirrored:
-            return transitions
-        names = {self.names[i] for i in mirrored}
-        return [tr for tr in transitions if tr.action.actor not in names]
+        return frozenset(self.names[i] for i in mirrored) if mirrored else _NO_ACTORS
 
     def mirrored(self, state: State) -> list[int]:
         """Branches that are twins (see the module docstring) of an earlier
@@ -409,8 +410,10 @@ class Symmetry:
         for new_index, old in enumerate(order):
             br = branches[old]
             status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected = br
+            # its sequence holds tokens to rename only if it moved and has written
+            rename_seq = tokens is not None and new_index != old and pos != self.prompt
             if same_ids:
-                if tokens is None or new_index == old or pos == self.prompt:
+                if not rename_seq:
                     new_branches.append(br)
                     continue
                 new_working, new_published, new_tail, new_new = working, published, tail, new
@@ -419,7 +422,8 @@ class Symmetry:
                 new_published = new_working if published == working else tuple(map(m, published))
                 new_tail = None if tail is None else mapping[tail]
                 new_new = None if new is None else mapping[new]
-            if tokens is not None and new_index != old and pos != self.prompt:
+            if rename_seq:
+                assert tokens is not None
                 renamed_seq = tuple(map(tokens.get, seq, seq))
                 if renamed_seq != seq:
                     seq = renamed_seq
@@ -548,6 +552,15 @@ class Symmetry:
             unnumbered_free.sort(key=contents)
         first.update(dict.fromkeys(unnumbered_free))
         return list(first)
+
+
+#: no actor skipped
+_NO_ACTORS: frozenset[str] = frozenset()
+
+
+def without_actors(transitions: list[Transition], actors: frozenset[str]) -> list[Transition]:
+    """The transitions whose actor is not one of `actors`."""
+    return [tr for tr in transitions if tr.action.actor not in actors] if actors else transitions
 
 
 def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ...], tuple[Block, ...], Local, tuple[Block, ...]]:

@@ -10,14 +10,32 @@ nobody else can reach:
 
 - `wait-kernel` once enabled: only the branch's own `write` launches its
   kernels, and the branch is parked at the wait;
-- `wait-copy Y`, `append X`, `replace X Y`, `publish` when every block they
-  touch (Y; X; X and Y; the blocks whose membership in the published table
-  changes) is private to the branch: not free, not in another branch's
-  tables or locals, not in any in-flight op. Nobody else can come to reach
-  such a block while the branch stays put (a block is reached only through
-  the free list, a table, a local or an op), so no other actor's action, now
-  or later, reads or writes what these steps change, and no check of another
-  actor (exclusive-write, no-use-after-free, faithful-output) can see them.
+- `wait-copy Y`, `append X`, `publish` when every block they touch (Y; X;
+  the blocks whose membership in the published table changes) is private
+  to the branch: not free, not in another branch's tables or locals, not in
+  any in-flight op. Nobody else can come to reach such a block while the
+  branch stays put (a block is reached only through the free list, a table,
+  a local or an op), so no other actor's action, now or later, reads or
+  writes what these steps change, and no check of another actor
+  (exclusive-write, no-use-after-free, faithful-output) can see them;
+- `replace X Y` when Y is private and X is private or stays one of the
+  branch's *uses* (its working table, or its published table below
+  ceil(pos / B): what exclusive-write and no-use-after-free look at): the
+  checks that see X see it in the branch's tables before and after;
+- on the `async` device only, where the queue's order decides nothing
+  (whatever is in flight may complete next, and no check reads the order),
+  the launches:
+  - `copy X Y` / `copy-block X Y` when Y is private, X is private or one of
+    the branch's uses, and the branch has no kernel in flight. An in-flight
+    copy from X is seen by exclusive-write (a kernel writing X) and
+    no-use-after-free (freeing X); while the branch stays put those see X
+    in its tables anyway. Its own older kernels are the exception (the check
+    skips their own branch's tables), hence the last condition;
+  - `write` when the published table reaches the position (no table miss,
+    which would end the run there), every block of it is private or one of
+    the branch's uses, and the branch has no kernel in flight. The kernel's
+    snapshot is the published table, and the checks that would see the
+    snapshot see the same blocks in the branch's tables.
 
 Each of these changes only the branch's program position, locals and tables
 in ways no invariant of another actor reads, disables nothing and cannot be
@@ -57,8 +75,10 @@ from .structure import Op
 from .action import Transition
 from .system import ProtocolModel
 
-#: the step kinds that can form an ample set, given private blocks
+#: the step kinds that can form an ample set, given the conditions above
 LOCAL_STEPS = frozenset({"wait-kernel", "wait-copy", "append", "replace", "publish"})
+#: launches, local only where the queue is unordered (the async device)
+LAUNCHES = frozenset({"copy", "copy-block", "write"})
 
 
 class Ample:
@@ -69,6 +89,7 @@ class Ample:
         self.model = model
         self.enabled = not model.structure.any_atomic
         self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
+        self.local_steps = LOCAL_STEPS | LAUNCHES if model.device == "async" else LOCAL_STEPS
 
     def describe(self) -> list[str]:
         return ["partial-order (branch-local steps on private blocks explored alone)"] if self.enabled else []
@@ -80,23 +101,36 @@ class Ample:
             if br.status is not Status.RUNNING or br.op is None:
                 continue
             step = self.model.program(br)[br.step]
-            if step.op not in LOCAL_STEPS or (step.op == "wait-kernel" and br.op is Op.APPEND and self.may_cancel[i]):
+            if step.op not in self.local_steps or (step.op == "wait-kernel" and br.op is Op.APPEND and self.may_cancel[i]):
                 continue
-            if all(_private(state, i, b) for b in _touched(br, step)):
+            if self._local(state, i, br, step):
                 name = self.model.names[i]
                 mine = [tr for tr in transitions if tr.action.actor == name]
                 if mine:
                     return mine
         return transitions
 
-
-def _touched(br: Branch, step: Step) -> Iterable[int | None]:
-    """The blocks a local step reads or changes (none for wait-kernel)."""
-    if step.op == "publish":
-        return set(br.working) ^ set(br.published)
-    if step.op == "wait-kernel":
-        return set()
-    return {br.tail if name == "tail" else br.new for name in step.args}
+    def _local(self, state: State, i: int, br: Branch, step: Step) -> bool:
+        """Whether branch i's next step meets its condition in the module
+        docstring."""
+        op = step.op
+        if op == "wait-kernel":
+            return True
+        if op == "publish":
+            return all(_private(state, i, b) for b in set(br.working) ^ set(br.published))
+        if op in ("wait-copy", "append"):
+            return _private(state, i, br.tail if step.args[0] == "tail" else br.new)
+        x, y = (br.tail if name == "tail" else br.new for name in step.args) if op != "write" else (None, None)
+        published_uses = br.published[:-(-br.pos // self.model.B)]
+        if op == "replace":     # x stays a use: through the published table, or a second entry in the working one
+            return x in br.working and _private(state, i, y) and (
+                x in published_uses or br.working.count(x) > 1 or _private(state, i, x))
+        uses = set(br.working).union(published_uses)
+        if any(type(q) is not Copy and q.branch == i for q in state.queue):
+            return False     # the exclusive-write check skips its own branch's tables, not its kernels
+        if op == "write":
+            return len(br.published) > br.pos // self.model.B and all(b in uses or _private(state, i, b) for b in br.published)
+        return _private(state, i, y) and (x in uses or _private(state, i, x))     # copy / copy-block
 
 
 def _private(state: State, i: int, b: int | None) -> bool:

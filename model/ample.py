@@ -2,11 +2,12 @@
 explored alone (an ample set) without losing any verdict or measure.
 
 Most actions are visible to some invariant or dependent on another actor's:
-allocs and frees share the free list, counter steps share blocks, launches
-and completions change the queue every check reads, a decide reads counters
-other branches change and leaves the quiescent states refcount-exact judges.
+allocs and frees share the free list, counter steps share blocks,
+completions change blocks others read, launches change the queue (whose
+order the stream devices complete by), a decide reads counters other
+branches change and leaves the quiescent states refcount-exact judges.
 What remains are the steps that touch only the branch itself and blocks
-nobody else can reach:
+nobody else can reach, and the launches where the queue is unordered:
 
 - `wait-kernel` once enabled: only the branch's own `write` launches its
   kernels, and the branch is parked at the wait;
@@ -38,8 +39,9 @@ nobody else can reach:
     snapshot see the same blocks in the branch's tables.
 
 Each of these changes only the branch's program position, locals and tables
-in ways no invariant of another actor reads, disables nothing and cannot be
-disabled. Two more exclusions keep that true: a branch with alternatives (one
+in ways no invariant of another actor reads (a launch also adds an op to
+the queue, which only its own branch waits on), disables nothing and cannot
+be disabled. Two more exclusions keep that true: a branch with alternatives (one
 between operations: decide, finish, cancel; a `may_cancel` branch at an
 append's wait-kernel) is never reduced, and neither is any protocol with an
 atomic path or an atomic [fork] or [rollback] (a branch entering one takes
@@ -55,7 +57,8 @@ does not take it, is independent of it), C2 (invisible); C3 (the cycle
 proviso) holds trivially because the state graph is acyclic. Any path of the
 full graph is matched in the reduced graph by the same sequence of other
 actions with some of these steps moved earlier or inserted; the states differ
-only in branches that were parked at such steps. Consequences, checked by
+only in branches that were parked at such steps (and, on async, in the
+queue's order). Consequences, checked by
 tests/test_reductions.py on every shipped scenario and on random ones:
 
 - every invariant keeps its verdict, and every measure (peak, copies, steady
@@ -67,7 +70,6 @@ tests/test_reductions.py on every shipped scenario and on random ones:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 
 from .protocol import Step
 from .state import Branch, Copy, State, Status
@@ -92,7 +94,7 @@ class Ample:
         self.local_steps = LOCAL_STEPS | LAUNCHES if model.device == "async" else LOCAL_STEPS
 
     def describe(self) -> list[str]:
-        return ["partial-order (branch-local steps on private blocks explored alone)"] if self.enabled else []
+        return ["partial-order (branch-local steps, and launches on async, explored alone)"] if self.enabled else []
 
     def __call__(self, state: State, transitions: list[Transition]) -> list[Transition]:
         if not self.enabled or len(transitions) < 2:

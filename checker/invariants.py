@@ -19,7 +19,7 @@ from cowcheck.model.block import AllocatorRaised, CopyDone, Fact, Freed, KernelD
 from cowcheck.model.errors import SpecError
 from cowcheck.model.harness import HarnessModel
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import Branch, Copy, Kernel, State, Status
+from cowcheck.model.state import Branch, Copy, Kernel, State, Status, published_uses
 from cowcheck.model.action import Transition
 from cowcheck.model.system import TransitionSystem
 
@@ -78,11 +78,8 @@ def table_miss(model, before, tr, fact):
 # -- which tables count as uses ----------------------------------------------
 def tables(model: TransitionSystem, br: Branch) -> tuple[tuple[str, tuple[int, ...]], tuple[str, tuple[int, ...]]]:
     """A branch's tables as uses: the working table whole, the published
-    one below ceil(pos / B). Entries past that hold none of its sequence and
-    no correct path launches through them (a rollback's `trim` frees a
-    rejected draft's block one action before `publish` drops it), so they
-    are not uses (specs/SEMANTICS.md#branch-programs)."""
-    return ("working", br.working), ("published", br.published[:-(-br.pos // model.B)])
+    one below ceil(pos / B) (cowcheck.model.state.published_uses)."""
+    return ("working", br.working), ("published", published_uses(br, model.B))
 
 
 # -- kernel-complete discipline --------------------------------------------
@@ -103,7 +100,7 @@ def exclusive_write(model, before, tr, fact):
     B = model.B
     for j, br in enumerate(before.branches):
         if j != kernel.branch and br.status is Status.RUNNING \
-                and (target in br.working or target in br.published[:-(-br.pos // B)]):
+                and (target in br.working or target in published_uses(br, B)):
             for name, table in tables(model, br):
                 if target in table:
                     return {"block": target, "message": f"block {target} is in branch {model.names[j]}'s {name} table {list(table)}"}
@@ -155,7 +152,7 @@ def uaf_freed(model, before, tr, fact):
     block, after = fact.block, tr.state
     B = model.B
     for j, br in enumerate(after.branches):
-        if block not in br.working and block not in br.published[:-(-br.pos // B)]:
+        if block not in br.working and block not in published_uses(br, B):
             continue
         for name, table in tables(model, br):
             if block in table:
@@ -174,7 +171,7 @@ def uaf_state(model, state, final, stuck):
     free = set(state.free)
     B = model.B
     for j, br in enumerate(state.branches):
-        if free.isdisjoint(br.working) and free.isdisjoint(br.published[:-(-br.pos // B)]):
+        if free.isdisjoint(br.working) and free.isdisjoint(published_uses(br, B)):
             continue                # the common case, without naming the tables
         for name, table in tables(model, br):
             for b in table:

@@ -70,9 +70,11 @@ tests/test_reductions.py on every shipped scenario and on random ones:
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 from .protocol import Step
-from .state import Branch, Copy, State, Status
+from .state import Branch, Copy, State, Status, published_uses
 from .structure import Op
 from .action import Transition
 from .system import ProtocolModel
@@ -121,18 +123,24 @@ class Ample:
         if op == "publish":
             return all(_private(state, i, b) for b in set(br.working) ^ set(br.published))
         if op in ("wait-copy", "append"):
-            return _private(state, i, br.tail if step.args[0] == "tail" else br.new)
-        x, y = (br.tail if name == "tail" else br.new for name in step.args) if op != "write" else (None, None)
-        published_uses = br.published[:-(-br.pos // self.model.B)]
+            return _private(state, i, _bound(br, step.args[0]))
+        B = self.model.B
         if op == "replace":     # x stays a use: through the published table, or a second entry in the working one
+            x, y = (_bound(br, name) for name in step.args)
             return x in br.working and _private(state, i, y) and (
-                x in published_uses or br.working.count(x) > 1 or _private(state, i, x))
-        uses = set(br.working).union(published_uses)
+                x in published_uses(br, B) or br.working.count(x) > 1 or _private(state, i, x))
         if any(type(q) is not Copy and q.branch == i for q in state.queue):
             return False     # the exclusive-write check skips its own branch's tables, not its kernels
+        uses = set(br.working).union(published_uses(br, B))
         if op == "write":
-            return len(br.published) > br.pos // self.model.B and all(b in uses or _private(state, i, b) for b in br.published)
-        return _private(state, i, y) and (x in uses or _private(state, i, x))     # copy / copy-block
+            return len(br.published) > br.pos // B and all(b in uses or _private(state, i, b) for b in br.published)
+        x, y = (_bound(br, name) for name in step.args)      # copy / copy-block
+        return _private(state, i, y) and (x in uses or _private(state, i, x))
+
+
+def _bound(br: Branch, name: str) -> Optional[int]:
+    """The block a step's argument names (None: the local is unbound)."""
+    return br.tail if name == "tail" else br.new
 
 
 def _private(state: State, i: int, b: int | None) -> bool:

@@ -127,6 +127,17 @@ def cancel_unborn(branches: list[Branch], descendants: tuple[int, ...]) -> None:
             branches[c] = branches[c]._replace(status=Status.CANCELLED)
 
 
+def published_uses(br: Branch, block_size: int) -> tuple[int, ...]:
+    """The part of a branch's published table that counts as a use: below
+    ceil(pos / B). Entries past that hold none of its sequence and no
+    correct path launches through them (a rollback's `trim` frees a
+    rejected draft's block one action before `publish` drops it). With the
+    working table whole, these are the uses exclusive-write and
+    no-use-after-free judge, and partial-order reduction relies on
+    (specs/SEMANTICS.md#branch-programs)."""
+    return br.published[:-(-br.pos // block_size)]
+
+
 def allocated(state: State) -> int:
     return len(state.blocks) - len(state.free)
 

@@ -185,6 +185,15 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     model = ProtocolModel(scenario)
     ample = Ample(model)
     checks = Judge(INVARIANTS)
+
+    def judged(before, tr) -> list[str]:
+        return sorted({inv for inv, _ in checks.action(model, before, tr)})
+
+    def seen(st) -> list[str]:
+        # refcount-exact judges quiescent states only, which no branch parked at the step is
+        # (so they are reached exactly); every other state check sees the same
+        return sorted(inv for inv, _ in checks.state(model, st, False, False, skip=("refcount-exact",)))
+
     state = model.init_state()
     for _ in range(60):
         trs = model.successors(state)
@@ -200,11 +209,7 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
                     assert len(after_a) == len(after_b) == 1, (a.action, b.action)
                     assert _unordered(after_a[0].state, scenario.device) == _unordered(after_b[0].state, scenario.device)
                     assert after_a[0].facts == b.facts and after_b[0].facts == a.facts
-                    judged = lambda before, tr: sorted({inv for inv, _ in checks.action(model, before, tr)})
                     assert judged(a.state, after_a[0]) == judged(state, b), (a.action, b.action)
-                    # refcount-exact judges quiescent states only, which no branch parked at the step is
-                    # (so they are reached exactly); every other state check sees the same
-                    seen = lambda st: sorted(inv for inv, _ in checks.state(model, st, False, False, skip=("refcount-exact",)))
                     assert seen(after_a[0].state) == seen(b.state), (a.action, b.action)
         options = [t for t in trs if t.state is not None]
         if not options:

@@ -30,7 +30,10 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
           max_seconds: Optional[float] = None, system: Optional[TransitionSystem] = None) -> ExplicitResult:
     """Explore the scenario with the reductions asked for. Partial-order
     reduction applies only to exhaustive runs (without --max-depth, whose
-    meaning it would change); when it finds violations, a second search
+    meaning it would change). It first explores settled device completions
+    alone too, which keeps only whether some violation is reachable; if that
+    search finds one, it searches again without them, for every verdict
+    (cowcheck.model.ample). When it finds violations, a second search
     without it, bounded by the lengths found and stopped once it has them all,
     supplies the true shortest lengths and traces (it is not limited by
     --max-states: its depth bound already limits it). `system`: the
@@ -45,21 +48,31 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
     # only a protocol file's states can be renamed, reordered and encoded
     reducible = model if isinstance(model, ProtocolModel) else None
     orbits = Symmetry(scenario) if symmetry and reducible else None
-    ample = Ample(reducible) if por and max_depth is None and reducible else None
+    ample = Ample(reducible, completions=True) if por and max_depth is None and reducible else None
     compact = compact and reducible is not None
 
-    def search(invariants, ample, max_states, **limits) -> Explorer:
+    def search(invariants, ample, max_states, seconds=max_seconds, **limits) -> Explorer:
         reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
         explorer = Explorer(model, invariants, max_states=max_states, gauge=allocated, steady=model.is_steady,
                             cost=model.is_copy_launch, representative=orbits.representative if orbits else None,
                             mirror=orbits.unmirrored if orbits else None,
                             ample=ample if ample and ample.enabled else None, reductions=tuple(reductions),
                             encode=Compact(scenario).encode if compact else None, fingerprints=fingerprints,
-                            progress=progress, max_memory=max_memory, max_seconds=max_seconds, **limits)
+                            progress=progress, max_memory=max_memory, max_seconds=seconds, **limits)
         explorer.run()
         return explorer
 
-    explorer = search(invariants, ample, max_states, max_depth=max_depth, stop_at_first=first)
+    settled = ample is not None and ample.completions
+    explorer = search(invariants, ample, max_states, max_depth=max_depth, stop_at_first=first or settled)
+    if settled and explorer.result.violations and not first:
+        # completions explored alone keep only whether some violation is
+        # reachable (cowcheck.model.ample): search again without them for
+        # every verdict, in the time left
+        spent = explorer.result.seconds
+        ample = Ample(reducible)
+        explorer = search(invariants, ample, max_states, max_depth=max_depth, stop_at_first=first,
+                          seconds=None if max_seconds is None else max(max_seconds - spent, 1.0))
+        explorer.result.seconds += spent
     x = explorer.result
     shortest = explorer
     if ample is not None and ample.enabled and x.violations:

@@ -90,6 +90,13 @@ class Structure:
     def any_atomic(self) -> bool:
         return any(p.atomic for p in self.protocol.paths.values()) or self.protocol.atomic_fork or self.protocol.atomic_rollback
 
+    @cached_property
+    def copy_destinations(self) -> frozenset[str]:
+        """The locals some `copy` / `copy-block` step writes into (a correct
+        protocol copies into `new` only)."""
+        return frozenset(step.args[1] for place in self.places for step in (self.step(place),)
+                         if step.op in ("copy", "copy-block"))
+
     def cancellable(self, place: Place) -> bool:
         return place.op is Op.APPEND and self.step(place).op == "wait-kernel"
 

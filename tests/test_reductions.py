@@ -6,6 +6,7 @@ on concrete ids."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,15 @@ from cowcheck import trace
 from cowcheck import check
 from conftest import check_into, program_branches
 from cowcheck.rerun import replay
+from cowcheck.explorer import Exploration, Explorer
 from cowcheck.invariants import INVARIANTS, Judge
+from cowcheck.model.action import DEVICE
 from cowcheck.model.ample import Ample
 from cowcheck.model.compact import Compact
-from cowcheck.model.protocol import builtin_names
+from cowcheck.model.protocol import Protocol, builtin_names, protocol_from_dict
 from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario
 from cowcheck.model.symmetry import Symmetry
-from cowcheck.model.state import Block, Copy, Kernel, State
+from cowcheck.model.state import Block, Copy, Kernel, State, allocated
 from cowcheck.model.system import ProtocolModel
 
 
@@ -52,6 +55,34 @@ def programs(draw):
 
 
 any_scenario = st.one_of(scenarios(), programs())
+
+
+def cow_variant(name: str, **paths: list[str]) -> Protocol:
+    data = tomllib.loads((Path(__file__).resolve().parent.parent / "specs" / "protocols" / "cow.toml").read_text())
+    data["name"] = name
+    data["append"]["paths"].update(paths)
+    return protocol_from_dict(data, f"<{name}>")
+
+
+#: orders no shipped protocol has: the reference to a copy's source dropped
+#: before the copy lands (after a branch has parked at its wait, the last
+#: owner may write the source in place or free it)
+ADVERSARIAL = (
+    # drops its reference to the tail before the copy out of it lands: the
+    # last owner then writes in place into the copy's source (exclusive-write)
+    cow_variant("drop-before-copy-lands", copy=["alloc new", "copy tail new", "replace tail new", "publish",
+                                                "decref tail", "wait-copy new", "write", "wait-kernel"]),
+    # the same with the copy's destination published first: a kernel reads it
+    cow_variant("publish-and-drop-before-copy-lands", copy=["alloc new", "copy tail new", "replace tail new", "publish",
+                                                            "write", "decref tail", "wait-copy new", "wait-kernel"]),
+)
+
+
+@st.composite
+def adversarial(draw):
+    """Two or three writers into a shared partial tail."""
+    B = draw(st.integers(2, 3))
+    return make_scenario(B, B + 1, [draw(st.integers(1, 2))] * draw(st.integers(2, 3)), draw(st.sampled_from(ADVERSARIAL)))
 
 
 @pytest.mark.slow
@@ -157,6 +188,28 @@ def test_representative_is_canonical(scenario, rnd):
 SPEC_SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "specs" / "scenarios").glob("*.toml"))
 
 
+def settled_search(scenario, symmetry: bool) -> Exploration:
+    """The first of the checker's partial-order searches on its own:
+    settled device completions explored alone too, every state searched
+    (not stopped at the first violation)."""
+    model = ProtocolModel(scenario)
+    orbits = Symmetry(scenario) if symmetry else None
+    return Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+                    representative=orbits.representative if orbits else None, mirror=orbits.unmirrored if orbits else None,
+                    ample=Ample(model, completions=True)).run()
+
+
+def keeps_reachability(settled: Exploration, plain) -> None:
+    """What the settled search keeps: whether some violation is reachable,
+    and when none is, every measure."""
+    assert settled.complete
+    assert bool(settled.violations) == any(v.holds is False for v in plain.verdicts.values())
+    assert set(settled.violations) <= {k for k, v in plain.verdicts.items() if v.holds is False}
+    if not settled.violations:
+        x = plain.exploration
+        assert (settled.peak, settled.cost_range, settled.steady) == (x.peak, x.cost_range, x.steady)
+
+
 @pytest.mark.parametrize("path", SPEC_SCENARIOS, ids=lambda p: p.stem)
 def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
     scenario = load_scenario(path)
@@ -166,6 +219,44 @@ def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
     assert plain.exploration.complete and reduced.exploration.complete and ordered.exploration.complete
     assert measures(reduced) == measures(plain)
     assert measures(ordered) == measures(plain)
+    if scenario.allocator is None:      # allocator code through the harness gets no reduction
+        keeps_reachability(settled_search(scenario, symmetry=True), plain)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(any_scenario)
+def test_settled_completions_keep_whether_a_violation_is_reachable(scenario):
+    plain = check(scenario, max_states=6_000, symmetry=False)
+    assume(plain.exploration.complete)
+    settled = settled_search(scenario, symmetry=False)
+    keeps_reachability(settled, plain)
+    assert settled.states <= plain.exploration.states
+
+
+@pytest.mark.parametrize("protocol", ADVERSARIAL, ids=lambda p: p.name)
+@pytest.mark.parametrize("shape", [(2, 3, 2, 1), (4, 6, 2, 2)], ids=str)
+def test_settled_completions_keep_a_violation_only_an_unsettled_order_shows(protocol, shape):
+    B, L, n, appends = shape
+    scenario = make_scenario(B, L, [appends] * n, protocol)
+    plain = check(scenario, symmetry=False)
+    assert any(v.holds is False for v in plain.verdicts.values())
+    keeps_reachability(settled_search(scenario, symmetry=False), plain)
+    keeps_reachability(settled_search(scenario, symmetry=True), plain)
+
+
+def test_settled_completions_shrink_a_correct_protocol_and_a_buggy_one_is_searched_again():
+    cow = make_scenario(4, 6, [(1, False)] * 4, "cow")
+    launches_only = check(cow, por=True, symmetry=True)
+    x = launches_only.exploration
+    assert "settled completions" in " ".join(x.reductions)
+    ordered = check(cow, symmetry=True)
+    assert settled_search(cow, symmetry=True).states == x.states < ordered.exploration.states
+    assert measures(launches_only) == measures(ordered)
+    racy = make_scenario(4, 6, [(1, False)] * 4, "premature-decrement")
+    again = check(racy, por=True, symmetry=True)
+    assert "settled completions" not in " ".join(again.exploration.reductions)
+    assert measures(again) == measures(check(racy, symmetry=True))
 
 
 def _unordered(state: State, device: str) -> State:
@@ -174,16 +265,18 @@ def _unordered(state: State, device: str) -> State:
 
 
 @settings(max_examples=60, deadline=None)
-@given(any_scenario, st.randoms(use_true_random=False))
+@given(st.one_of(any_scenario, adversarial()), st.randoms(use_true_random=False))
 def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
-    """Walk randomly; wherever the reduction explores one branch's step alone,
-    that step and every other enabled action lead, in either order, to the
-    same state (up to the queue's order on the async device) with the same
-    facts, neither disables the other, and every invariant judges the other
-    action the same before and after the step (C1 and C2 for one step, which
-    is where a wrong independence claim would show)."""
+    """Walk randomly; wherever the reduction explores one step alone, that
+    step and every other enabled action lead, in either order, to the same
+    state (up to the queue's order on the async device) with the same facts,
+    neither disables the other, and every invariant judges each action the
+    same before and after the other (C1 and C2 for one step, which is where
+    a wrong independence claim would show). A settled completion promises
+    this only for actions that break nothing; one that breaks an invariant
+    must still break one after the completion."""
     model = ProtocolModel(scenario)
-    ample = Ample(model)
+    ample = Ample(model, completions=True)
     checks = Judge(INVARIANTS)
 
     def judged(before, tr) -> list[str]:
@@ -200,16 +293,21 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
         chosen = ample(state, trs)
         if len(chosen) < len(trs):
             for a in chosen:
-                assert not a.facts and a.state is not None, a.action
+                completes = a.action.actor == DEVICE
+                assert a.state is not None and (completes or not a.facts), a.action
                 for b in trs:
                     if b in chosen or b.state is None:
                         continue
                     after_a = [t for t in model.successors(a.state) if t.action == b.action]
                     after_b = [t for t in model.successors(b.state) if t.action == a.action]
                     assert len(after_a) == len(after_b) == 1, (a.action, b.action)
+                    if completes and (judged(state, b) or seen(b.state)):
+                        assert judged(a.state, after_a[0]) or seen(after_a[0].state), (a.action, b.action)
+                        continue
                     assert _unordered(after_a[0].state, scenario.device) == _unordered(after_b[0].state, scenario.device)
                     assert after_a[0].facts == b.facts and after_b[0].facts == a.facts
                     assert judged(a.state, after_a[0]) == judged(state, b), (a.action, b.action)
+                    assert judged(b.state, after_b[0]) == judged(state, a), (a.action, b.action)
                     assert seen(after_a[0].state) == seen(b.state), (a.action, b.action)
         options = [t for t in trs if t.state is not None]
         if not options:

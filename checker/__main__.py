@@ -20,12 +20,21 @@ INTERRUPT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 received: list[int] = []
 
 
+#: callbacks Python runs where an exception is printed ("Exception ignored
+#: in ...") and lost: weak-reference callbacks of the import system and of
+#: the weak collections
+_IGNORING = frozenset({"_get_module_lock.<locals>.cb", "WeakValueDictionary.__init__.<locals>.remove",
+                       "WeakKeyDictionary.__init__.<locals>.remove", "WeakSet.__init__.<locals>._remove"})
+
+
 def _in_finalizer(frame: Optional[FrameType]) -> bool:
-    """Is Python running a destructor? An exception raised there is printed
-    ("Exception ignored in ...") and lost, not delivered (z3 frees its terms
-    in `__del__`, often)."""
+    """Is Python running a destructor or a weak-reference callback? An
+    exception raised there is printed and lost, not delivered (z3 frees its
+    terms in `__del__`, often; an import drops its module lock in a
+    callback)."""
     while frame is not None:
-        if frame.f_code.co_name == "__del__":
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_qualname in _IGNORING:
             return True
         frame = frame.f_back
     return False

@@ -7,16 +7,19 @@ Python, but not inside z3's Python bindings: an exception in the middle of a
 ctypes call comes out as `ctypes.ArgumentError`, and one in a destructor is
 printed and lost. So the z3 engines run `deferred()`: a signal then only
 records itself, and the engine raises it at its next safe point (`poll()`,
-called around every solver query). z3 itself answers "unknown
-(interrupted)" when Ctrl-C comes while it solves, which the engines take
-as the same interrupt."""
+called around every solver query). z3's own Ctrl-C handler is off (it
+took the signal from Python and could still answer sat or unsat, losing
+the interrupt); instead the signal also cancels the solver at once, which
+then answers "unknown (interrupted)", and the engine raises the recorded
+signal."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 
 class Terminated(KeyboardInterrupt):
@@ -63,11 +66,44 @@ def held(*signums: int) -> Iterator[None]:
 
 
 @contextmanager
-def deferred() -> Iterator[None]:
+def deferred(cancel: Optional[Callable[[], None]] = None) -> Iterator[None]:
+    """Signals inside are recorded and raised at the next `poll()`.
+    `cancel` (z3's Context.interrupt) is called the moment SIGINT or SIGTERM
+    arrives, from a thread that watches Python's signal wakeup descriptor:
+    the main thread may be inside a long native call then, which Python's
+    handler would wait for, and which `cancel` ends early."""
     global _depth
     _depth += 1
+    stop = _watch(cancel) if cancel is not None and _depth == 1 else None
     try:
         yield
     finally:
+        if stop is not None:
+            stop()
         _depth -= 1
     poll()
+
+
+def _watch(cancel: Callable[[], None]) -> Optional[Callable[[], None]]:
+    """Call `cancel` whenever SIGINT or SIGTERM arrives; returns what stops
+    watching. Only the main thread can set the wakeup descriptor."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while data := os.read(read_end, 64):
+            if signal.SIGINT in data or signal.SIGTERM in data:
+                cancel()
+
+    watcher = threading.Thread(target=watch, name="cowcheck-interrupts", daemon=True)
+    watcher.start()
+
+    def stop() -> None:
+        signal.set_wakeup_fd(previous)
+        os.close(write_end)          # the watcher reads the end of the pipe and returns
+        watcher.join()
+        os.close(read_end)
+    return stop

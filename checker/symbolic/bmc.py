@@ -38,7 +38,7 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import State
 
 from ..explorer import interrupted
-from ..interrupts import deferred, poll
+from ..interrupts import poll
 from ..invariants import INVARIANTS, Invariant, Judge, validate_expect
 from ..results import BmcResult, Kind, Outcome, Verdict
 from ..trace import Counterexample
@@ -46,7 +46,7 @@ from .invariants import SymbolicJudge, encoded, unsupported
 from .reduction import Reductions
 from .state import Sym
 from .system import SymbolicSystem
-from .terms import Term, any_of, decided
+from .terms import Term, any_of, decided, solving
 
 
 class EncodingMismatch(AssertionError):
@@ -230,7 +230,7 @@ def run_bmc(scenario: Scenario, invariants: tuple[Invariant, ...] = INVARIANTS, 
     deepening = Deepening()
     stopped: Optional[str] = None
     try:
-        with deferred():
+        with solving():
             if checked:
                 _deepen(scenario, checked, depth, reduce, verdicts, deepening)
     except KeyboardInterrupt as interrupt:   # what was decided so far stands; the rest is not seen

@@ -59,12 +59,12 @@ from typing import Optional
 from cowcheck.model.scenario import Scenario
 
 from ..explorer import interrupted
-from ..interrupts import deferred
 from ..invariants import INVARIANTS, Invariant, validate_expect
 from ..results import Kind, KindResult, Outcome, Verdict
 from .bmc import run_bmc
 from .invariants import encoded, unsupported
 from .prover import Candidate, Prover
+from .terms import solving
 
 
 class KInduction:
@@ -132,7 +132,7 @@ class KInduction:
         inductive at small k is almost always false for the protocol, and
         larger steps cost more than they find."""
         try:
-            with deferred():
+            with solving():
                 self.prove()
         except KeyboardInterrupt as interrupt:    # the proofs closed so far stand; the rest is open
             return self.tally({inv.id: Verdict(inv.id, Kind(inv.kind), Outcome.NOT_SEEN) for inv in self.checked},
@@ -207,7 +207,7 @@ def run_kinduction(scenario: Scenario, invariants: tuple[Invariant, ...] = INVAR
     if not encoded(invariants)[0]:     # nothing to prove: no lemmas either
         return KindResult(scenario, {inv.id: unsupported(inv) for inv in invariants}, True, bound=depth)
     try:
-        with deferred():
+        with solving():
             prover = KInduction(scenario, invariants, depth, lemma_depth)
     except KeyboardInterrupt as interrupt:       # while building the lemmas: nothing decided yet
         return KindResult(scenario, {inv.id: Verdict(inv.id, Kind(inv.kind), Outcome.NOT_SEEN) for inv in invariants},

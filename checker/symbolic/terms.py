@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterable
 
 import z3
 
-from ..interrupts import poll
+from ..interrupts import deferred, poll
+
+# z3's own Ctrl-C handler takes the signal from Python and may still answer
+# sat or unsat, losing it; `solving()` cancels the solver instead
+z3.set_param("ctrl_c", False)
 
 Term = Any       # a z3 expression, or a Python int standing for a constant
 
@@ -48,11 +53,18 @@ def all_of(items: Iterable[Term]) -> Term:
     return z3.And(items) if items else z3.BoolVal(True)
 
 
+def solving() -> AbstractContextManager[None]:
+    """Where a z3 engine runs: signals are raised at its safe points
+    (`decided`), and one arriving while z3 solves cancels the query at once
+    (cowcheck.interrupts.deferred)."""
+    return deferred(cancel=z3.main_ctx().interrupt)
+
+
 def decided(solver: Any, answer: Any) -> Any:
-    """z3's answer, or why it has none: z3 catches Ctrl-C itself while it
-    solves and answers unknown ("interrupted from keyboard", "canceled");
-    that is the user's interrupt, delivered as one. Any other unknown is an
-    error of the engine."""
+    """z3's answer, or why it has none: a signal cancels the query
+    (`solving()`), and z3 answers unknown ("interrupted", "canceled"); that
+    is the user's interrupt, raised as the signal that came. Any other
+    unknown is an error of the engine."""
     poll()
     if answer == z3.unknown:
         reason = solver.reason_unknown()

@@ -236,7 +236,7 @@ def test_settled_completions_keep_whether_a_violation_is_reachable(scenario):
 
 @pytest.mark.parametrize("protocol", ADVERSARIAL, ids=lambda p: p.name)
 @pytest.mark.parametrize("shape", [(2, 3, 2, 1), (4, 6, 2, 2)], ids=str)
-def test_settled_completions_keep_a_violation_only_an_unsettled_order_shows(protocol, shape):
+def test_settled_completions_keep_a_violation_when_the_copy_source_is_dropped_early(protocol, shape):
     B, L, n, appends = shape
     scenario = make_scenario(B, L, [appends] * n, protocol)
     plain = check(scenario, symmetry=False)

@@ -62,14 +62,14 @@ def explore(scenario: Scenario, *, invariants: tuple[Invariant, ...] = INVARIANT
         explorer.run()
         return explorer
 
-    settled = ample is not None and ample.completions
-    explorer = search(invariants, ample, max_states, max_depth=max_depth, stop_at_first=first or settled)
-    if ample is not None and ample.completions and explorer.result.violations and not first:
+    settled = ample if ample is not None and ample.completions else None
+    explorer = search(invariants, ample, max_states, max_depth=max_depth, stop_at_first=first or settled is not None)
+    if settled is not None and explorer.result.violations and not first:
         # completions explored alone keep only whether some violation is
         # reachable (cowcheck.model.ample): search again without them for
         # every verdict, in the time left
         spent = explorer.result.seconds
-        ample = Ample(ample.model)
+        ample = Ample(settled.model)
         explorer = search(invariants, ample, max_states, max_depth=max_depth, stop_at_first=first,
                           seconds=None if max_seconds is None else max(max_seconds - spent, 1.0))
         explorer.result.seconds += spent

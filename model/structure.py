@@ -94,7 +94,7 @@ class Structure:
     def copy_destinations(self) -> frozenset[str]:
         """The locals some `copy` / `copy-block` step writes into (a correct
         protocol copies into `new` only)."""
-        return frozenset(step.args[1] for place in self.places for step in (self.step(place),)
+        return frozenset(step.args[1] for program in self._programs.values() for step in program
                          if step.op in ("copy", "copy-block"))
 
     def cancellable(self, place: Place) -> bool:

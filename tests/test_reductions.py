@@ -88,7 +88,7 @@ def adversarial(draw):
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(any_scenario)
-def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
+def test_every_reduction_agrees_with_the_unreduced_search(scenario):
     plain = check(scenario, max_states=6_000, symmetry=False)
     assume(plain.exploration.complete)
     reduced = check(scenario, symmetry=True)
@@ -105,6 +105,9 @@ def test_symmetry_and_fingerprints_agree_with_the_unreduced_search(scenario):
     assert compacted.exploration.states == plain.exploration.states
     assert reduced.exploration.states <= plain.exploration.states
     assert fingerprinted.exploration.states == reduced.exploration.states
+    settled = settled_search(scenario, symmetry=False)      # the first of --por's two searches, on its own
+    keeps_reachability(settled, plain)
+    assert settled.states <= plain.exploration.states
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -223,16 +226,6 @@ def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
         keeps_reachability(settled_search(scenario, symmetry=True), plain)
 
 
-@pytest.mark.slow
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(any_scenario)
-def test_settled_completions_keep_whether_a_violation_is_reachable(scenario):
-    plain = check(scenario, max_states=6_000, symmetry=False)
-    assume(plain.exploration.complete)
-    settled = settled_search(scenario, symmetry=False)
-    keeps_reachability(settled, plain)
-    assert settled.states <= plain.exploration.states
-
 
 @pytest.mark.parametrize("protocol", ADVERSARIAL, ids=lambda p: p.name)
 @pytest.mark.parametrize("shape", [(2, 3, 2, 1), (4, 6, 2, 2)], ids=str)
@@ -247,12 +240,12 @@ def test_settled_completions_keep_a_violation_when_the_copy_source_is_dropped_ea
 
 def test_settled_completions_shrink_a_correct_protocol_and_a_buggy_one_is_searched_again():
     cow = make_scenario(4, 6, [(1, False)] * 4, "cow")
-    launches_only = check(cow, por=True, symmetry=True)
-    x = launches_only.exploration
+    ordered_settled = check(cow, por=True, symmetry=True)
+    x = ordered_settled.exploration
     assert "settled completions" in " ".join(x.reductions)
     ordered = check(cow, symmetry=True)
     assert settled_search(cow, symmetry=True).states == x.states < ordered.exploration.states
-    assert measures(launches_only) == measures(ordered)
+    assert measures(ordered_settled) == measures(ordered)
     racy = make_scenario(4, 6, [(1, False)] * 4, "premature-decrement")
     again = check(racy, por=True, symmetry=True)
     assert "settled completions" not in " ".join(again.exploration.reductions)

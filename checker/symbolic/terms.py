@@ -9,10 +9,6 @@ import z3
 
 from ..interrupts import deferred, poll
 
-# z3's own Ctrl-C handler takes the signal from Python and may still answer
-# sat or unsat, losing it; `solving()` cancels the solver instead
-z3.set_param("ctrl_c", False)
-
 Term = Any       # a z3 expression, or a Python int standing for a constant
 
 
@@ -56,7 +52,10 @@ def all_of(items: Iterable[Term]) -> Term:
 def solving() -> AbstractContextManager[None]:
     """Where a z3 engine runs: signals are raised at its safe points
     (`decided`), and one arriving while z3 solves cancels the query at once
-    (cowcheck.interrupts.deferred)."""
+    (cowcheck.interrupts.deferred). z3's own Ctrl-C handler is turned off:
+    it takes the signal from Python and may still answer sat or unsat,
+    losing it."""
+    z3.set_param("ctrl_c", False)
     return deferred(cancel=z3.main_ctx().interrupt)
 
 

@@ -158,3 +158,19 @@ def test_ctrl_c_in_a_z3_engine_gives_what_was_decided(tmp_path, engine):
     (entry,) = json.loads((tmp_path / "out.json").read_text())
     assert entry["complete"] is False and entry["stopped"] == "interrupted (Ctrl-C)"
     assert "partial: interrupted (Ctrl-C)" in out
+
+
+def test_a_z3_call_cancelled_by_a_signal_is_the_interrupt():
+    """A signal cancels whatever z3 call is running; outside a check, z3
+    says so by raising "canceled", which the engines must take as the
+    interrupt (the table so far), not as a crash. Any other z3 error stays
+    an error."""
+    import z3
+    from cowcheck.symbolic.terms import solving
+
+    with pytest.raises(KeyboardInterrupt):
+        with solving():
+            raise z3.Z3Exception(b"canceled")
+    with pytest.raises(z3.Z3Exception, match="invalid argument"):
+        with solving():
+            raise z3.Z3Exception(b"invalid argument")

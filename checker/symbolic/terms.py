@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 import z3
 
@@ -49,14 +49,23 @@ def all_of(items: Iterable[Term]) -> Term:
     return z3.And(items) if items else z3.BoolVal(True)
 
 
-def solving() -> AbstractContextManager[None]:
+@contextmanager
+def solving() -> Iterator[None]:
     """Where a z3 engine runs: signals are raised at its safe points
-    (`decided`), and one arriving while z3 solves cancels the query at once
-    (cowcheck.interrupts.deferred). z3's own Ctrl-C handler is turned off:
-    it takes the signal from Python and may still answer sat or unsat,
-    losing it."""
+    (`decided`), and one arriving while z3 works cancels the call at once
+    (cowcheck.interrupts.deferred). A cancelled check answers unknown; any
+    other call raises "canceled", which is the same interrupt. z3's own
+    Ctrl-C handler is turned off: it takes the signal from Python and may
+    still answer sat or unsat, losing it."""
     z3.set_param("ctrl_c", False)
-    return deferred(cancel=z3.main_ctx().interrupt)
+    with deferred(cancel=z3.main_ctx().interrupt):
+        try:
+            yield
+        except z3.Z3Exception as error:
+            if "cancel" not in str(error):
+                raise
+            poll()                                   # the signal that cancelled it, as itself
+            raise KeyboardInterrupt(str(error)) from None
 
 
 def decided(solver: Any, answer: Any) -> Any:

@@ -1,14 +1,29 @@
-"""cowcheck: a model checker for the copy-on-write block ownership protocols
-of LLM inference engines.
+"""cowcheck: a model checker for the block ownership protocols of LLM
+inference engines' paged KV caches.
 
-This package is the public API (see README "Python API"); its modules are
-the engines and tools behind it: the explorer, invariant evaluation, traces,
-replay, explanation, the z3 engines (cowcheck.symbolic) and the command
-line. The model (cowcheck.model) knows nothing of search; the engines know
-nothing of how a step changes a state.
+This package is the public API (docs/reference/api.md); the names below are
+loaded on first use, so `import cowcheck` is quick and the command line can
+take over Ctrl-C before anything heavy is imported.
 
-The names below are loaded on first use, so `import cowcheck` is quick and
-the command line can take over Ctrl-C before anything heavy is imported."""
+Its folders are its layers, top to bottom; a module imports only from the
+layers below its own (the import-linter contract in pyproject.toml, checked
+by `lint-imports` in CI; docs/explanation/architecture.md):
+
+- cli/: the `cowcheck` command, one module per command group
+- bench/: the measuring code of `cowcheck bench`
+- sweeps/: grids of scenarios checked as Dask tasks, shrinking, the sweep page
+- api.py: the Python API every command and sweep goes through
+- views/: the words every view uses, `explain`, the HTML pages, pictures
+- traces/: replay on the model and on a KV pool, counterexample files written
+- symbolic/: the z3 engines (bounded model checking, k-induction)
+- engines/: the explorer, the invariants, results and counterexamples
+- adapters/: what an allocator adapter is (code checked through the harness)
+- model/ (cowcheck.model): what a state is and how a step changes it, pure;
+  model/reduce/ holds symmetry and partial-order reduction
+- specs/ (cowcheck.specs): the built-in protocols and allocators, as data
+
+interrupts.py (signals delivered where it is safe to stop) and atomic.py
+(files written whole or not at all) are leaves any layer may use."""
 
 from __future__ import annotations
 
@@ -28,14 +43,14 @@ _EXPORTS = {
     "check": "cowcheck.api", "explain": "cowcheck.api", "load_counterexample": "cowcheck.api", "make_protocol": "cowcheck.api",
     "page": "cowcheck.api", "replay": "cowcheck.api", "resolve_protocol": "cowcheck.api",
     "with_overrides": "cowcheck.api",
-    "INVARIANTS": "cowcheck.invariants", "Invariant": "cowcheck.invariants",
-    "write_result": "cowcheck.output",
-    "BmcResult": "cowcheck.results", "Engine": "cowcheck.results", "ExplicitResult": "cowcheck.results",
-    "Kind": "cowcheck.results", "KindResult": "cowcheck.results", "Outcome": "cowcheck.results",
-    "Result": "cowcheck.results", "Summary": "cowcheck.results", "Verdict": "cowcheck.results",
-    "Counterexample": "cowcheck.trace",
-    "sweep": "cowcheck.sweeps", "Sweep": "cowcheck.sweeps", "load_grid": "cowcheck.sweeps",
-    "shrink": "cowcheck.shrinking", "Shrunk": "cowcheck.shrinking",
+    "INVARIANTS": "cowcheck.engines.invariants", "Invariant": "cowcheck.engines.invariants", "Kind": "cowcheck.engines.invariants",
+    "write_result": "cowcheck.traces.output",
+    "BmcResult": "cowcheck.engines.results", "Engine": "cowcheck.engines.results", "ExplicitResult": "cowcheck.engines.results",
+    "KindResult": "cowcheck.engines.results", "Outcome": "cowcheck.engines.results",
+    "Result": "cowcheck.engines.results", "Summary": "cowcheck.engines.results", "Verdict": "cowcheck.engines.results",
+    "Counterexample": "cowcheck.engines.counterexample",
+    "sweep": "cowcheck.sweeps.sweep", "Sweep": "cowcheck.sweeps.sweep", "load_grid": "cowcheck.sweeps.grid",
+    "shrink": "cowcheck.sweeps.shrink", "Shrunk": "cowcheck.sweeps.shrink",
     "OutOfBlocks": "cowcheck.model.harness", "HarnessModel": "cowcheck.model.harness",
 }
 __all__ = sorted(_EXPORTS)
@@ -61,11 +76,12 @@ if TYPE_CHECKING:
     from cowcheck.model.state import State, Status
     from cowcheck.model.system import ProtocolModel, TransitionSystem
 
-    from .api import (CheckFailed, Replay, assert_holds, assert_safe, assert_violates, builtin_protocol, check,
+    from cowcheck.api import (CheckFailed, Replay, assert_holds, assert_safe, assert_violates, builtin_protocol, check,
                       explain, load_counterexample, make_protocol, page, replay, resolve_protocol, with_overrides)
-    from .invariants import INVARIANTS, Invariant
-    from .output import write_result
-    from .results import BmcResult, Engine, ExplicitResult, Kind, KindResult, Outcome, Result, Summary, Verdict
-    from .trace import Counterexample
-    from .sweeps import Sweep, load_grid, sweep
-    from .shrinking import Shrunk, shrink
+    from cowcheck.engines.invariants import INVARIANTS, Invariant, Kind
+    from cowcheck.traces.output import write_result
+    from cowcheck.engines.results import BmcResult, Engine, ExplicitResult, KindResult, Outcome, Result, Summary, Verdict
+    from cowcheck.engines.counterexample import Counterexample
+    from cowcheck.sweeps.grid import load_grid
+    from cowcheck.sweeps.sweep import Sweep, sweep
+    from cowcheck.sweeps.shrink import Shrunk, shrink

@@ -24,14 +24,14 @@ from cowcheck.model.protocol import load_builtin as builtin_protocol
 from cowcheck.model.harness import HarnessModel, OutOfBlocks
 from cowcheck.model.scenario import Scenario, default_pool, harness_pool, load_scenario
 
-from . import explicit as _explicit
-from .executor import PoolReplay, replay_on_pool
-from .narrate import explain_text
-from .explorer import default_max_memory
-from .invariants import INVARIANTS, Invariant
-from .rerun import Replayed, replay as _replay_model
-from .results import Engine, Outcome, Result
-from .trace import Counterexample
+from cowcheck.engines import explicit as _explicit
+from cowcheck.traces.pool import PoolReplay, replay_on_pool
+from cowcheck.views.explain import explain_text
+from cowcheck.engines.options import SearchOptions
+from cowcheck.engines.invariants import INVARIANTS, Invariant
+from cowcheck.traces.replay import Replayed, replay as _replay_model
+from cowcheck.engines.results import Engine, Outcome, Result
+from cowcheck.engines.counterexample import Counterexample
 
 ScenarioLike = Union[Scenario, str, Path]
 
@@ -79,36 +79,32 @@ def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None
 
 def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICIT,
           invariants: tuple[Invariant, ...] = INVARIANTS, depth: int = 20,
-          max_states: Optional[int] = None, max_depth: Optional[int] = None, first: bool = False,
-          symmetry: bool = True, por: bool = False, compact: bool = False, fingerprints: bool = False,
-          progress: Optional[Callable[..., None]] = None, max_memory_mib: Optional[int] = None,
-          max_seconds: Optional[float] = None, allocator: Union[Callable[[int, int], Any], str, None] = None) -> Result:
+          options: Optional[SearchOptions] = None, progress: Optional[Callable[..., None]] = None,
+          allocator: Union[Callable[[int, int], Any], str, None] = None, **search: Any) -> Result:
     """Check a scenario (an object or a path) with one engine and return its
     result: a verdict per invariant (each violated one with its shortest
     counterexample), the summary, whether `expect` is met, and the engine's
-    figures. `depth` bounds the z3 engines; the explorer's options are the
-    command line's. `max_memory_mib` stops the explorer, with a partial
-    result, once the process holds that much memory (None: the machine's
-    available memory at the start, less a fifth; 0: no bound), and
-    `max_seconds` once it has searched that long. `allocator`: check
+    figures. `depth` bounds the z3 engines. The explorer searches under
+    `options` (cowcheck.engines.options.SearchOptions: the command line's
+    flags), or under the options named as keywords, e.g.
+    `check(path, symmetry=False, max_states=10_000)`. `allocator`: check
     allocator code through the engine harness instead of the scenario's
     protocol (a factory `(pool, block_size) -> adapter`, or its
-    "module:factory" reference; README "Checking your allocator's code").
+    "module:factory" reference; docs/how-to/allocator-code.md).
     Writes nothing."""
+    if options is not None and search:
+        raise SpecError("check()", sorted(search)[0], "give the search options either as `options` or as keywords, not both")
+    options = options if options is not None else SearchOptions.of(**search)
     scenario = as_scenario(scenario)     # each engine validates its `expect` against the invariants
     engine = Engine(engine)
     system = None
     if allocator is not None:
         scenario, system = with_allocator(scenario, allocator)
     if engine is Engine.EXPLICIT:
-        return _explicit.explore(scenario, invariants=invariants, max_states=max_states, max_depth=max_depth,
-                                 first=first, symmetry=symmetry, por=por, compact=compact,
-                                 fingerprints=fingerprints, progress=progress,
-                                 max_memory=default_max_memory() if max_memory_mib is None else (max_memory_mib << 20) or None,
-                                 max_seconds=max_seconds, system=system)
+        return _explicit.explore(scenario, options, invariants=invariants, progress=progress, system=system)
     if scenario.allocator is not None:
         raise SpecError(scenario.source, "allocator", f"the {engine} engine checks protocol files; allocator code is checked by the explorer (--engine explicit)")
-    from . import symbolic   # z3 loads only for the engines that use it
+    from cowcheck import symbolic   # z3 loads only for the engines that use it
     run = symbolic.run_bmc if engine is Engine.BMC else symbolic.run_kinduction
     return run(scenario, invariants, depth)
 
@@ -186,9 +182,9 @@ def page(cx: Counterexample, invariants: tuple[Invariant, ...] = (), pool: bool 
     """A self-contained HTML page that steps through the counterexample
     (what `cowcheck html` writes), with each kernel's decoded output on a
     numpy pool unless `pool` is False."""
-    from .html import stepper_html
-    from .pages_cli import decoded_on_pool, page_data
-    from .rerun import judging, replayed_as_recorded
+    from cowcheck.views.html import stepper_html
+    from cowcheck.views.pages import decoded_on_pool, page_data
+    from cowcheck.traces.replay import judging, replayed_as_recorded
     inv = judging(cx, invariants)
     data = page_data(cx, replayed_as_recorded(cx, invariants))
     return stepper_html(data, decoded_on_pool(cx) if pool else None, inv.holds_when if inv else None)

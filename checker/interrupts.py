@@ -19,6 +19,7 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
+from types import FrameType
 from typing import Callable, Iterator, Optional
 
 
@@ -28,6 +29,56 @@ class Terminated(KeyboardInterrupt):
 
 _depth = 0
 _pending: list[int] = []
+
+
+#: the exit status an interrupted command ends with
+INTERRUPT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+received: list[int] = []   # every signal the command line's handler took, in order
+
+
+#: callbacks Python runs where an exception is printed ("Exception ignored
+#: in ...") and lost: weak-reference callbacks of the import system and of
+#: the weak collections
+_IGNORING = frozenset({"_get_module_lock.<locals>.cb", "WeakValueDictionary.__init__.<locals>.remove",
+                       "WeakKeyDictionary.__init__.<locals>.remove", "WeakSet.__init__.<locals>._remove"})
+
+
+def _in_finalizer(frame: Optional[FrameType]) -> bool:
+    """Is Python running a destructor or a weak-reference callback? An
+    exception raised there is printed and lost, not delivered (z3 frees its
+    terms in `__del__`, often; an import drops its module lock in a
+    callback)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_qualname in _IGNORING:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupt(signum: int, frame: Optional[FrameType]) -> None:
+    received.append(signum)
+    if deferring():   # an engine will raise it at its next safe point
+        defer(signum)
+        return
+    if _in_finalizer(frame):     # deliver it again a moment later, outside the destructor
+        received.pop()
+        threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+        return
+    raise_for(signum)
+
+
+def exit_status() -> int:
+    """The exit status of a command stopped by the last signal received: 130
+    for SIGINT, 143 for SIGTERM."""
+    return INTERRUPT_STATUS.get(signal.Signals(received[-1]), 130) if received else 130
+
+
+def install() -> None:
+    """Take over SIGINT and SIGTERM for the command line (cowcheck.__main__),
+    before anything heavy is imported."""
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def deferring() -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Union
 
-from .block import Fact
-from .state import Copy, InFlight, State
-from .structure import DeviceOp, Op
+from cowcheck.model.block import Fact
+from cowcheck.model.state import Copy, InFlight, State
+from cowcheck.model.structure import DeviceOp, Op
 
 DEVICE = "device"
 #: a named tuple from a tuple of its fields, without the call through its __new__

@@ -1,5 +1,5 @@
 """Reference counting, holds and the free list: the rules that decide when a
-block goes back to the pool (specs/SEMANTICS.md#steps: incref, decref, hold, release,
+block goes back to the pool (docs/semantics.md#steps: incref, decref, hold, release,
 alloc).
 
 They act on a `Draft`, the state being edited by one action, and record what
@@ -11,7 +11,7 @@ import bisect
 
 from typing import NamedTuple, Optional, Union
 
-from .state import Block, Branch, Copy, Kernel, State
+from cowcheck.model.state import Block, Branch, Copy, Kernel, State
 
 #: a named tuple from a tuple of its fields, without the call through its
 #: generated __new__ (every action builds a few)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from array import array
 from typing import cast
 
-from .protocol import COPIES, Step
-from .scenario import Scenario
-from .state import Block, Branch, Copy, Kernel, State, Status
-from .structure import Op
+from cowcheck.model.protocol import COPIES, Step
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import Block, Branch, Copy, Kernel, State, Status
+from cowcheck.model.structure import Op
 
 STATUSES = tuple(Status)
 OPS = (None, *Op)

@@ -1,7 +1,7 @@
 """Rule conditions: small boolean expressions that choose an append path.
 
 A condition is parsed with Python's own parser and then checked against a
-whitelist of node types and names, so the grammar is exactly the one of specs/SEMANTICS.md#protocols:
+whitelist of node types and names, so the grammar is exactly the one of docs/semantics.md#protocols:
 `boundary`, `fill`, `B`, `refcount(X)`, `holds(X)`, `true`, `false`, integers,
 comparisons, `and`, `or`, `not` and parentheses.
 
@@ -19,7 +19,7 @@ import ast
 import warnings
 from typing import Any, Callable, Generic, Mapping, NamedTuple, Optional, TypeVar, Union
 
-from .errors import SpecError
+from cowcheck.model.errors import SpecError
 
 NAMES = ("boundary", "fill", "B", "true", "false")
 FUNCTIONS = ("refcount", "holds")

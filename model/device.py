@@ -1,14 +1,14 @@
 """The device models: which in-flight operation may complete next, and what a
-completion does (specs/SEMANTICS.md#device-actions).
+completion does (docs/semantics.md#device-actions).
 
 `async` lets any in-flight op complete; `stream` is one FIFO queue; `streams`
 is a FIFO copy stream beside an independent FIFO compute stream."""
 
 from __future__ import annotations
 
-from .block import CopyDone, Draft, KernelDone, write_slots
-from .state import Copy, InFlight, State, read
-from .structure import DeviceOp
+from cowcheck.model.block import CopyDone, Draft, KernelDone, write_slots
+from cowcheck.model.state import Copy, InFlight, State, read
+from cowcheck.model.structure import DeviceOp
 
 
 def ready(state: State, device: str) -> list[int]:

@@ -1,5 +1,5 @@
 """The engine harness: allocator *code* as a transition system
-(specs/SEMANTICS.md#engine-harness).
+(docs/semantics.md#engine-harness).
 
 A protocol file is a model of an allocator; the harness checks the
 allocator itself. The user's block manager, wrapped in a small adapter,
@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional, cast
 
-from . import device
-from .action import Action, Transition, completion
-from .block import AllocatorRaised, Draft, Freed, OutputChecked, TableMiss
-from .errors import SpecError
-from .scenario import Operation, Scenario
-from .state import (UNBORN, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final, is_steady,
+from cowcheck.model import device
+from cowcheck.model.action import Action, Transition, completion
+from cowcheck.model.block import AllocatorRaised, Draft, Freed, OutputChecked, TableMiss
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import Operation, Scenario
+from cowcheck.model.state import (UNBORN, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final, is_steady,
                     prompt, prompt_slots, read)
-from .structure import Op
+from cowcheck.model.structure import Op
 
 REQUIRED = ("start", "append", "fork", "rollback", "free", "table")
 #: the invariants an optional observer is needed for, and why they are not checked without it
@@ -348,5 +348,5 @@ def system_for(scenario: Scenario) -> Any:
     model, or its allocator code through the harness."""
     if scenario.allocator is not None:
         return HarnessModel(scenario)
-    from .system import ProtocolModel
+    from cowcheck.model.system import ProtocolModel
     return ProtocolModel(scenario)

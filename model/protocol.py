@@ -1,5 +1,5 @@
 """Protocols: for each high-level operation of a branch, the ordered steps it
-takes. Loaded from TOML (specs/SEMANTICS.md#protocols) and validated up front, so a
+takes. Loaded from TOML (docs/semantics.md#protocols) and validated up front, so a
 bad file fails before any exploration starts."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .condition import Condition
-from .errors import SpecError
+from cowcheck.model.condition import Condition
+from cowcheck.model.errors import SpecError
 
 #: step name -> number of local arguments (each `tail` or `new`)
 ARITY = {

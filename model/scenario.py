@@ -1,5 +1,5 @@
 """Scenarios: the block graph and branch programs a protocol is checked on
-(specs/SEMANTICS.md#scenario)."""
+(docs/semantics.md#scenario)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Optional, overload
 
-from .errors import SpecError
-from .protocol import Protocol, protocol_from_dict, read_toml, resolve_protocol
-from .structure import Op
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import Protocol, protocol_from_dict, read_toml, resolve_protocol
+from cowcheck.model.structure import Op
 
 DEVICES = ("async", "stream", "streams")
 REUSES = ("lifo", "fifo", "any")
@@ -98,7 +98,7 @@ class Scenario:
     description: str = ""
     #: `module:factory` or `path/file.py:factory` (relative to the scenario's
     #: folder): allocator code checked through the engine harness in place
-    #: of the protocol (specs/SEMANTICS.md#engine-harness)
+    #: of the protocol (docs/semantics.md#engine-harness)
     allocator: Optional[str] = None
     #: the folder a path in `allocator` is relative to (the scenario file's;
     #: for a counterexample, the folder of the scenario it was made from)
@@ -262,7 +262,7 @@ def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: s
 
 def parse_expect(value: Any, source: str) -> tuple[str, ...]:
     """The form of `expect`; which invariant ids exist is the checker's to say
-    (cowcheck.invariants.validate_expect)."""
+    (cowcheck.engines.invariants.validate_expect)."""
     items = [value] if isinstance(value, str) else value
     allowed = "\"holds\", \"safe\", \"violates <invariant>\", or a list of these"
     if not isinstance(items, list) or not items:

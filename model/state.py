@@ -1,4 +1,4 @@
-"""A state is plain, immutable, hashable data (specs/SEMANTICS.md#state).
+"""A state is plain, immutable, hashable data (docs/semantics.md#state).
 
 Named tuples rather than frozen dataclasses: the explorer hashes and compares
 millions of them, and tuples do that in C."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, NamedTuple, Optional, Union, final
 
-from .scenario import Scenario
-from .structure import Op
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.structure import Op
 
 
 class Status(StrEnum):
@@ -134,7 +134,7 @@ def published_uses(br: Branch, block_size: int) -> tuple[int, ...]:
     rejected draft's block one action before `publish` drops it). With the
     working table whole, these are the uses exclusive-write and
     no-use-after-free judge, and partial-order reduction relies on
-    (specs/SEMANTICS.md#branch-programs)."""
+    (docs/semantics.md#branch-programs)."""
     return br.published[:-(-br.pos // block_size)]
 
 

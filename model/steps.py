@@ -1,4 +1,4 @@
-"""What each protocol step does to the state (the step table, specs/SEMANTICS.md#steps).
+"""What each protocol step does to the state (the step table, docs/semantics.md#steps).
 
 `choices` says whether a step is enabled and with which free choice (the block
 an `alloc` pops); `apply` performs it on a Draft and returns the branch as the
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import block as blockops
-from .action import Bound
-from .block import Draft, OutputChecked, TableMiss
-from .errors import SpecError
-from .protocol import Step
-from .scenario import BRANCH_NAMES
-from .state import Branch, Copy, Kernel, State, born, read
+from cowcheck.model import block as blockops
+from cowcheck.model.action import Bound
+from cowcheck.model.block import Draft, OutputChecked, TableMiss
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import Step
+from cowcheck.model.scenario import BRANCH_NAMES
+from cowcheck.model.state import Branch, Copy, Kernel, State, born, read
 
 
 #: the named tuples' fields as a tuple, without the call through their __new__

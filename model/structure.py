@@ -4,7 +4,7 @@ places inside them, and what the scheduling rules say about each place.
 The explicit model (cowcheck.model.system), the z3 encoding, its lemmas and
 its static bounds all read a protocol through this one description, so a new
 step or operation is taught to it once, and each engine only adds its
-handler for the new step (specs/SEMANTICS.md#scheduling)."""
+handler for the new step (docs/semantics.md#scheduling)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple, Optional
 
-from .protocol import WAITS, Protocol, Step
+from cowcheck.model.protocol import WAITS, Protocol, Step
 
 
 class Op(StrEnum):
     """A branch's operations. `finish`, `cancel` and `fork` have no start
     action of their own: their first step starts them. An append starts with
-    `decide`, a rollback with `verify` (specs/SEMANTICS.md#branch-programs)."""
+    `decide`, a rollback with `verify` (docs/semantics.md#branch-programs)."""
     APPEND = "append"
     FINISH = "finish"
     CANCEL = "cancel"

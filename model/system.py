@@ -3,7 +3,7 @@
 state is final. `TransitionSystem` is what every engine consumes (the
 explorer, the depth-first cross-check, replay, the z3 decoder's check);
 `ProtocolModel`, a protocol file run under a scenario, is its first
-implementation. It applies the scheduling rules (specs/SEMANTICS.md#scheduling)
+implementation. It applies the scheduling rules (docs/semantics.md#scheduling)
 through the protocol's Structure, knows nothing of search or invariants, and
 reports what happened as facts (cowcheck.model.block) for the checker to judge."""
 
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Protocol
 
-from . import device, steps
-from .action import Action, Transition, completion
-from .block import Draft
-from .condition import environment
-from .errors import SpecError
-from .protocol import Rule, Step
-from .scenario import Scenario
-from .state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_steady
-from .structure import Op, Place, Structure
+from cowcheck.model import device, steps
+from cowcheck.model.action import Action, Transition, completion
+from cowcheck.model.block import Draft
+from cowcheck.model.condition import environment
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import Rule, Step
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_steady
+from cowcheck.model.structure import Op, Place, Structure
 
 #: the status a branch has once the last step of each operation is done
 STATUS_AFTER = {Op.APPEND: Status.RUNNING, Op.FORK: Status.RUNNING, Op.ROLLBACK: Status.RUNNING,

@@ -11,7 +11,7 @@ import pytest
 from cowcheck.model.scenario import make_scenario
 import cowcheck
 from cowcheck import check
-from cowcheck.graph import CHROMIUM_ARGS
+from cowcheck.views.graph import CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"

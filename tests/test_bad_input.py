@@ -1,4 +1,4 @@
-"""Bad input never gets a traceback (specs/SEMANTICS.md#scenario, last paragraph):
+"""Bad input never gets a traceback (docs/semantics.md#scenario, last paragraph):
 every malformed scenario, protocol, counterexample file or flag gives exit
 status 2 and exactly one error line that names the file (or the flag), the
 offending key or value and, where the product says so, what is allowed.
@@ -99,7 +99,7 @@ SCENARIO_CASES = {
     "expect-unknown-invariant": ('expect = "violates no-such-thing"\n' + GOOD, ["expect", "no-such-thing", "allowed", "faithful-output", "exclusive-write"]),
     "expect-not-a-form": ('expect = "maybe"\n' + GOOD, ["expect", "maybe", "allowed", "holds", "safe", "violates"]),
     "expect-bare-violates": ('expect = "violates"\n' + GOOD, ["expect", "violates", "allowed"]),
-    # branch programs (specs/SEMANTICS.md#branch-programs)
+    # branch programs (docs/semantics.md#branch-programs)
     "program-unknown-operation": (HEAD + '[[branch]]\nprogram = ["append", "jump"]\n',
                                   ["branch[0].program[1]", "jump", "allowed", "append", "fork <child>", "speculate <K>"]),
     "program-fork-undeclared": (HEAD + '[[branch]]\nprogram = ["fork c"]\n[[branch]]\nappends = 1\n',
@@ -145,7 +145,7 @@ def test_missing_scenario_file(tmp_path):
 
 def test_protocol_path_that_does_not_exist(tmp_path):
     """The scenario's `protocol` key names a file that is not there. The error
-    must name the scenario file and its `protocol` key (specs/SEMANTICS.md#scenario: "naming the
+    must name the scenario file and its `protocol` key (docs/semantics.md#scenario: "naming the
     file, the key and what is allowed"), not just the missing path."""
     path = write(tmp_path / "refers.toml", 'protocol = "protos/nowhere.toml"\n' + GOOD)
     line = error_line(invoke("check", path, "--out", tmp_path / "cx"))
@@ -182,7 +182,7 @@ PROTOCOL_CASES = {
     # limit is still just a condition that does not parse.
     "condition-nested-too-deep": (COW.replace('when = "true"', 'when = "' + "not " * 2000 + 'true"'),
                                   ["append.rules[2].when", "allowed"]),
-    # [fork] and [rollback] (specs/SEMANTICS.md#branch-programs)
+    # [fork] and [rollback] (docs/semantics.md#branch-programs)
     "fork-unknown-step": (COW + '[fork]\nsteps = ["wait-kernel", "clone", "share"]\n',
                           ["fork.steps[1]", "clone", "allowed", "incref-all", "share", "rewind", "trim"]),
     "rollback-unknown-step": (COW + '[rollback]\nsteps = ["wait-kernel", "undo"]\n',
@@ -353,7 +353,7 @@ def test_replay_of_an_edited_trace_says_where_and_skips_the_pool(tmp_path, spare
 
 def _cowcheck() -> list[str]:
     exe = shutil.which("cowcheck")
-    return [exe] if exe else [sys.executable, "-m", "cowcheck.cli"]
+    return [exe] if exe else [sys.executable, "-m", "cowcheck"]
 
 
 @pytest.mark.parametrize("case", ["block-size-zero", "run-time"])

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SPECS, check_into
-from cowcheck import trace
+from cowcheck.engines import counterexample as trace
 from cowcheck import check
-from cowcheck.invariants import BY_ID, select
-from cowcheck.rerun import replay
+from cowcheck.engines.invariants import BY_ID, select
+from cowcheck.traces.replay import replay
 from cowcheck.model.protocol import builtin_names
 from cowcheck.model.scenario import load_scenario
 

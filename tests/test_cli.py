@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from cowcheck.cli import main
-from cowcheck.invariants import BY_ID, IDS, INVARIANTS
+from cowcheck.engines.invariants import BY_ID, IDS, INVARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -132,7 +132,7 @@ def test_json_shape(tmp_path):
     assert first["summary"] == "safe and disciplined"
     assert all(v["holds"] is True and v["length"] is None and v["counterexample"] is None
                for v in first["verdicts"].values())
-    # specs/SEMANTICS.md#reference-numbers: cow, B=2, L=3, 2 x 2: peak, steady state and copies
+    # docs/semantics.md#reference-numbers: cow, B=2, L=3, 2 x 2: peak, steady state and copies
     assert first["peak_blocks"] >= first["steady_blocks"] >= 3
     lo, hi = first["copies"]
     assert 0 <= lo <= hi
@@ -149,7 +149,7 @@ def test_json_to_stdout(tmp_path):
 
 
 def test_spare_capacity_reference_row(tmp_path):
-    """The reference row (specs/SEMANTICS.md#reference-numbers): spare-capacity, B=2, L=3, 2 branches x 2
+    """The reference row (docs/semantics.md#reference-numbers): spare-capacity, B=2, L=3, 2 branches x 2
     appends: exclusive-write (3), refcount-write (3), faithful-output (13),
     peak 4, copies 0-0; each counterexample file exists and replays."""
     path = scenario(tmp_path, "spare", protocol="spare-capacity")
@@ -279,7 +279,7 @@ def test_invariant_flag_repeats(tmp_path):
 
 
 def test_premature_decrement_reference_row(tmp_path):
-    """The reference row (specs/SEMANTICS.md#reference-numbers): premature-decrement, async: exclusive-write (7),
+    """The reference row (docs/semantics.md#reference-numbers): premature-decrement, async: exclusive-write (7),
     no-use-after-free (8), faithful-output (27), peak 5, copies 1-2."""
     path = scenario(tmp_path, "premature", protocol="premature-decrement")
     data, _ = check_json(tmp_path, path)

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 import fake_cupy
 from conftest import ROOT
-from cowcheck import trace
+from cowcheck.engines import counterexample as trace
 from cowcheck import check
 from cowcheck.cli import main
-from cowcheck.executor import TOLERANCE, VALUE, Pool, TokenSpace, reference_output, replay_on_pool
-from cowcheck.invariants import BY_ID, Judge
+from cowcheck.traces.pool import TOLERANCE, VALUE, Pool, TokenSpace, reference_output, replay_on_pool
+from cowcheck.engines.invariants import BY_ID, Judge
 from cowcheck.model.protocol import builtin_names
 from cowcheck.model.scenario import BRANCH_NAMES, DEVICES, make_scenario
 from cowcheck.model.system import ProtocolModel
@@ -213,7 +213,7 @@ SPECULATE = [{"program": ["speculate 2", "append"]}, {"appends": 1}]
 
 
 @pytest.mark.parametrize("protocol, branches, length", [
-    ("fork-share-first", FORK, 32),          # the reference row (specs/SEMANTICS.md#reference-numbers)
+    ("fork-share-first", FORK, 32),          # the reference row (docs/semantics.md#reference-numbers)
     ("fork-no-incref", FORK, 31),
     ("pipelined-fork", FORK, 17),
     ("pipelined-rollback", SPECULATE, 15),
@@ -388,7 +388,7 @@ def test_stand_in_orders_blocking_streams_with_the_null_stream():
 
 def test_the_replay_benchmark_replays_every_committed_counterexample():
     """`cowcheck bench`'s replay line (its figures are measured there, not here)."""
-    from cowcheck.bench import replay_figures, replayable
+    from cowcheck.bench.replay import replay_figures, replayable
     figures = replay_figures(replayable(ROOT / "counterexamples"))
     assert figures["replays"] == len(COUNTEREXAMPLES) and figures["actions"] > 0
     assert figures["long_trace_actions"] >= 100

@@ -12,10 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from cowcheck import cli
-from cowcheck.graph import block_graph, edges_of, find_chromium, picture, render, svg_size, to_dot, to_svg
-from cowcheck.pages_cli import register
+from cowcheck.views.graph import block_graph, edges_of, find_chromium, picture, render, svg_size, to_dot, to_svg
 
-register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
 
 ROOT = Path(__file__).resolve().parent.parent
 RACE = ROOT / "counterexamples" / "premature-decrement.faithful-output.json"
@@ -67,7 +65,7 @@ def race_steps(cx: dict) -> tuple[int, int, int]:
 def test_the_race_in_three_steps():
     cx = load()
     freed, write, read = race_steps(cx)
-    assert (freed, write, read) == (8, 20, 27), "the README's three pictures name these steps: regenerate them"
+    assert (freed, write, read) == (8, 20, 27), "the tutorial's three pictures (docs/tutorial.md) name these steps: regenerate them"
     g = block_graph(state_at(cx, freed), 2)          # b dropped the last reference: block 1 freed, two copies still read it
     assert g.nodes["block 1"]["free"] and g.nodes["block 1"]["refcount"] == 0
     assert sorted(v for _, v, _ in edges_of(g, "copy")) == ["block 2", "block 3"]
@@ -156,8 +154,9 @@ def test_png_from_the_same_svg(tmp_path):
     assert (width, height) == tuple(2 * v for v in svg_size(to_svg(*picture(cx, 8))))
 
 
-def test_the_readme_pictures(tmp_path):
-    """The command the README names for its three pictures of the race."""
+def test_the_tutorial_pictures(tmp_path):
+    """The command the tutorial (docs/tutorial.md) names for its three
+    pictures of the race."""
     for n in race_steps(load()):
         result = invoke("graph", RACE, "--step", n, "-o", tmp_path / f"premature-decrement-{n}.svg")
         assert result.exit_code == 0, result.output
@@ -165,12 +164,12 @@ def test_the_readme_pictures(tmp_path):
 
 
 @pytest.mark.parametrize("step", [8, 20, 27])
-def test_committed_readme_pictures_are_current(step, tmp_path):
-    """The README shows counterexamples/pictures/; they must be what this
-    version draws from the committed trace."""
+def test_committed_tutorial_pictures_are_current(step, tmp_path):
+    """The tutorial (docs/tutorial.md) shows counterexamples/pictures/; they
+    must be what this version draws from the committed trace."""
     out = tmp_path / f"premature-decrement-{step}.svg"
     result = invoke("graph", str(ROOT / "counterexamples" / "premature-decrement.faithful-output.json"),
                     "--step", str(step), "-o", str(out))
     assert result.exit_code == 0, result.output
     committed = ROOT / "counterexamples" / "pictures" / out.name
-    assert out.read_text() == committed.read_text(), "regenerate the pictures with the command in README.md"
+    assert out.read_text() == committed.read_text(), "regenerate the pictures with the command in docs/tutorial.md"

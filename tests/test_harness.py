@@ -1,4 +1,4 @@
-"""The engine harness (specs/SEMANTICS.md#engine-harness): allocator code
+"""The engine harness (docs/semantics.md#engine-harness): allocator code
 driven through every interleaving as a second transition system. Here: the
 adapter contract (every bad adapter is one line, exit 2), allocator-error,
 observers that are missing, replays that re-run the code, the Python API.
@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 import cowcheck
 from cowcheck.cli import main
-from cowcheck.harness import Adapter
+from cowcheck.adapters import Adapter
 from cowcheck.model.harness import HarnessModel
 from cowcheck.model.scenario import make_scenario
-from cowcheck.results import Outcome
+from cowcheck.engines.results import Outcome
 from toy_allocators import TOY, Flaky, Manager, blind, double_free, flaky, manager
 
 
@@ -141,16 +141,15 @@ def test_states_are_snapshots_and_equal_snapshots_are_one_state():
     assert isinstance(Manager(4, 2), Adapter)
 
 
-def test_the_readme_adapter_runs_as_written(tmp_path, monkeypatch):
-    """README "Checking your allocator's code": its adapter, its command
-    and its pytest examples, exactly as printed."""
+def test_the_manual_adapter_runs_as_written(tmp_path, monkeypatch):
+    """docs/how-to/allocator-code.md ("Check your allocator's code"): its
+    adapter, its command and its pytest examples, exactly as printed."""
     import re
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    text = (root / "README.md").read_text()
-    section = text[text.index("## Checking your allocator's code"):text.index("## Engines: explorer, BMC, k-induction")]
+    section = (root / "docs" / "how-to" / "allocator-code.md").read_text()
     adapter, pytest_use = re.findall(r"```python\n(.*?)```", section, re.S)
     (tmp_path / "my_allocator.py").write_text(adapter)
     (tmp_path / "test_engine.py").write_text(pytest_use)

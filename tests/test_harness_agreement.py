@@ -17,7 +17,7 @@ import cowcheck
 from conftest import SPECS
 from cowcheck.model.protocol import load_builtin
 from cowcheck.model.scenario import DEVICES, load_scenario
-from cowcheck.results import Outcome
+from cowcheck.engines.results import Outcome
 
 CODE = sorted((SPECS / "scenarios").glob("engine-code*.toml"))
 #: each shipped factory and the protocol file that describes it

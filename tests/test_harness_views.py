@@ -1,5 +1,5 @@
 """The views of a trace (`explain`, the stepper page, `graph`) on traces of
-allocator code through the engine harness (specs/SEMANTICS.md#engine-harness):
+allocator code through the engine harness (docs/semantics.md#engine-harness):
 each host call narrated as the call and what followed from it, the header
 naming the allocator, one table per branch. Three traces: a plain
 copy-on-write race on an asynchronous device, a fork with a pruned child and
@@ -19,14 +19,15 @@ from click.testing import CliRunner
 import cowcheck
 from cowcheck.api import with_allocator
 from cowcheck.cli import main
-from cowcheck.graph import block_graph, picture, to_dot, to_svg
-from cowcheck.html import stepper_data, stepper_html
+from cowcheck.views.graph import block_graph, picture, to_dot, to_svg
+from cowcheck.views.html import stepper_data, stepper_html
 from cowcheck.model.scenario import make_scenario
 from cowcheck.model.state import allocated
-from cowcheck.narrate import action_words, doing, explain_text, initial_words
-from cowcheck.pages_cli import decoded_on_pool, page_data
-from cowcheck.rerun import replay
-from cowcheck.trace import Counterexample
+from cowcheck.views.explain import explain_text
+from cowcheck.views.words import action_words, doing, initial_words
+from cowcheck.views.pages import decoded_on_pool, page_data
+from cowcheck.traces.replay import replay
+from cowcheck.engines.counterexample import Counterexample
 from conftest import opened, screenshot  # browser is a fixture in conftest
 from toy_allocators import TOY
 

@@ -1,4 +1,4 @@
-"""The stepper and index pages (checker/html.py, `cowcheck html`, `check
+"""The stepper and index pages (checker/views/html.py, `cowcheck html`, `check
 --html`): the data they are built from, and their behaviour in a real
 headless Chromium, driven through Playwright with the system browser.
 
@@ -14,14 +14,15 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from cowcheck import cli, trace
+from cowcheck import cli
+
+from cowcheck.engines import counterexample as trace
 from cowcheck import check
-from cowcheck.html import stepper_data, stepper_html
-from cowcheck.pages_cli import decoded_on_pool, register, write_check_pages
+from cowcheck.views.html import stepper_data, stepper_html
+from cowcheck.views.pages import decoded_on_pool, write_check_pages
 from cowcheck.model.scenario import load_scenario
 from conftest import check_into, fits, opened, screenshot  # browser is a fixture in conftest
 
-register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
 
 ROOT = Path(__file__).resolve().parent.parent
 CX = ROOT / "counterexamples"

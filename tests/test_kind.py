@@ -18,7 +18,7 @@ import pytest
 import z3
 
 from cowcheck import check
-from cowcheck.invariants import INVARIANTS
+from cowcheck.engines.invariants import INVARIANTS
 from cowcheck.symbolic.bmc import solve
 from cowcheck.symbolic.system import SymbolicSystem
 from cowcheck.symbolic.kind import run_kinduction

@@ -1,4 +1,4 @@
-"""The cache lab (specs/SEMANTICS.md#cache-lab): the Python run behind `cowcheck
+"""The cache lab (docs/semantics.md#cache-lab): the Python run behind `cowcheck
 lab`, its text, and the interactive page in a headless Chromium, which must
 count the same hits as the Python run."""
 
@@ -10,11 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from cowcheck import cli
-from cowcheck.lab import LIMITS, identity, lab_html, run, served
-from cowcheck.pages_cli import register
+from cowcheck.views.lab import LIMITS, identity, lab_html, run, served
 from conftest import fits, opened, screenshot  # browser is a fixture in conftest
 
-register(cli.main)  # a no-op once checker/cli.py registers the page commands itself
 
 
 def invoke(*args):
@@ -116,7 +114,7 @@ def test_play_advances_the_clock(lab_page):
 
 def test_page_agrees_with_python(lab_page):
     """Forty requests (t = 12), then several C and s: the page replays them
-    from an empty cache and must count what cowcheck.lab counts."""
+    from an empty cache and must count what cowcheck.views.lab counts."""
     page = lab_page
     for _ in range(40):
         page.keyboard.press("ArrowRight")

@@ -1,12 +1,12 @@
-"""Branch programs in the views of a trace: `explain` (checker/narrate.py),
-the stepper page (checker/html.py, checker/pages/stepper.js) and the block
-graph (checker/graph.py) say in words what a fork's increments, a birth
+"""Branch programs in the views of a trace: `explain` (checker/views/explain.py),
+the stepper page (checker/views/html.py, checker/views/assets/stepper.js) and the block
+graph (checker/views/graph.py) say in words what a fork's increments, a birth
 (`share`), a verify and a rollback's rewind and trim did, and show a child
 that is not forked yet as unborn, never as a running branch with empty
 tables.
 
 The traces are checked here: fork-share-first's wrong output (the reference
-row of specs/SEMANTICS.md), pipelined-rollback freeing a block a draft's
+row of docs/semantics.md), pipelined-rollback freeing a block a draft's
 kernel still writes, and a correct rollback that keeps one of two drafts;
 and every committed counterexample of a branch program gets its words."""
 
@@ -19,15 +19,16 @@ from pathlib import Path
 import pytest
 
 from cowcheck import check
-from cowcheck.graph import block_graph, picture, to_dot, to_svg
-from cowcheck.html import stepper_data, stepper_html
+from cowcheck.views.graph import block_graph, picture, to_dot, to_svg
+from cowcheck.views.html import stepper_data, stepper_html
 from cowcheck.model.scenario import make_scenario
 from cowcheck.model.state import allocated
 from cowcheck.model.system import ProtocolModel
-from cowcheck.narrate import doing, explain_text, program_labels, program_summary
-from cowcheck.pages_cli import decoded_on_pool, page_data
-from cowcheck.rerun import replay
-from cowcheck.trace import Counterexample
+from cowcheck.views.explain import explain_text
+from cowcheck.views.words import doing, program_labels, program_summary
+from cowcheck.views.pages import decoded_on_pool, page_data
+from cowcheck.traces.replay import replay
+from cowcheck.engines.counterexample import Counterexample
 from conftest import opened, screenshot  # browser is a fixture in conftest
 from test_executor import FORK, SPECULATE
 

@@ -1,4 +1,4 @@
-"""Branch programs (specs/SEMANTICS.md#branch-programs): beam forks in the
+"""Branch programs (docs/semantics.md#branch-programs): beam forks in the
 middle of generation and speculative decoding with rollback. The reference
 rows are reproduced exactly; the rules that decide verdicts and lengths
 (verify's successors, unborn children, token names, the published-table
@@ -18,7 +18,7 @@ from cowcheck.model.system import ProtocolModel
 FORK = [{"program": ["append", "fork c", "append"]}, {"appends": 1}, {"program": ["append"], "parent": "a"}]
 SPECULATE = [{"program": ["speculate 2", "append"]}, {"appends": 1}]
 
-# specs/SEMANTICS.md#reference-numbers, the rows with programs (async, lifo, B=2, L=3)
+# docs/semantics.md#reference-numbers, the rows with programs (async, lifo, B=2, L=3)
 REFERENCE = [
     ("cow", FORK, {}, 6, (1, 2)),
     ("fork-share-first", FORK, {"no-use-after-free": 23, "faithful-output": 32, "copy-before-use": 33, "exclusive-write": 36,

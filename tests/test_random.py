@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from cowcheck import check
-from cowcheck.dfs import depth_first
+from cowcheck.engines.depth_first import depth_first
 from cowcheck.model.protocol import builtin_names
 from cowcheck.model.scenario import DEVICES, make_scenario
 from cowcheck.model.system import ProtocolModel

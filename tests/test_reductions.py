@@ -13,18 +13,18 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cowcheck import trace
+from cowcheck.engines import counterexample as trace
 from cowcheck import check
 from conftest import check_into, program_branches
-from cowcheck.rerun import replay
-from cowcheck.explorer import Exploration, Explorer
-from cowcheck.invariants import INVARIANTS, Judge
+from cowcheck.traces.replay import replay
+from cowcheck.engines.explorer import Exploration, Explorer
+from cowcheck.engines.invariants import INVARIANTS, Judge
 from cowcheck.model.action import DEVICE
-from cowcheck.model.ample import Ample
+from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.protocol import Protocol, builtin_names, protocol_from_dict
 from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario
-from cowcheck.model.symmetry import Symmetry
+from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.state import Block, Copy, Kernel, State, allocated
 from cowcheck.model.system import ProtocolModel
 
@@ -161,7 +161,7 @@ def scramble(state, scenario, rnd):
 @st.composite
 def many_branches(draw):
     """One program repeated up to eight times: classes of more than three
-    branches get the refined representative (model/symmetry.py)."""
+    branches get the refined representative (model/reduce/refine.py)."""
     spec = (draw(st.integers(0, 2)), draw(st.booleans()))
     return make_scenario(draw(st.integers(1, 3)), draw(st.integers(0, 5)), [spec] * draw(st.integers(1, 8)),
                          draw(st.sampled_from(builtin_names())), device=draw(st.sampled_from(DEVICES)),

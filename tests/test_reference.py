@@ -1,4 +1,4 @@
-"""specs/SEMANTICS.md's reference numbers, reproduced exactly, and cases a person can
+"""docs/semantics.md's reference numbers, reproduced exactly, and cases a person can
 check by hand."""
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def test_steady_state_counts_the_final_block_graph_not_the_transient():
 
 
 def test_peak_trace_reaches_the_peak(tmp_path):
-    from cowcheck import trace
-    from cowcheck.rerun import replay
+    from cowcheck.engines import counterexample as trace
+    from cowcheck.traces.replay import replay
     from cowcheck.model.scenario import make_scenario
     from cowcheck import check
 

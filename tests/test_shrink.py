@@ -1,4 +1,4 @@
-"""Shrinking (README "Shrinking"): the candidates, the search for the
+"""Shrinking (docs/how-to/shrinking.md): the candidates, the search for the
 smallest scenario that still breaks the invariant (checked against brute
 force), the files it writes (a scenario `cowcheck check` regenerates the
 counterexample from), the command, and the committed shrunk files."""
@@ -13,9 +13,9 @@ import pytest
 
 import cowcheck
 from cowcheck.model.scenario import load_scenario
-from cowcheck.shrinking import candidates, shrink, simpler_modes, write_shrunk
-from cowcheck.sweeps import size_key
-from cowcheck.trace import Counterexample
+from cowcheck.sweeps.shrink import candidates, shrink, simpler_modes, write_shrunk
+from cowcheck.sweeps.cells import size_key
+from cowcheck.engines.counterexample import Counterexample
 
 ROOT = Path(__file__).resolve().parent.parent
 CX = ROOT / "counterexamples"

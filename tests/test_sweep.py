@@ -1,4 +1,4 @@
-"""Sweeps (README "Sweeps"): grids expand in the documented order, each cell
+"""Sweeps (docs/how-to/sweeps.md): grids expand in the documented order, each cell
 is checked by the same code as `cowcheck check`, and the results are the
 same serially, on an embedded LocalCluster of processes, and on a separate
 `dask scheduler` with two `dask worker` processes; resuming, Ctrl-C, a
@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 import cowcheck
-from cowcheck.cli import scenario_files
+from cowcheck.cli.common import scenario_files
 from cowcheck.model.errors import SpecError
-from cowcheck.sweeps import AXES, Runner, expand, grid_from_dict, load_grid, read_done, run_cell, task_for
+from cowcheck.sweeps.grid import AXES, expand, grid_from_dict, load_grid
+from cowcheck.sweeps.runner import Runner, run_cell, task_for
+from cowcheck.sweeps.sweep import read_done
 
 ROOT = Path(__file__).resolve().parent.parent
 #: what differs from run to run (timings, memory)

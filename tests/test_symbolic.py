@@ -26,20 +26,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cowcheck import check
-from cowcheck.invariants import HARM, IDS, INVARIANTS, Invariant, Judge, select
+from cowcheck.engines.invariants import HARM, IDS, INVARIANTS, Invariant, Judge, select
 from cowcheck.model.condition import environment
 from cowcheck.model.protocol import ARITY, builtin_names, load_builtin
 from cowcheck.model.scenario import DEVICES, REUSES, load_scenario, make_scenario
 from cowcheck.model.system import ProtocolModel
-from cowcheck.rerun import replay
-from cowcheck.results import Outcome
+from cowcheck.traces.replay import replay
+from cowcheck.engines.results import Outcome
 from cowcheck.symbolic.bmc import run_bmc
 from cowcheck.symbolic.conditions import formula
 from cowcheck.symbolic.invariants import ENCODINGS, NO_ENCODING, SymbolicJudge
 from cowcheck.symbolic.kind import run_kinduction
 from cowcheck.symbolic.steps import HANDLERS
 from cowcheck.symbolic.system import SymbolicSystem
-from cowcheck.trace import load
+from cowcheck.engines.counterexample import load
 
 
 def test_every_invariant_has_an_encoding():

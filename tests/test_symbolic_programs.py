@@ -1,4 +1,4 @@
-"""The z3 engines on branch programs (specs/SEMANTICS.md#branch-programs):
+"""The z3 engines on branch programs (docs/semantics.md#branch-programs):
 beam forks and speculation, against the explicit model.
 
 - The symbolic transition relation agrees with model.system action by
@@ -7,7 +7,7 @@ beam forks and speculation, against the explicit model.
   children, cancellation of unforked descendants).
 - The static bounds (table entries, queue slots, earliest depths) hold in
   every reachable state of small program scenarios.
-- BMC reproduces the reference rows of specs/SEMANTICS.md#reference-numbers
+- BMC reproduces the reference rows of docs/semantics.md#reference-numbers
   within its bound (verdicts and shortest lengths), and agrees with the
   explorer on small program scenarios hypothesis draws.
 - k-induction never proves what the explorer refutes, and the lemma parts
@@ -30,13 +30,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cowcheck import check
-from cowcheck.invariants import INVARIANTS, select
+from cowcheck.engines.invariants import INVARIANTS, select
 from cowcheck.model.scenario import DEVICES, REUSES, make_scenario
-from cowcheck.rerun import replay
+from cowcheck.traces.replay import replay
 from cowcheck.symbolic.bmc import run_bmc
 from cowcheck.symbolic.kind import run_kinduction
 from cowcheck.symbolic.system import SymbolicSystem
-from cowcheck.trace import load
+from cowcheck.engines.counterexample import load
 
 from test_kind import broken_parts
 from test_symbolic import Bench, _by_depth, agree_along_a_walk

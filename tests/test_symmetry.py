@@ -13,14 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cowcheck import check
-from cowcheck.bench import _in_child, _measure_branches, _measure_floor, _measure_profile
-from cowcheck.explorer import Explorer
-from cowcheck.invariants import INVARIANTS
-from cowcheck.model import symmetry as symmetry_module
+from cowcheck.bench.branches import measure_branches, measure_floor, measure_profile
+from cowcheck.bench.child import in_child
+from cowcheck.engines.explorer import Explorer
+from cowcheck.engines.invariants import INVARIANTS
+from cowcheck.model.reduce import refine as refine_module
 from cowcheck.model.protocol import builtin_names
 from cowcheck.model.scenario import DEVICES, make_scenario
 from cowcheck.model.state import allocated
-from cowcheck.model.symmetry import Symmetry
+from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.system import ProtocolModel
 from test_reductions import measures, scramble
 
@@ -81,7 +82,7 @@ def test_wide_scenarios_agree_with_the_unreduced_search(protocol, branches, pool
 def test_no_fallback_to_enumeration_on_the_benchmark_states(monkeypatch):
     """Every tie that the signatures and anchors leave is a run of twins on
     6 branches x 1 append (random walks): nothing is enumerated."""
-    monkeypatch.setattr(symmetry_module, "_arrangements", lambda classes: pytest.fail(f"enumerated {classes}"))
+    monkeypatch.setattr(refine_module, "_arrangements", lambda classes: pytest.fail(f"enumerated {classes}"))
     scenario = make_scenario(4, 6, [(1, False)] * 6, "cow")
     model, sym, rnd = ProtocolModel(scenario), Symmetry(scenario), random.Random(0)
     for _ in range(20):
@@ -121,18 +122,18 @@ def _sleep(args, conn):
 
 
 def test_a_bench_row_over_its_limit_is_stopped():
-    assert _in_child(_sleep, 0.0, limit=5) == {"slept": 0.0}
+    assert in_child(_sleep, 0.0, limit=5) == {"slept": 0.0}
     start = time.perf_counter()
-    assert _in_child(_sleep, 30.0, limit=1) is None
+    assert in_child(_sleep, 30.0, limit=1) is None
     assert time.perf_counter() - start < 10
 
 
 def test_a_bench_row_at_its_limit_reports_what_it_explored():
     """--branches and --profile rows stop their search at the limit and still
     give the per-state figures of the part they explored."""
-    row = _in_child(_measure_branches, (8, 1, False, 1.0), limit=120)
+    row = in_child(measure_branches, (8, 1, False, 1.0), limit=120)
     assert row is not None and row["complete"] is False and row["states"] > 0
-    row = _in_child(_measure_profile, (8, 1, 1.0), limit=120)
+    row = in_child(measure_profile, (8, 1, 1.0), limit=120)
     assert row is not None and row["complete"] is False and row["states"] > 0
     assert row["seconds"]["successors"] > 0 and row["seconds"]["canonical form"] > 0
 
@@ -217,6 +218,6 @@ def test_the_floor_row_looks_up_the_same_search():
     """`cowcheck bench --floor`: the second search, with the canonical form
     looked up, runs (it would raise KeyError on a state the first did not
     see) and the first explores the scenario in full."""
-    row = _in_child(_measure_floor, (4, 1, 60.0), limit=300)
+    row = in_child(measure_floor, (4, 1, 60.0), limit=300)
     assert row is not None and row["complete"] and row["states"] == 6059
     assert row["looked_up_seconds"] is not None and row["looked_up_seconds"] > 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from cowcheck.harness import OutOfBlocks
+from cowcheck.adapters import OutOfBlocks
 
 #: this file, for "path:factory" references
 TOY = Path(__file__).resolve()

@@ -5,7 +5,9 @@
   and the map between explicit and symbolic states; state.py: the symbolic
   state and its facts (model.block's fact types with z3 fields, Guarded);
   steps.py: one handler per protocol step, and the device's completions,
-  mirroring model.steps / model.block / model.device; conditions.py: rule
+  mirroring model.steps / model.block / model.device; layout.py: the
+  part of the system the handlers see (sizes, program counters, lookups),
+  so steps.py need not import system.py; conditions.py: rule
   conditions as z3 formulas (a fold of model.condition's tree); terms.py:
   small helpers over z3 terms.
 - invariants.py: one z3 encoding per invariant, next to its explicit
@@ -39,7 +41,7 @@ When to use which engine:
   enumerating; it reports the k that closed each proof, or that none did.
 """
 
-from .bmc import run_bmc
-from .kind import run_kinduction
+from cowcheck.symbolic.bmc import run_bmc
+from cowcheck.symbolic.kind import run_kinduction
 
 __all__ = ["run_bmc", "run_kinduction"]

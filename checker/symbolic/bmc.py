@@ -1,13 +1,13 @@
 """Bounded model checking: unroll the transition relation depth by depth and
 ask z3, for each invariant not yet broken, whether a run of exactly that many
 actions breaks it. Depths are tried in increasing order, so the first
-violation found of an invariant is a shortest one, with the lengths of specs/SEMANTICS.md#traces:
+violation found of an invariant is a shortest one, with the lengths of docs/semantics.md#traces:
 an action-checked invariant's length includes the action, a state-checked
 one's is the depth of the state.
 
 A violation is decoded into model.system.Action objects and re-run through
 the explicit model, which both gives the real states for the counterexample
-(a cowcheck.trace.Counterexample on the verdict; the caller writes it where
+(a cowcheck.engines.counterexample.Counterexample on the verdict; the caller writes it where
 it wants) and checks the z3 trace against the explicit semantics: any
 mismatch is an encoding bug and raises, never a wrong counterexample.
 
@@ -37,16 +37,17 @@ from cowcheck.model.action import Action
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import State
 
-from ..explorer import interrupted
-from ..interrupts import poll
-from ..invariants import INVARIANTS, Invariant, Judge, validate_expect
-from ..results import BmcResult, Kind, Outcome, Verdict
-from ..trace import Counterexample
-from .invariants import SymbolicJudge, encoded, unsupported
-from .reduction import Reductions
-from .state import Sym
-from .system import SymbolicSystem
-from .terms import Term, any_of, decided, solving
+from cowcheck.engines.explorer import interrupted
+from cowcheck.interrupts import poll
+from cowcheck.engines.invariants import INVARIANTS, Invariant, Judge, validate_expect
+from cowcheck.engines.invariants import Kind
+from cowcheck.engines.results import BmcResult, Outcome, Verdict
+from cowcheck.engines.counterexample import Counterexample
+from cowcheck.symbolic.invariants import SymbolicJudge, encoded, unsupported
+from cowcheck.symbolic.reduction import Reductions
+from cowcheck.symbolic.state import Sym
+from cowcheck.symbolic.system import SymbolicSystem
+from cowcheck.symbolic.terms import Term, any_of, decided, solving
 
 
 class EncodingMismatch(AssertionError):

@@ -35,7 +35,7 @@ cannot fire yet (a finish, with its costly decref-all, needs every
 operation done first; a child acts only after its parent's `share`),
 which shrinks the early steps of every unrolling.
 
-All rely on the rule (specs/SEMANTICS.md#decisions) that every append path has exactly one
+All rely on the rule (docs/semantics.md#decisions) that every append path has exactly one
 `write` (model.protocol checks it): so `positions` knows where each
 operation of a branch's flattened program (cowcheck.model.scenario.Operation)
 can begin, and `rules_at(k)`, the rules the append at operation k can
@@ -52,7 +52,7 @@ from cowcheck.model.protocol import COPIES, AppendPath, Protocol, Step
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.structure import Op, Place, Structure
 
-from .conditions import formula
+from cowcheck.symbolic.conditions import formula
 
 
 class Pending(NamedTuple):

@@ -8,7 +8,7 @@ import z3
 
 from cowcheck.model.condition import Algebra, Condition
 
-from .terms import Term, all_of
+from cowcheck.symbolic.terms import Term, all_of
 
 OPERATORS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 

@@ -12,12 +12,12 @@ import z3
 from cowcheck.model.protocol import LOCALS
 from cowcheck.model.structure import Op, Place
 
-from .shapes import COUNTER_OPS, EDITS, Shape, binding, count, deltas, kernels_pending, owns, pending_copies, regular, after_last
-from .state import COPY_KIND, EMPTY, KERNEL_KIND, Sym
-from .terms import Term, all_of, any_of, select
+from cowcheck.symbolic.shapes import COUNTER_OPS, EDITS, Shape, binding, count, deltas, kernels_pending, owns, pending_copies, regular, after_last
+from cowcheck.symbolic.state import COPY_KIND, EMPTY, KERNEL_KIND, Sym
+from cowcheck.symbolic.terms import Term, all_of, any_of, select
 
 if TYPE_CHECKING:
-    from .system import SymbolicSystem
+    from cowcheck.symbolic.system import SymbolicSystem
 
 
 # -- formulas over one symbolic state -----------------------------------------------------

@@ -1,7 +1,7 @@
-"""One z3 encoding per invariant of specs/SEMANTICS.md#invariants, each next to its explicit
-predicate in cowcheck.invariants, so a reader sees both together.
+"""One z3 encoding per invariant of docs/semantics.md#invariants, each next to its explicit
+predicate in cowcheck.engines.invariants, so a reader sees both together.
 
-The encodings are judged the way cowcheck.invariants.Judge judges: an action
+The encodings are judged the way cowcheck.engines.invariants.Judge judges: an action
 check is keyed by a fact type of model.block and triggered by each fact of
 that type the action produces. Symbolic facts are `Guarded`: the same fact
 types with z3 fields, and the condition under which the fact happens; a
@@ -24,17 +24,18 @@ from typing import Any, Callable, Optional
 
 import z3
 
-from cowcheck import invariants as explicit
-from cowcheck.invariants import Invariant
+from cowcheck.engines import invariants as explicit
+from cowcheck.engines.invariants import Invariant
 from cowcheck.model.block import CopyDone, Freed, KernelDone, OutputChecked, TableMiss, Underflow
 from cowcheck.model.state import Status
 
-from ..results import Kind, Outcome, Verdict
+from cowcheck.engines.invariants import Kind
+from cowcheck.engines.results import Outcome, Verdict
 
-from .state import COPY_KIND, KERNEL_KIND, STATUS_CODE, Sym
-from .steps import Executed
-from .system import SymbolicSystem
-from .terms import Term, all_of, any_of, select
+from cowcheck.symbolic.state import COPY_KIND, KERNEL_KIND, STATUS_CODE, Sym
+from cowcheck.symbolic.steps import Executed
+from cowcheck.symbolic.system import SymbolicSystem
+from cowcheck.symbolic.terms import Term, all_of, any_of, select
 
 ActionCheck = Callable[[SymbolicSystem, Sym, Sym, Any], Term]
 StateCheck = Callable[[SymbolicSystem, Sym, Term, Term], Term]
@@ -48,7 +49,7 @@ class SymbolicInvariant:
     id: str
     on_facts: dict[type, ActionCheck] = field(default_factory=dict)
     on_state: Optional[StateCheck] = None
-    explicit: tuple = ()        # the explicit predicates this mirrors (cowcheck.invariants)
+    explicit: tuple = ()        # the explicit predicates this mirrors (cowcheck.engines.invariants)
 
 
 def member(table: list, length: Term, b: Term) -> Term:
@@ -59,7 +60,7 @@ def member(table: list, length: Term, b: Term) -> Term:
 def published(system: SymbolicSystem, b) -> list:
     """For each entry of a branch's published table, (counts as a use, its
     block): below its length and, with branch programs, below
-    ceil(pos / B) (cowcheck.invariants.tables; t < ceil(pos / B) is
+    ceil(pos / B) (cowcheck.engines.invariants.tables; t < ceil(pos / B) is
     t * B < pos). Without rollbacks a published entry past ceil(pos / B)
     is always in the working table too, so plain scenarios skip the test."""
     if not system.programs:

@@ -58,13 +58,14 @@ from typing import Optional
 
 from cowcheck.model.scenario import Scenario
 
-from ..explorer import interrupted
-from ..invariants import INVARIANTS, Invariant, validate_expect
-from ..results import Kind, KindResult, Outcome, Verdict
-from .bmc import run_bmc
-from .invariants import encoded, unsupported
-from .prover import Candidate, Prover
-from .terms import solving
+from cowcheck.engines.explorer import interrupted
+from cowcheck.engines.invariants import INVARIANTS, Invariant, validate_expect
+from cowcheck.engines.invariants import Kind
+from cowcheck.engines.results import KindResult, Outcome, Verdict
+from cowcheck.symbolic.bmc import run_bmc
+from cowcheck.symbolic.invariants import encoded, unsupported
+from cowcheck.symbolic.prover import Candidate, Prover
+from cowcheck.symbolic.terms import solving
 
 
 class KInduction:

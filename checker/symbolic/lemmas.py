@@ -33,11 +33,11 @@ import z3
 from cowcheck.model.protocol import LOCALS
 from cowcheck.model.state import Status
 
-from .families import FAMILIES, Formulas, ShapeFamilies
-from .shapes import Node, Programs, count, deltas, pending_copies
-from .state import COPY_KIND, EMPTY, KERNEL_KIND, Sym
-from .system import SymbolicSystem
-from .terms import Term, all_of, any_of, select
+from cowcheck.symbolic.families import FAMILIES, Formulas, ShapeFamilies
+from cowcheck.symbolic.shapes import Node, Programs, count, deltas, pending_copies
+from cowcheck.symbolic.state import COPY_KIND, EMPTY, KERNEL_KIND, Sym
+from cowcheck.symbolic.system import SymbolicSystem
+from cowcheck.symbolic.terms import Term, all_of, any_of, select
 
 
 class Part(NamedTuple):
@@ -285,7 +285,7 @@ def same_index(lm: Lemmas, f: Formulas) -> Iterator[tuple]:
 def one_locked(lm: Lemmas, f: Formulas) -> Iterator[tuple]:
     """At most one branch holds the scheduler lock (is at a place of the
     structure that locks: inside the non-wait part of an atomic path): while
-    one does, no other branch takes a step (specs/SEMANTICS.md#scheduling)."""
+    one does, no other branch takes a step (docs/semantics.md#scheduling)."""
     system = lm.system
     if not system.structure.locking_places:
         return

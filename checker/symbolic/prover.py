@@ -11,10 +11,10 @@ import z3
 
 from cowcheck.model.scenario import Scenario
 
-from ..invariants import Invariant
-from .bmc import Unrolling, solve
-from .lemmas import Lemmas, Part
-from .terms import decided
+from cowcheck.engines.invariants import Invariant
+from cowcheck.symbolic.bmc import Unrolling, solve
+from cowcheck.symbolic.lemmas import Lemmas, Part
+from cowcheck.symbolic.terms import decided
 
 #: z3's limit on one falsification round of Prover.step: proving in one query
 #: that no candidate fails can take longer than the per-candidate sweeps do

@@ -37,9 +37,9 @@ import z3
 
 from cowcheck.model.state import Status
 
-from .state import STATUS_CODE, Sym
-from .system import SymbolicSystem
-from .terms import all_of
+from cowcheck.symbolic.state import STATUS_CODE, Sym
+from cowcheck.symbolic.system import SymbolicSystem
+from cowcheck.symbolic.terms import all_of
 
 
 def interchangeable(system: SymbolicSystem) -> list[tuple[int, int]]:

@@ -23,11 +23,11 @@ from cowcheck.model.state import Status
 from cowcheck.model.structure import Op
 from cowcheck.model.system import STATUS_AFTER
 
-from .bounds import places
-from .state import STATUS_CODE, Sym
+from cowcheck.symbolic.bounds import places
+from cowcheck.symbolic.state import STATUS_CODE, Sym
 
 if TYPE_CHECKING:
-    from .system import SymbolicSystem
+    from cowcheck.symbolic.system import SymbolicSystem
 
 EDITS = ("append", "replace")
 COUNTER_OPS = ("incref", "decref", "hold", "release")

@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from cowcheck.model.block import Fact
 from cowcheck.model.state import Status
 
-from .terms import Term
+from cowcheck.symbolic.terms import Term
 
 #: a branch's status as the symbolic state stores it
 STATUS_CODE: dict[Status, int] = {Status.RUNNING: 0, Status.FINISHED: 1, Status.CANCELLED: 2, Status.UNBORN: 3}

@@ -1,13 +1,18 @@
 """What each protocol step and each device completion does to a symbolic
 state: model.steps, model.block and model.device, line by line, on z3 terms.
 
-`take` runs one step: its handler (one per row of the step table, specs/SEMANTICS.md#steps,
+`take` runs one step: its handler (one per row of the step table, docs/semantics.md#steps,
 in `HANDLERS`) edits a `StepRun`, then the branch advances to its next
 place or, at the end of its operation, back between operations
 (model.system's _step and _end). `complete` is the device's completion of
 one queue slot.
 
-With branch programs (SymbolicSystem.programs) a branch also carries its
+The functions here see the system only through its `Layout`
+(cowcheck.symbolic.layout: the sizes, the program counters, the few
+lookups the handlers need), which SymbolicSystem builds once and passes in
+place of itself, so that this module does not import cowcheck.symbolic.system.
+
+With branch programs (Layout.programs) a branch also carries its
 write counter and its sequence, and a kernel the sequence it must read:
 `write` extends the sequence with the token `<name>{writes + 1}` and gives
 the kernel a copy, `rewind` cuts it back, `share` hands it to the child.
@@ -17,7 +22,7 @@ references), and its handlers are what they were before programs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 import z3
 
@@ -27,12 +32,9 @@ from cowcheck.model.state import Status
 from cowcheck.model.structure import Op, Place
 from cowcheck.model.system import PROGRAM_OPS, STATUS_AFTER
 
-from .state import COPY_KIND, EMPTY, KERNEL_KIND, NONE_READ, STATUS_CODE, Guarded, Queued, Sym, SymBranch, SymOp, symbolic
-from .terms import Term, any_of, by_value, select
-
-if TYPE_CHECKING:
-    from .system import SymbolicSystem
-
+from cowcheck.symbolic.layout import Layout
+from cowcheck.symbolic.state import COPY_KIND, EMPTY, KERNEL_KIND, NONE_READ, STATUS_CODE, Guarded, Queued, Sym, SymBranch, SymOp, symbolic
+from cowcheck.symbolic.terms import Term, any_of, by_value, select
 
 @dataclass
 class Executed:
@@ -44,13 +46,13 @@ class Executed:
 
 
 # -- block operations (model.block) -------------------------------------------------
-def set_block(system: SymbolicSystem, s: Sym, b: Term, rc: Optional[Term] = None, hd: Optional[Term] = None) -> None:
+def set_block(layout: Layout, s: Sym, b: Term, rc: Optional[Term] = None, hd: Optional[Term] = None) -> None:
     """Set block b's counters. A symbolic b is a case split over every
     block; a constant one (an alloc under `any` reuse) touches only its own."""
     if z3.is_expr(b):
-        targets = [(x, b == x) for x in range(system.P)]
+        targets = [(x, b == x) for x in range(layout.P)]
     else:
-        targets = [(b, None)] if 0 <= b < system.P else []
+        targets = [(b, None)] if 0 <= b < layout.P else []
     for x, here in targets:
         if rc is not None:
             s.rc[x] = rc if here is None else z3.If(here, rc, s.rc[x])
@@ -58,25 +60,25 @@ def set_block(system: SymbolicSystem, s: Sym, b: Term, rc: Optional[Term] = None
             s.hd[x] = hd if here is None else z3.If(here, hd, s.hd[x])
 
 
-def push_free(system: SymbolicSystem, s: Sym, when: Term, b: Term, facts: list[Guarded]) -> None:
-    when = z3.And(when, z3.Not(system.in_free(s, b)))
-    if system.scenario.reuse == "lifo":
+def push_free(layout: Layout, s: Sym, when: Term, b: Term, facts: list[Guarded]) -> None:
+    when = z3.And(when, z3.Not(layout.in_free(s, b)))
+    if layout.reuse == "lifo":
         pushed = [b] + s.free[:-1]
-    elif system.scenario.reuse == "fifo":
-        pushed = [z3.If(s.flen == i, b, s.free[i]) for i in range(system.P)]
+    elif layout.reuse == "fifo":
+        pushed = [z3.If(s.flen == i, b, s.free[i]) for i in range(layout.P)]
     else:
-        pushed = sorted_insert(system, s, b)
+        pushed = sorted_insert(layout, s, b)
     s.free = [z3.If(when, new, old) for new, old in zip(pushed, s.free)]
     s.flen = z3.If(when, s.flen + 1, s.flen)
     facts.append(Guarded(when, symbolic(Freed, b)))
 
 
-def sorted_insert(system: SymbolicSystem, s: Sym, b: Term) -> list:
+def sorted_insert(layout: Layout, s: Sym, b: Term) -> list:
     """The free list with b inserted in ascending order (`any` reuse keeps
     it sorted, model.block._push_free): entries below b stay, b takes the
     first place that is not below it, the rest move up one."""
     below = [z3.And(i < s.flen, x < b) for i, x in enumerate(s.free)]
-    return [z3.If(below[i], s.free[i], b if i == 0 else z3.If(below[i - 1], b, s.free[i - 1])) for i in range(system.P)]
+    return [z3.If(below[i], s.free[i], b if i == 0 else z3.If(below[i - 1], b, s.free[i - 1])) for i in range(layout.P)]
 
 
 def take_free(s: Sym, b: int) -> list:
@@ -86,20 +88,20 @@ def take_free(s: Sym, b: int) -> list:
     return [z3.If(z3.And(i < s.flen, x < b), x, after[i]) for i, x in enumerate(s.free)]
 
 
-def counter_down(system: SymbolicSystem, s: Sym, b: Term, which: str, facts: list[Guarded], when: Term = True) -> None:
+def counter_down(layout: Layout, s: Sym, b: Term, which: str, facts: list[Guarded], when: Term = True) -> None:
     """decref (which='rc') or release (which='hd'), guarded by `when`."""
     mine, other = (s.rc, s.hd) if which == "rc" else (s.hd, s.rc)
     old, other_val = select(mine, b, 0), select(other, b, 0)
     facts.append(Guarded(z3.And(when, old == 0), symbolic(Underflow, b, "refcount" if which == "rc" else "holds")))
     ok = z3.And(when, old > 0)
-    set_block(system, s, b, **{which: z3.If(ok, old - 1, old)})
-    push_free(system, s, z3.And(ok, old == 1, other_val == 0), b, facts)
+    set_block(layout, s, b, **{which: z3.If(ok, old - 1, old)})
+    push_free(layout, s, z3.And(ok, old == 1, other_val == 0), b, facts)
 
 
-def push_op(system: SymbolicSystem, s: Sym, kind: int, src: Term = -1, dst: Term = -1, n: Term = -1, br: Term = -1,
+def push_op(layout: Layout, s: Sym, kind: int, src: Term = -1, dst: Term = -1, n: Term = -1, br: Term = -1,
             kpos: Term = -1, snap: Optional[list] = None, slen: Term = 0, kseq: Optional[list] = None) -> None:
-    snap = snap or [-1] * system.T
-    kseq = kseq or [-1] * system.KS
+    snap = snap or [-1] * layout.T
+    kseq = kseq or [-1] * layout.KS
     for i, o in enumerate(s.q):
         at = s.qlen == i
         o.kind, o.src, o.dst, o.n = (z3.If(at, kind, o.kind), z3.If(at, src, o.src),
@@ -110,21 +112,21 @@ def push_op(system: SymbolicSystem, s: Sym, kind: int, src: Term = -1, dst: Term
     s.qlen = s.qlen + 1
 
 
-def pop_op(system: SymbolicSystem, s: Sym, i: int) -> None:
-    empty = SymOp(EMPTY, -1, -1, -1, -1, -1, [-1] * system.T, 0, [-1] * system.KS)
+def pop_op(layout: Layout, s: Sym, i: int) -> None:
+    empty = SymOp(EMPTY, -1, -1, -1, -1, -1, [-1] * layout.T, 0, [-1] * layout.KS)
     s.q = s.q[:i] + s.q[i + 1:] + [empty]
     s.qlen = s.qlen - 1
 
 
-def read(system: SymbolicSystem, s: Sym, table: list, tlen: Term, count: Term, maxcount: int) -> list:
+def read(layout: Layout, s: Sym, table: list, tlen: Term, count: Term, maxcount: int) -> list:
     """Positions 0 .. maxcount-1 read through a table (model.state.read):
     (position is below count, value)."""
     out = []
     for i in range(maxcount):
-        t, slot = divmod(i, system.B)
+        t, slot = divmod(i, layout.B)
         block = table[t] if t < len(table) else -1
-        cell = select([s.slot[b][slot] for b in range(system.P)], block, NONE_READ)
-        out.append((i < count, z3.If(tlen > t, cell, system.num(NONE_READ))))
+        cell = select([s.slot[b][slot] for b in range(layout.P)], block, NONE_READ)
+        out.append((i < count, z3.If(tlen > t, cell, layout.num(NONE_READ))))
     return out
 
 
@@ -134,7 +136,7 @@ class StepRun:
     """One step of branch j being executed: the state before, the state
     after as the handler builds it, and what the handler adds to the guard,
     to whether the action leads anywhere, and to its facts."""
-    system: SymbolicSystem
+    layout: Layout
     pre: Sym
     post: Sym
     j: int
@@ -158,7 +160,7 @@ class StepRun:
     @property
     def positions(self) -> range:
         """The positions the branch can be at."""
-        return range(self.system.L, self.system.maxpos[self.j] + 1)
+        return range(self.layout.L, self.layout.maxpos[self.j] + 1)
 
 
 Handler = Callable[[StepRun], None]
@@ -176,39 +178,39 @@ def handles(*ops: str) -> Callable[[Handler], Handler]:
 @handles("alloc")
 def _alloc(r: StepRun) -> None:
     """The front of the free list under lifo and fifo, the given free block under `any`."""
-    system, pre = r.system, r.pre
+    layout, pre = r.layout, r.pre
     if r.choice is not None:
-        enabled, chosen, r.post.free = system.in_free(pre, r.choice), r.choice, take_free(pre, r.choice)
+        enabled, chosen, r.post.free = layout.in_free(pre, r.choice), r.choice, take_free(pre, r.choice)
     else:
-        enabled, chosen = z3.And(pre.flen > 0, system.P > 0), pre.free[0] if system.P else -1
-        r.post.free = (pre.free[1:] + [-1])[:system.P]
+        enabled, chosen = z3.And(pre.flen > 0, layout.P > 0), pre.free[0] if layout.P else -1
+        r.post.free = (pre.free[1:] + [-1])[:layout.P]
     r.guard, r.post.flen = z3.And(r.guard, enabled), pre.flen - 1
-    set_block(system, r.post, chosen, rc=1)
+    set_block(layout, r.post, chosen, rc=1)
     setattr(r.branch, r.step.args[0], chosen)
 
 
 @handles("incref")
 def _incref(r: StepRun) -> None:
     v = r.arg(0)
-    set_block(r.system, r.post, v, rc=select(r.pre.rc, v, 0) + 1)
+    set_block(r.layout, r.post, v, rc=select(r.pre.rc, v, 0) + 1)
 
 
 @handles("hold")
 def _hold(r: StepRun) -> None:
     v = r.arg(0)
-    set_block(r.system, r.post, v, hd=select(r.pre.hd, v, 0) + 1)
+    set_block(r.layout, r.post, v, hd=select(r.pre.hd, v, 0) + 1)
 
 
 @handles("decref", "release")
 def _down(r: StepRun) -> None:
-    counter_down(r.system, r.post, r.arg(0), "rc" if r.step.op == "decref" else "hd", r.facts)
+    counter_down(r.layout, r.post, r.arg(0), "rc" if r.step.op == "decref" else "hd", r.facts)
 
 
 @handles("copy", "copy-block")
 def _copy(r: StepRun) -> None:
-    B = r.system.B
+    B = r.layout.B
     n = by_value(r.branch.pos, r.positions, lambda p: p % B) if r.step.op == "copy" else B
-    push_op(r.system, r.post, COPY_KIND, src=r.arg(0), dst=r.arg(1), n=n)
+    push_op(r.layout, r.post, COPY_KIND, src=r.arg(0), dst=r.arg(1), n=n)
 
 
 @handles("wait-copy")
@@ -249,34 +251,34 @@ def _write(r: StepRun) -> None:
     """Launch the kernel for pos (unless the published table misses it).
     With programs the token is the branch's next by its write counter, and
     the kernel remembers the sequence it extends (faithful-output's)."""
-    system, b, B = r.system, r.branch, r.system.B
+    layout, b, B = r.layout, r.branch, r.layout.B
     covered = by_value(b.pos, r.positions, lambda p: b.plen > p // B)
     r.facts.append(Guarded(z3.Not(covered), symbolic(TableMiss, r.j, b.pos)))
     r.leads = covered
     kseq = None
-    if system.programs:
+    if layout.programs:
         assert b.writes is not None     # programs: every branch has its write counter
-        token = system.offset[r.j] + b.writes
-        b.seq = [z3.If(b.pos == system.L + n, token, x) for n, x in enumerate(b.seq)]
+        token = layout.offset[r.j] + b.writes
+        b.seq = [z3.If(b.pos == layout.L + n, token, x) for n, x in enumerate(b.seq)]
         b.writes = b.writes + 1
-        kseq = b.seq + [-1] * (system.KS - len(b.seq))
-    push_op(system, r.post, KERNEL_KIND, br=r.j, kpos=b.pos, snap=list(b.pb), slen=b.plen, kseq=kseq)
+        kseq = b.seq + [-1] * (layout.KS - len(b.seq))
+    push_op(layout, r.post, KERNEL_KIND, br=r.j, kpos=b.pos, snap=list(b.pb), slen=b.plen, kseq=kseq)
     b.pos = b.pos + 1
 
 
 @handles("decref-all")
 def _decref_all(r: StepRun) -> None:
-    system, before, b = r.system, r.pre.br[r.j], r.branch
-    for t in range(system.T):
-        counter_down(system, r.post, before.wk[t], "rc", r.facts, when=t < before.wlen)
-    b.wk, b.pb, b.wlen, b.plen = [-1] * system.T, [-1] * system.T, 0, 0
+    layout, before, b = r.layout, r.pre.br[r.j], r.branch
+    for t in range(layout.T):
+        counter_down(layout, r.post, before.wk[t], "rc", r.facts, when=t < before.wlen)
+    b.wk, b.pb, b.wlen, b.plen = [-1] * layout.T, [-1] * layout.T, 0, 0
 
 
 @handles("check-output")
 def _check_output(r: StepRun) -> None:
-    system, b = r.system, r.branch
-    reads = read(system, r.post, b.wk, b.wlen, b.pos, system.maxpos[r.j])
-    expected = [system.branch_expected(r.post, r.j, i) for i in range(system.maxpos[r.j])]
+    layout, b = r.layout, r.branch
+    reads = read(layout, r.post, b.wk, b.wlen, b.pos, layout.maxpos[r.j])
+    expected = [layout.branch_expected(r.post, r.j, i) for i in range(layout.maxpos[r.j])]
     r.facts.append(Guarded(z3.BoolVal(True), symbolic(OutputChecked, r.j, reads, expected)))
 
 
@@ -284,10 +286,10 @@ def _check_output(r: StepRun) -> None:
 def _incref_all(r: StepRun) -> None:
     """incref each working-table entry in table order, once per entry
     (each reads the counter the one before left: an entry twice counts twice)."""
-    system, post, b = r.system, r.post, r.branch
-    for t in range(system.T):
+    layout, post, b = r.layout, r.post, r.branch
+    for t in range(layout.T):
         x = b.wk[t]
-        set_block(system, post, x, rc=z3.If(t < b.wlen, select(post.rc, x, 0) + 1, select(post.rc, x, 0)))
+        set_block(layout, post, x, rc=z3.If(t < b.wlen, select(post.rc, x, 0) + 1, select(post.rc, x, 0)))
 
 
 @handles("share")
@@ -295,7 +297,7 @@ def _share(r: StepRun) -> None:
     """The child is born with the parent's working table as both of its
     tables, the parent's pos and sequence, and a fresh program; no counter
     changes."""
-    system, b = r.system, r.branch
+    layout, b = r.layout, r.branch
     assert r.child is not None, "share runs only in a fork, which names its child"
     c = r.post.br[r.child]
     c.status, c.pos, c.done, c.pc, c.tail, c.new = STATUS_CODE[Status.RUNNING], b.pos, 0, 0, -1, -1
@@ -308,72 +310,72 @@ def _share(r: StepRun) -> None:
 def _rewind(r: StepRun) -> None:
     """pos drops by `rejected`; the sequence's fields from the new pos on
     go back to empty (the slots keep their garbage)."""
-    system, b = r.system, r.branch
+    layout, b = r.layout, r.branch
     b.pos = b.pos - b.rejected
-    b.seq = [z3.If(b.pos <= system.L + n, -1, x) for n, x in enumerate(b.seq)]
+    b.seq = [z3.If(b.pos <= layout.L + n, -1, x) for n, x in enumerate(b.seq)]
 
 
 @handles("trim")
 def _trim(r: StepRun) -> None:
     """From the end, decref and drop every working-table entry at index
     ceil(pos / B) or beyond (the order matters to the free list)."""
-    system, post, b = r.system, r.post, r.branch
+    layout, post, b = r.layout, r.post, r.branch
     before = list(b.wk)
-    keep = by_value(b.pos, r.positions, lambda p: -(-p // system.B))
-    for t in reversed(range(system.T)):
-        counter_down(system, post, before[t], "rc", r.facts, when=z3.And(t >= keep, t < b.wlen))
+    keep = by_value(b.pos, r.positions, lambda p: -(-p // layout.B))
+    for t in reversed(range(layout.T)):
+        counter_down(layout, post, before[t], "rc", r.facts, when=z3.And(t >= keep, t < b.wlen))
     b.wk = [z3.If(t >= keep, -1, x) for t, x in enumerate(before)]
     b.wlen = z3.If(b.wlen > keep, keep, b.wlen)
 
 
-def take(system: SymbolicSystem, s: Sym, j: int, place: Place, guard: Term, choice: Optional[int] = None,
+def take(layout: Layout, s: Sym, j: int, place: Place, guard: Term, choice: Optional[int] = None,
          child: Optional[int] = None) -> Executed:
     """Branch j takes the step at `place` (model.steps.choices + apply) and
     advances (model.system._step and _end); `guard` says when it may,
     `child` is the branch a fork's `share` brings to life."""
-    run = StepRun(system, s, s.copy(), j, system.structure.step(place), guard, choice, child)
+    run = StepRun(layout, s, s.copy(), j, layout.structure.step(place), guard, choice, child)
     HANDLERS[run.step.op](run)
     b = run.branch
-    if not system.structure.is_last(place):
-        b.pc = system.pc_of[place._replace(step=place.step + 1)]
+    if not layout.structure.is_last(place):
+        b.pc = layout.pc_of[place._replace(step=place.step + 1)]
     else:
         b.status = STATUS_CODE[STATUS_AFTER[place.op]]
         b.done = b.done + 1 if place.op in PROGRAM_OPS else b.done
         b.pc, b.tail, b.new = 0, -1, -1
-        if system.programs:
+        if layout.programs:
             b.rejected = -1
         if place.op is Op.CANCEL:      # its unforked descendants never owned anything: cancelled with it
             unborn, cancelled = STATUS_CODE[Status.UNBORN], STATUS_CODE[Status.CANCELLED]
-            for c in system.descendants[j]:
+            for c in layout.descendants[j]:
                 d = run.post.br[c]
                 d.status = z3.If(d.status == unborn, cancelled, d.status)
     return Executed(run.guard, run.leads, run.post, run.facts)
 
 
 # -- the device (model.device) ---------------------------------------------------------
-def complete(system: SymbolicSystem, s: Sym, i: int) -> Executed:
+def complete(layout: Layout, s: Sym, i: int) -> Executed:
     """model.device.complete for queue slot i."""
     o = s.q[i]
     post = s.copy()
-    pop_op(system, post, i)
+    pop_op(layout, post, i)
     is_copy = o.kind == COPY_KIND
     # a copy: the destination's first n slots take the source's, read now
-    src_cells = [select([s.slot[b][c] for b in range(system.P)], o.src, -1) for c in range(system.B)]
+    src_cells = [select([s.slot[b][c] for b in range(layout.P)], o.src, -1) for c in range(layout.B)]
     # a kernel: its token into snapshot[pos // B], slot pos % B
-    kdom = range(system.L, max(max(system.maxpos), system.L + 1))
-    target = system.target(o)
-    kslot = by_value(o.kpos, kdom, lambda p: p % system.B)
-    if system.programs:   # the last token of the kernel's remembered sequence
-        token = by_value(o.kpos, kdom, lambda p: system.sequence(o.kseq, p))
+    kdom = range(layout.L, max(max(layout.maxpos), layout.L + 1))
+    target = layout.target(o)
+    kslot = by_value(o.kpos, kdom, lambda p: p % layout.B)
+    if layout.programs:   # the last token of the kernel's remembered sequence
+        token = by_value(o.kpos, kdom, lambda p: layout.sequence(o.kseq, p))
     else:
-        token = select([system.token(j, o.kpos) for j in range(system.N)], o.br, -1)
-    for b in range(system.P):
-        for c in range(system.B):
+        token = select([layout.token(j, o.kpos) for j in range(layout.N)], o.br, -1)
+    for b in range(layout.P):
+        for c in range(layout.B):
             by_copy = z3.And(o.dst == b, o.n > c)
             by_kernel = z3.And(target == b, kslot == c)
             post.slot[b][c] = z3.If(is_copy, z3.If(by_copy, src_cells[c], s.slot[b][c]),
                                     z3.If(by_kernel, token, s.slot[b][c]))
-    reads = read(system, post, o.snap, o.slen, o.kpos + 1, max(system.maxpos))
+    reads = read(layout, post, o.snap, o.slen, o.kpos + 1, max(layout.maxpos))
     facts = [Guarded(is_copy, symbolic(CopyDone, Queued(i, o))),
              Guarded(z3.Not(is_copy), symbolic(KernelDone, Queued(i, o), reads))]
-    return Executed(system.ready(s, i), z3.BoolVal(True), post, facts)
+    return Executed(layout.ready(s, i), z3.BoolVal(True), post, facts)

@@ -7,7 +7,7 @@ model.device on a `Sym` whose fields are z3 expressions (each protocol step
 by its handler in cowcheck.symbolic.steps), and returns the action's guard,
 its successor and its facts (model.block's types, `Guarded` by the condition
 under which they happen), so the invariants can be judged on facts exactly
-as cowcheck.invariants does. `values` maps an explicit State onto the same
+as cowcheck.engines.invariants does. `values` maps an explicit State onto the same
 fields, which is how the tests compare the two engines state by state, and
 how a z3 model is checked against the explicit model when a trace is decoded.
 
@@ -17,7 +17,7 @@ explicit model. Supported: every step kind, decide with the protocol's rules
 (cowcheck.symbolic.conditions), atomic paths, cancellation, finish, the
 three device models and the three reuse orders (`any`: one alloc instance
 per block id, the free list kept sorted as model.block keeps it), and
-branch programs (specs/SEMANTICS.md#branch-programs): forks and
+branch programs (docs/semantics.md#branch-programs): forks and
 speculation, unborn children, the write counter and the sequence each
 branch and kernel carries.
 
@@ -33,6 +33,7 @@ every unused slot costs fields in every state of an unrolling."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import NamedTuple, Optional
 
 import z3
@@ -44,11 +45,12 @@ from cowcheck.model.state import Copy, State, Status
 from cowcheck.model.structure import Op, Place
 from cowcheck.model.system import ProtocolModel
 
-from . import bounds, steps
-from .conditions import formula
-from .state import COPY_KIND, EMPTY, KERNEL_KIND, NONE_READ, STATUS_CODE, Sym, SymBranch, SymOp
-from .steps import Executed
-from .terms import Term, all_of, any_of, by_value, select
+from cowcheck.symbolic import bounds, steps
+from cowcheck.symbolic.conditions import formula
+from cowcheck.symbolic.layout import Layout
+from cowcheck.symbolic.state import COPY_KIND, EMPTY, KERNEL_KIND, STATUS_CODE, Sym, SymBranch, SymOp
+from cowcheck.symbolic.steps import Executed
+from cowcheck.symbolic.terms import Term, all_of, any_of, by_value, select
 
 
 class Instance(NamedTuple):
@@ -116,9 +118,16 @@ class SymbolicSystem:
         largest = max(self.P, self.T, self.Q, len(self.token_ids), len(self.pcs), max(self.maxpos) + 1, self.N + 1,
                       self.B * self.T, *(len(ops) + 1 for ops in self.operations), *bounds.condition_integers(self.protocol))
         self.width = (2 * largest).bit_length() + 1   # signed, room for -3 .. 2 * largest
+        #: what the step handlers need of this system (cowcheck.symbolic.layout says why it is apart)
+        self.layout = Layout(
+            B=self.B, L=self.L, P=self.P, N=self.N, T=self.T, KS=self.KS, width=self.width,
+            maxpos=tuple(self.maxpos), offset=tuple(self.offset), programs=self.programs,
+            reuse=scenario.reuse, device=scenario.device, structure=self.structure,
+            pc_of=MappingProxyType(self.pc_of), descendants=tuple(self.descendants),
+            references=tuple(tuple(self.token_ids[t] for t in scenario.tokens(j)) for j in range(self.N)))
 
     def num(self, value: int) -> Term:
-        return z3.BitVecVal(value, self.width)
+        return self.layout.num(value)
 
     def paths_at(self, pos: int) -> set[str]:
         """The paths a decide at `pos` can choose."""
@@ -129,22 +138,16 @@ class SymbolicSystem:
 
     def token(self, j: int, pos: Term) -> Term:
         """Branch j's token at a (possibly symbolic) position (plain scenarios: its reference)."""
-        return z3.If(pos < self.L, pos, self.offset[j] + pos - self.L) if z3.is_expr(pos) else (
-            pos if pos < self.L else self.offset[j] + pos - self.L)
+        return self.layout.token(j, pos)
 
     def expected(self, branch: Term, i: int) -> Term:
         """Position i of a (possibly symbolic) branch's reference sequence (plain scenarios)."""
-        if isinstance(branch, int):
-            tokens = self.scenario.tokens(branch)
-            return self.token_ids[tokens[i]] if i < len(tokens) else NONE_READ - 1
-        return select([self.expected(j, i) for j in range(self.N)], branch, NONE_READ - 1)
+        return self.layout.expected(branch, i)
 
     def sequence(self, seq: list, i: int) -> Term:
         """Position i of a sequence stored as program fields: the prompt's
         token below L, else its field (past its fields: never a token)."""
-        if i < self.L:
-            return i
-        return seq[i - self.L] if i - self.L < len(seq) else NONE_READ - 1
+        return self.layout.sequence(seq, i)
 
     def kernel_expected(self, o: SymOp, i: int) -> Term:
         """What position i of queue slot o's kernel must read: its own
@@ -153,7 +156,7 @@ class SymbolicSystem:
 
     def branch_expected(self, s: Sym, j: int, i: int) -> Term:
         """Position i of branch j's sequence now."""
-        return self.sequence(s.br[j].seq, i) if self.programs else self.expected(j, i)
+        return self.layout.branch_expected(s, j, i)
 
     # -- explicit <-> symbolic ------------------------------------------------
     def fresh(self, prefix: str) -> Sym:
@@ -360,25 +363,20 @@ class SymbolicSystem:
 
     def ready(self, s: Sym, i: int) -> Term:
         """Queue slot i may complete under the scenario's device model."""
-        if i == 0 or self.scenario.device == "async":
-            return s.qlen > i
-        if self.scenario.device == "stream":
-            return z3.BoolVal(False)
-        return z3.And(s.qlen > i, all_of(s.q[m].kind != s.q[i].kind for m in range(i)))
+        return self.layout.ready(s, i)
 
     def in_free(self, s: Sym, b: Term) -> Term:
-        return any_of(z3.And(i < s.flen, s.free[i] == b) for i in range(self.P))
+        return self.layout.in_free(s, b)
 
     def target(self, o: SymOp) -> Term:
-        """The block a kernel writes: snapshot[pos // B] (cowcheck.invariants._target)."""
-        kdom = range(self.L, max(max(self.maxpos), self.L + 1))
-        return by_value(o.kpos, kdom, lambda p: o.snap[p // self.B] if p // self.B < self.T else -1)
+        """The block a kernel writes: snapshot[pos // B] (cowcheck.engines.invariants._target)."""
+        return self.layout.target(o)
 
     # -- executing one action instance ---------------------------------------
     def execute(self, s: Sym, inst: Instance) -> Executed:
         if inst.branch is None:
             assert inst.slot is not None
-            return steps.complete(self, s, inst.slot)
+            return steps.complete(self.layout, s, inst.slot)
         j = inst.branch
         b = s.br[j]
         if inst.kind == "decide":
@@ -396,7 +394,7 @@ class SymbolicSystem:
             if inst.operation is not None:      # a fork's later step: this fork's
                 guard = z3.And(guard, b.done == inst.operation)
         child = self.operations[j][inst.operation].arg if inst.place.op is Op.FORK and inst.operation is not None else None
-        return steps.take(self, s, j, inst.place, guard, inst.choice, child)
+        return steps.take(self.layout, s, j, inst.place, guard, inst.choice, child)
 
     def _decide(self, s: Sym, j: int, inst: Instance) -> Executed:
         assert inst.rule is not None and inst.place is not None

@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import z3
 
-from ..interrupts import deferred, poll
+from cowcheck.interrupts import deferred, poll
 
 Term = Any       # a z3 expression, or a Python int standing for a constant
 

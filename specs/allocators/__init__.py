@@ -1,5 +1,5 @@
 """Allocator code shipped with cowcheck to keep the engine harness honest
-(specs/SEMANTICS.md#engine-harness).
+(docs/semantics.md#engine-harness).
 
 `engine` holds a block manager written the way inference engines write
 theirs (vLLM v0's BlockSpaceManager: a LIFO free list, refcounts, one block

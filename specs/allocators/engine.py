@@ -1,6 +1,6 @@
 """A paged-KV block manager written the way inference engines write theirs,
 and buggy variants of it, for the engine harness
-(specs/SEMANTICS.md#engine-harness).
+(docs/semantics.md#engine-harness).
 
 `BlockManager` follows vLLM v0's BlockSpaceManager (v1): a pool of physical
 blocks with a free list and a refcount per block, one block table per
@@ -27,7 +27,7 @@ to copy a state.
 
 from __future__ import annotations
 
-from cowcheck.harness import OutOfBlocks
+from cowcheck.adapters import OutOfBlocks
 
 
 class BlockAllocator:

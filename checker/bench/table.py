@@ -1,0 +1,247 @@
+"""`cowcheck bench`'s main table: exploration speed on fixed scenarios with
+and without each reduction (symmetry, partial-order, compact encoding,
+fingerprints), the z3 BMC engine next to the explorer on one question (time
+to a shortest violation), the engine allocator through its harness next to
+its protocol file, `cowcheck check` end to end, and the replay line. One
+idea: the default `cowcheck bench` run, a fixed list of scenarios each
+measured to completion. A benchmark, not a test: timings belong here, never
+in the test suite. Each scenario runs in a fresh child process so its peak
+memory is its own."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from typing import cast
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cowcheck.model.scenario import make_scenario
+
+from cowcheck.engines.options import SearchOptions
+from cowcheck.engines.results import FORMAT, ExplicitResult
+
+from cowcheck.bench.child import in_child
+from cowcheck.bench.replay import replay_figures, replayable
+
+#: (label, block size, prompt, branches as (appends, may_cancel) or branch tables, protocol)
+SCENARIOS: dict[str, tuple] = {
+    "cow B=4 L=6 3x2": (4, 6, [(2, False)] * 3, "cow"),
+    "cow B=2 L=3 3x2, one may_cancel": (2, 3, [(2, False), (2, False), (2, True)], "cow"),
+    "cow B=4 L=6 4x2": (4, 6, [(2, False)] * 4, "cow"),
+    "cow B=4 L=6 5x2": (4, 6, [(2, False)] * 5, "cow"),
+    "premature-decrement B=4 L=6 4x3": (4, 6, [(3, False)] * 4, "premature-decrement"),
+    # a beam fork: a and b are roots, a forks c after its first append, then every branch appends twice more
+    "cow beam B=4 L=6 a forks c": (4, 6, [{"program": ["append", "fork c", "append", "append"]}, {"appends": 3},
+                                          {"appends": 2, "parent": "a"}], "cow"),
+    # speculative decoding: a drafts three tokens (0-3 accepted), rolls back, appends once; b appends once
+    "cow speculate B=2 L=3 a: speculate 3": (2, 3, [{"program": ["speculate 3", "append"]}, {"appends": 1}], "cow"),
+}
+#: what shrinks the search: (symmetry, partial-order, compact encoding, fingerprints)
+NONE, SYMMETRY, POR, BOTH = (False, False, False, False), (True, False, False, False), (False, True, False, False), (True, True, False, False)
+COMPACT, FINGERPRINTS = (True, False, True, False), (True, False, False, True)
+#: (scenario, reductions, only with --full)
+RUNS = (
+    ("cow B=4 L=6 3x2", NONE, False),
+    ("cow B=4 L=6 3x2", SYMMETRY, False),
+    ("cow B=2 L=3 3x2, one may_cancel", NONE, False),
+    ("cow B=2 L=3 3x2, one may_cancel", POR, False),
+    ("cow B=2 L=3 3x2, one may_cancel", SYMMETRY, False),
+    ("cow B=2 L=3 3x2, one may_cancel", BOTH, False),
+    ("cow B=2 L=3 3x2, one may_cancel", COMPACT, False),
+    ("cow B=2 L=3 3x2, one may_cancel", FINGERPRINTS, False),
+    ("cow B=4 L=6 4x2", NONE, True),
+    ("cow B=4 L=6 4x2", SYMMETRY, False),
+    ("cow B=4 L=6 4x2", BOTH, False),
+    ("cow B=4 L=6 4x2", COMPACT, False),
+    ("cow B=4 L=6 4x2", FINGERPRINTS, False),
+    ("cow beam B=4 L=6 a forks c", NONE, True),
+    ("cow beam B=4 L=6 a forks c", SYMMETRY, False),
+    ("cow speculate B=2 L=3 a: speculate 3", NONE, True),
+    ("cow speculate B=2 L=3 a: speculate 3", SYMMETRY, False),
+    ("cow B=4 L=6 5x2", SYMMETRY, True),
+    ("cow B=4 L=6 5x2", BOTH, True),
+)
+#: (scenario, invariant, only with --full): BMC's time to a shortest
+#: violation, next to the explorer's for the same answer (--first)
+SYMBOLIC_RUNS = (
+    ("premature-decrement B=4 L=6 4x3", "exclusive-write", False),
+)
+#: BMC's bound in the symbolic runs (it stops at the violation)
+SYMBOLIC_DEPTH = 20
+#: the engine harness next to the protocol file that describes the same
+#: orders: (label, branches as appends each), cow B=4 L=6, async
+HARNESS_SHAPES = (("B=4 L=6 2x3", [3, 3]), ("B=4 L=6 3x2", [2, 2, 2]))
+HARNESS_ALLOCATOR = "cowcheck.specs.allocators.engine:correct"
+HARNESS_PROTOCOL = "engine"
+
+
+def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
+    symmetry, por, compact, fingerprints = reductions
+    parts = (["symmetry"] if symmetry else []) + (["partial-order"] if por else []) + \
+        (["compact"] if compact else []) + (["fingerprints"] if fingerprints else [])
+    return " + ".join(parts) or "none"
+
+
+def _measure(args, conn) -> None:
+    from cowcheck.engines.explicit import explore
+    label, (symmetry, por, compact, fingerprints) = args
+    B, L, branches, protocol = SCENARIOS[label]
+    scenario = make_scenario(B, L, branches, protocol, name=label)
+    start = time.perf_counter()
+    result = explore(scenario, SearchOptions(symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints))
+    x = result.x
+    conn.send({
+        "benchmark": label,
+        "reductions": _label((symmetry, por, compact, fingerprints)),
+        "states": x.states,
+        "transitions": x.transitions,
+        "depth": x.depth,
+        "explore_seconds": round(x.seconds, 2),
+        "total_seconds": round(time.perf_counter() - start, 2),
+        "states_per_second": round(x.rate),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "bytes_per_state": round(x.bytes_per_state or 0),
+        "collision_probability": x.collision_probability,
+        "summary": str(result.summary),
+    })
+    conn.close()
+
+
+def _measure_symbolic(args, conn) -> None:
+    """BMC and the explorer (stopping at its first violation) on the same
+    question: the shortest violation of one invariant."""
+    from cowcheck.engines.explicit import explore
+    from cowcheck.engines.invariants import select
+    from cowcheck.symbolic import run_bmc
+    label, invariant = args
+    B, L, branches, protocol = SCENARIOS[label]
+    scenario = make_scenario(B, L, branches, protocol, name=label)
+    wanted = select([invariant])
+    start = time.perf_counter()
+    explicit = explore(scenario, SearchOptions(first=True), invariants=wanted)
+    explicit_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    bmc = run_bmc(scenario, wanted, SYMBOLIC_DEPTH)
+    conn.send({
+        "benchmark": f"BMC finds {protocol}'s {invariant} on {label.removeprefix(protocol).strip()}",
+        "invariant": invariant,
+        "bmc_length": bmc.verdicts[invariant].length,
+        "bmc_z3_seconds": round(sum(bmc.depth_seconds), 2),
+        "bmc_total_seconds": round(time.perf_counter() - start, 2),
+        "explicit_length": explicit.verdicts[invariant].length,
+        "explicit_states": explicit.x.states,
+        "explicit_seconds": round(explicit_seconds, 2),
+    })
+    conn.close()
+
+
+def _measure_harness(args, conn) -> None:
+    """The shipped correct allocator through the harness and its protocol
+    file on one scenario; where the harness's time goes, from a profile of
+    a second run: snapshots (pickling and unpickling the allocator), the
+    allocator's own calls, the rest (search, hashing, invariants)."""
+    import cProfile
+    import pstats
+
+    from cowcheck import api
+    label, appends = args
+    scenario = make_scenario(4, 6, appends, HARNESS_PROTOCOL, name=label)
+    start = time.perf_counter()
+    harness = cast(ExplicitResult, api.check(scenario, allocator=HARNESS_ALLOCATOR, symmetry=False))
+    harness_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    protocol = cast(ExplicitResult, api.check(scenario, symmetry=False))
+    protocol_seconds = time.perf_counter() - start
+    profile = cProfile.Profile()
+    profile.runcall(api.check, scenario, allocator=HARNESS_ALLOCATOR, symmetry=False)
+    stats = pstats.Stats(profile).stats        # type: ignore[attr-defined]  # pstats keeps its table here
+    total = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.items())
+    snapshots = sum(ct for (_, _, name), (_, _, _, ct, _) in stats.items() if name in ("_freeze", "_thaw"))
+
+    def spent(suffix: str) -> float:
+        return sum(tt for (path, _, _), (_, _, tt, _, _) in stats.items() if path.endswith(suffix))
+    calls, bookkeeping, judging = spent("allocators/engine.py"), spent("model/harness.py"), spent("invariants.py")
+    conn.send({"benchmark": f"engine allocator {label}", "harness_states": harness.x.states,
+               "harness_seconds": round(harness_seconds, 2), "harness_summary": str(harness.summary),
+               "protocol_states": protocol.x.states, "protocol_seconds": round(protocol_seconds, 2),
+               "protocol_summary": str(protocol.summary),
+               "ratio": round(harness_seconds / protocol_seconds, 1) if protocol_seconds else None,
+               "share": {"snapshots (pickle)": round(snapshots / total, 2), "allocator calls": round(calls / total, 2),
+                         "harness bookkeeping": round(bookkeeping / total, 2), "invariants": round(judging / total, 2),
+                         "search and hashing": round(max(0.0, 1 - (snapshots + calls + bookkeeping + judging) / total), 2)}})
+    conn.close()
+
+
+
+def _end_to_end(label: str) -> dict:
+    """`cowcheck check` on a scenario file, timed from process start."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    B, L, branches, protocol = SCENARIOS[label]
+    text = f'protocol = "{protocol}"\nblock_size = {B}\nprompt = {L}\n' + "".join(
+        f"[[branch]]\nappends = {a}\nmay_cancel = {'true' if c else 'false'}\n" for a, c in branches)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bench.toml"
+        path.write_text(text)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "cowcheck", "check", str(path), "--out", folder],
+                       check=True, capture_output=True)
+        return {"benchmark": f"cowcheck check ({label}), process start included",
+                "seconds": round(time.perf_counter() - start, 2)}
+
+
+def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "counterexamples", full: bool = False) -> None:
+    traces = replayable(counterexamples)     # a bad file fails now, not after minutes of exploring
+    rows = []
+    for label, reductions, heavy in RUNS:
+        if heavy and not full:
+            continue
+        row = in_child(_measure, (label, reductions))
+        assert row is not None      # no limit
+        rows.append(row)
+        if not as_json:
+            console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')}: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
+    symbolic = [row for label, invariant, heavy in SYMBOLIC_RUNS if full or not heavy
+                if (row := in_child(_measure_symbolic, (label, invariant))) is not None]
+    harness = [row for shape in HARNESS_SHAPES if (row := in_child(_measure_harness, shape)) is not None]
+    end_to_end = _end_to_end("cow B=4 L=6 4x2")
+    replays = replay_figures(traces)
+    if as_json:
+        json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "harness": harness, "end_to_end": end_to_end,
+                   "replay": replays}, sys.stdout, indent=2)
+        print()
+        return
+    table = Table(title=f"cowcheck bench (python {sys.version.split()[0]})", title_justify="left")
+    for col in ("benchmark", "reductions", "states", "transitions", "explore s", "states/s", "peak RSS MiB", "bytes/state"):
+        table.add_column(col, justify="left" if col in ("benchmark", "reductions") else "right")
+    for r in rows:
+        table.add_row(r["benchmark"], r["reductions"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["explore_seconds"]),
+                      f"{r['states_per_second']:,}", str(r["peak_rss_mib"]), f"{r['bytes_per_state']:,}")
+    console.print(table)
+    if not full:
+        console.print("[dim](--full adds the unreduced 4x2 run, about 3.3 million states, and the 5x2 run)[/]")
+    for r in symbolic:
+        console.print(f"{r['benchmark']}: length {r['bmc_length']}, z3 {r['bmc_z3_seconds']} s "
+                      f"({r['bmc_total_seconds']} s in all); explicit --first: length {r['explicit_length']}, "
+                      f"{r['explicit_states']:,} states, {r['explicit_seconds']} s")
+    if harness:
+        htable = Table(title="allocator code (engine harness) next to its protocol file (async, lifo, no reduction)",
+                       title_justify="left")
+        for col in ("scenario", "harness states", "harness s", "protocol states", "protocol s", "ratio", "where the harness's time goes"):
+            htable.add_column(col, justify="left" if col in ("scenario", "where the harness's time goes") else "right")
+        for r in harness:
+            htable.add_row(r["benchmark"], f"{r['harness_states']:,}", str(r["harness_seconds"]), f"{r['protocol_states']:,}",
+                           str(r["protocol_seconds"]), f"{r['ratio']}x",
+                           ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
+        console.print(htable)
+    console.print(f"{end_to_end['benchmark']}: {end_to_end['seconds']} s")
+    console.print(f"{replays['benchmark']}: {replays['actions']:,} actions in {replays['seconds']} s, "
+                  f"{replays['replays_per_second']} replays/s; one {replays['long_trace_actions']}-action run "
+                  f"on the pool: {replays['long_trace_pool_seconds'] * 1000:.1f} ms")

@@ -1,0 +1,48 @@
+"""`cowcheck bench`: the speed of exploration, replay, z3 and sweeps on fixed
+benchmarks (the measuring code is cowcheck.bench)."""
+
+from __future__ import annotations
+
+import click
+
+from cowcheck.cli.common import console, fail
+from cowcheck.model.errors import SpecError
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option("--counterexamples", "folder", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
+              help="Whose files the replay line replays.")
+@click.option("--full", is_flag=True, help="Also run the slow ones: 4x2 unreduced (3.3 million states) and 5x2.")
+@click.option("--branches", is_flag=True, help="Instead: symmetry as branches grow (cow B=4 L=6, 2-8 x 1 and 2-6 x 2 appends).")
+@click.option("--profile", is_flag=True, help="Instead: where the time goes per state (successors, invariants, canonical form, storage).")
+@click.option("--floor", is_flag=True, help="Instead: 6x1 and 5x2 as they are and with the canonical form looked up "
+              "in a table the first run recorded (what a free canonical form would leave).")
+@click.option("--limit", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds a --branches, --profile or --floor row may search; then it stops and reports what it explored.")
+@click.option("--sweep", "sweep_bench", is_flag=True,
+              help="Measure sweeps instead: ~200 small cells serially and on 1 and 2 Dask workers (cells/s, speed-up), "
+                   "and the per-task overhead on trivial cells.")
+def bench(as_json, folder, full, branches, profile, floor, limit, sweep_bench) -> None:
+    """Measure exploration and replay speed on fixed benchmarks, with and
+    without reductions, and z3 BMC's time to a shortest violation next to
+    the explorer's."""
+    from cowcheck.bench.branches import run_branches, run_floor, run_profile
+    from cowcheck.bench.sweeps import run_sweep_benchmarks
+    from cowcheck.bench.table import run_benchmarks
+    try:
+        if sweep_bench:
+            run_sweep_benchmarks(console, as_json)
+            return
+        if branches or profile or floor:
+            if branches:
+                run_branches(console, as_json, limit)
+            if profile:
+                run_profile(console, as_json, limit)
+            if floor:
+                run_floor(console, as_json, limit)
+            return
+        run_benchmarks(console, as_json, folder, full)
+    except SpecError as error:
+        fail(error)
+

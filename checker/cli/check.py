@@ -1,0 +1,206 @@
+"""`cowcheck check` (explore every scenario and judge every invariant) and
+`cowcheck list` (the built-in protocols and the invariants)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from cowcheck import api, interrupts
+from cowcheck.cli.common import console, emit_json, err_console, fail, scenario_files, writable_file, writable_folder
+from cowcheck.engines import invariants as invs
+from cowcheck.engines.options import SearchOptions
+from cowcheck.engines.results import Result, Summary
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import builtin_names, load_builtin
+from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
+from cowcheck.traces import output
+from cowcheck.traces.output import write_result
+from cowcheck.views.pages import write_check_pages
+from cowcheck.views.report import overview, show
+
+
+class Progress:
+    """A progress line that appears once a run takes longer than a second."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.start = time.perf_counter()
+        self.live: Optional[Live] = None
+
+    def __call__(self, explorer, queued: int) -> None:
+        elapsed = time.perf_counter() - self.start
+        if elapsed < 1.0:
+            return
+        states = explorer.count
+        line = (f"[bold]{escape(self.name)}[/]: {states:,} states, {explorer.result.transitions:,} transitions, "
+                f"depth {explorer.result.depth}, {queued:,} queued, {states / elapsed:,.0f} states/s, "
+                f"{len(explorer.result.violations)} invariant(s) broken so far")
+        if self.live is None:
+            self.live = Live(line, console=err_console, transient=True, refresh_per_second=4)
+            self.live.start()
+        else:
+            self.live.update(line)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--device", type=click.Choice(DEVICES), help="Override every scenario's device model.")
+@click.option("--reuse", type=click.Choice(REUSES), help="Override every scenario's free-list order.")
+@click.option("--protocol", "protocol", metavar="NAME|FILE", help="Override every scenario's protocol.")
+@click.option("--allocator", "allocator", metavar="MODULE:FACTORY|FILE.py:FACTORY",
+              help="Check allocator code through the engine harness instead of each scenario's protocol.")
+@click.option("--invariant", "invariant_ids", multiple=True, metavar="ID", help="Check only this invariant (repeatable).")
+@click.option("--first", is_flag=True, help="Stop at the first violation.")
+@click.option("--max-states", type=click.IntRange(min=1), help="Stop after this many distinct states (partial result).")
+@click.option("--max-depth", type=click.IntRange(min=0), help="Explore traces of at most this many actions (partial result).")
+@click.option("--max-memory", "max_memory", type=click.IntRange(min=0), metavar="MIB",
+              help="Stop once the process holds this many MiB (partial result) [default: the memory available "
+                   "at the start, less a fifth; 0: no bound].")
+@click.option("--engine", type=click.Choice(["explicit", "bmc", "kind"]), default="explicit", show_default=True,
+              help="explicit: breadth-first exploration (exhaustive, every measure); bmc: z3 bounded model checking "
+                   "(shortest bugs in deep scenarios); kind: z3 k-induction (proofs).")
+@click.option("--depth", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Bound for --engine bmc|kind: actions per run.")
+@click.option("--symmetry/--no-symmetry", default=True, show_default=True,
+              help="Store each orbit of interchangeable branches and renamed blocks once.")
+@click.option("--por/--no-por", default=False, show_default=True,
+              help="Partial-order reduction: explore a branch's local step on private blocks alone (exhaustive "
+                   "runs only; violations are re-searched without it for true shortest lengths).")
+@click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
+@click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Where counterexample files are written [default: counterexamples, or counterexamples/overrides "
+                   "with --protocol, --device or --reuse].")
+@click.option("--html", "html_dir", type=click.Path(file_okay=False),
+              help="Also write one stepper page per counterexample and an index.html into this folder.")
+def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, engine, depth, symmetry,
+          por, compact, fingerprints, json_path, out_dir, html_dir) -> None:
+    """Explore every reachable state of each scenario (files or folders) and
+    judge every invariant. Exit 0 when every scenario meets its `expect`,
+    1 when one does not, 2 on bad input, 130 when interrupted (143 on
+    SIGTERM). With an override (--protocol, --device, --reuse) the files'
+    `expect` no longer applies: exit 1 only when a scenario is unsafe."""
+    overridden = bool(protocol or device or reuse or allocator)
+    options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
+                            compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory)
+    out_dir = Path(out_dir or (OVERRIDE_OUT if overridden else DEFAULT_OUT))
+    try:
+        selected = invs.select(invariant_ids)
+        override = api.resolve_protocol(protocol) if protocol else None
+        scenarios: list[Scenario] = []
+        for path in scenario_files(paths):
+            scenario = api.with_overrides(load_scenario(path), override, device, reuse, allocator)
+            invs.validate_expect(scenario, scenario.allocator is not None)
+            scenarios.append(scenario)
+        output.refuse_collisions(scenarios, out_dir)
+        writable_file(json_path, "--json")
+        writable_folder(out_dir, "--out")
+        if html_dir:
+            writable_folder(Path(html_dir), "--html")
+    except SpecError as error:
+        fail(error)
+    out = console if json_path != "-" else err_console
+    results: list[Result] = []
+    interrupted = False
+    refused: Optional[OSError] = None
+    try:
+        for scenario in scenarios:
+            progress = Progress(scenario.name)
+            try:
+                result = api.check(scenario, engine=engine, invariants=selected, depth=depth, options=options,
+                                   progress=progress)
+            finally:
+                progress.close()
+            results.append(result)
+            if refused is None:
+                try:
+                    write_result(result, out_dir)
+                except OSError as error:      # the folder refused a file after all: the results still come
+                    refused = error
+            show(result, out)
+            if result.interrupted:
+                interrupted = True
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+    except SpecError as error:
+        fail(error)
+    try:
+        status = _finish(results, out, json_path, html_dir, overridden, interrupted)
+    except OSError as error:
+        refused = refused or error
+    if refused is not None:
+        fail(SpecError(refused.filename or str(out_dir), "", f"cannot write ({refused.strerror or refused})"))
+    sys.exit(status)
+
+
+
+DEFAULT_OUT, OVERRIDE_OUT = Path("counterexamples"), Path("counterexamples") / "overrides"
+
+
+
+def _finish(results: list[Result], out: Console, json_path: Optional[str], html_dir: Optional[str],
+            overridden: bool, interrupted: bool) -> int:
+    """The closing summary and the JSON and HTML of what was checked, with
+    further interrupts held off until they are written. Returns the exit status."""
+    with interrupts.held():     # a further Ctrl-C waits until the results are written whole
+        by_summary = Counter(r.summary for r in results)
+        tally = ", ".join(f"{by_summary[s]} {s}" for s in Summary)
+        if len(results) > 1:
+            overview(results, out)
+        if interrupted:
+            out.print(f"[bold yellow]interrupted[/]: {len(results)} scenario(s) checked before it, partial results above")
+        if overridden:
+            out.print(f"[bold]{len(results)} scenario(s) checked[/] under the override: {tally} "
+                      "[dim](the files' expect does not apply to an override)[/]")
+        else:
+            unmet = [r for r in results if not r.expect_met]
+            out.print(f"[bold]{len(results)} scenario(s) checked[/], {len(results) - len(unmet)} met their expect"
+                      + (f"; [bold red]not met: {escape(', '.join(r.scenario.name for r in unmet))}[/]" if unmet else "")
+                      + f" [dim]({tally})[/]")
+        if html_dir:
+            write_check_pages(results, Path(html_dir))
+        if json_path:
+            emit_json([r.to_json() for r in results], json_path)
+    if interrupted:
+        return interrupts.exit_status()
+    if overridden:
+        return 1 if any(r.summary is Summary.UNSAFE for r in results) else 0
+    return 1 if any(not r.expect_met for r in results) else 0
+
+
+
+@click.command(name="list")
+def list_() -> None:
+    """The built-in protocols and the invariants."""
+    protocols = Table(title="built-in protocols (specs/protocols)", title_justify="left", box=None, show_header=False)
+    protocols.add_column(style="bold", no_wrap=True)
+    protocols.add_column()
+    for name in builtin_names():
+        description = " ".join(load_builtin(name).description.split())
+        protocols.add_row(name, description.split(". ")[0].rstrip(".") + ".")
+    console.print(protocols)
+    console.print()
+    table = Table(title="invariants", title_justify="left", box=None, show_header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    for inv in invs.INVARIANTS + (invs.ALLOCATOR_ERROR,):
+        table.add_row(inv.id, inv.kind, inv.holds_when + (" (allocator code only)" if inv is invs.ALLOCATOR_ERROR else ""))
+    console.print(table)
+

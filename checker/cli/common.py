@@ -1,0 +1,91 @@
+"""What every command shares: the consoles, one line and exit status 2 for bad
+input, --json output, output paths checked before a long run, and the
+scenario files named on the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+from rich.console import Console
+
+from cowcheck import atomic
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import read_toml
+
+# Wide enough for the verdict table when the output is a file or a pipe.
+console = Console(width=None if sys.stdout.isatty() else 140)
+
+err_console = Console(stderr=True)
+
+
+
+def fail(error: SpecError) -> None:
+    """Bad input: one line, exit status 2, never a traceback."""
+    click.echo(f"cowcheck: error: {error}", err=True)
+    sys.exit(2)
+
+
+
+def emit_json(data: Any, json_path: str) -> None:
+    """--json: to stdout for '-', else written atomically."""
+    payload = json.dumps(data, indent=2)
+    if json_path == "-":
+        click.echo(payload)
+    else:
+        atomic.write_text(Path(json_path), payload + "\n")
+
+
+
+def writable_file(path: Optional[str], flag: str) -> None:
+    """Refuse an output file that cannot be written before a long run, not after it."""
+    if not path or path == "-":
+        return
+    target = Path(path)
+    if not target.parent.resolve().is_dir():
+        raise SpecError(flag, "", f"cannot write {path}: folder {target.parent} does not exist")
+    if target.is_dir():
+        raise SpecError(flag, "", f"cannot write {path}: it is a folder")
+    if not os.access(target.parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise SpecError(flag, "", f"cannot write {path}: permission denied")
+
+
+
+def writable_folder(folder: Path, flag: str) -> None:
+    """An output folder must be one, or creatable, and writable."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpecError(flag, "", f"cannot write into {folder}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecError(flag, "", f"cannot write into {folder}: permission denied")
+
+
+
+def scenario_files(paths: tuple[str, ...]) -> list[Path]:
+    """Scenario files named on the command line, or found in folders. In a
+    folder, TOML files with an [append] table are protocols and those with a
+    [grid] table are grids (cowcheck sweep); both are skipped."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for candidate in sorted(path.rglob("*.toml")):
+                data = read_toml(candidate)
+                if "append" not in data and "grid" not in data:
+                    out.append(candidate)
+        elif path.exists():
+            if path.suffix == ".toml" and "append" in read_toml(path):
+                raise SpecError(str(path), "append", "this is a protocol file; pass a scenario, or apply it with --protocol")
+            out.append(path)
+        else:
+            raise SpecError(str(path), "", "file not found")
+    if not out:
+        raise SpecError(", ".join(paths), "", "no scenario files found")
+    return out
+

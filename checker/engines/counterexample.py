@@ -1,0 +1,168 @@
+"""Traces and counterexample files (docs/semantics.md#traces).
+
+A counterexample file is self-contained: it embeds the scenario and the whole
+protocol definition, every action with the block ids it bound, the state after
+each action, and the invariant's witness, so `cowcheck replay` and `explain`
+need nothing else. Files hold no timestamps, so regenerating them on an
+unchanged model leaves them byte-identical."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from cowcheck.model.action import Action
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import Scenario, scenario_from_dict
+from cowcheck.model.state import State, state_to_json
+
+from cowcheck import atomic
+
+
+FORMAT = 1
+PEAK = "peak"
+
+
+@dataclass
+class Counterexample:
+    """A trace from the initial state: a shortest violation of one invariant,
+    or a shortest run to the peak. Built by a check (`from_run`) or read
+    from a file (`load`); `to_json` is the file's content, `write` writes it
+    (atomically: a temporary file renamed into place)."""
+    scenario: Scenario
+    kind: str                    # "counterexample" | "peak"
+    invariant: Optional[str]     # the violated invariant's id (None for a peak trace)
+    length: int
+    actions: list[Action]
+    states: list[Optional[dict]]  # the state after each action (JSON form; None after a kernel-table-miss)
+    initial: dict
+    witness: dict
+    peak: Optional[int] = None
+    origin: str = ""             # the scenario file it was checked from, as recorded
+    invariant_kind: Optional[str] = None
+    #: the Invariant that judged it, when it came from a check in this process
+    #: (a custom invariant replays by it); not part of the file
+    judged_by: Any = field(default=None, compare=False, repr=False)
+    loaded_from: str = field(default="", compare=False)   # the file it was read from, if it was
+
+    @classmethod
+    def from_run(cls, scenario: Scenario, initial: State, run: list[tuple[Action, Optional[State]]], *,
+                 invariant: Optional[str] = None, invariant_kind: Optional[str] = None,
+                 witness: Optional[dict] = None, peak: Optional[int] = None,
+                 judged_by: Any = None) -> "Counterexample":
+        return cls(
+            scenario=scenario,
+            kind="counterexample" if invariant else PEAK,
+            invariant=invariant,
+            length=len(run),
+            actions=[action for action, _ in run],
+            states=[None if state is None else state_to_json(state, scenario) for _, state in run],
+            initial=state_to_json(initial, scenario),
+            witness=witness or {},
+            peak=peak,
+            origin=scenario.source,
+            invariant_kind=invariant_kind,
+            judged_by=judged_by,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        scenario = self.scenario
+        data: dict[str, Any] = {
+            "cowcheck": FORMAT,
+            "kind": self.kind,
+            "scenario": scenario.definition(),
+            "protocol": scenario.subject,
+            **({"allocator": scenario.allocator} if scenario.allocator is not None else {}),
+            "device": scenario.device,
+            "reuse": scenario.reuse,
+        }
+        data["scenario"]["source"] = self.origin or scenario.source
+        if self.invariant:
+            data.update(invariant=self.invariant, invariant_kind=self.invariant_kind, witness=self.witness)
+        else:
+            data["peak_blocks"] = self.peak
+        data["length"] = self.length
+        data["initial"] = self.initial
+        data["steps"] = [
+            {"n": n, "action": action.to_json(), "text": str(action), "state": state}
+            for n, (action, state) in enumerate(zip(self.actions, self.states), 1)
+        ]
+        return data
+
+    def write(self, path: Path) -> Path:
+        return write(Path(path), self.to_json())
+
+    @staticmethod
+    def load(path: Path) -> "Counterexample":
+        return load(path)
+
+
+def write(path: Path, data: dict) -> Path:
+    return atomic.write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def load(path: Path) -> Counterexample:
+    """Read a counterexample file; anything malformed is a SpecError naming
+    the file and the key."""
+    source = str(path)
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError(source, "", "file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(source, "", f"cannot be read ({err})") from None
+    except json.JSONDecodeError as err:
+        raise SpecError(source, "", f"invalid JSON ({err}); expected a counterexample file written by cowcheck") from None
+    except (RecursionError, MemoryError):
+        raise SpecError(source, "", "nested too deeply to read; expected a counterexample file written by cowcheck") from None
+    cx = from_json(data, source)
+    cx.loaded_from = source
+    return cx
+
+
+def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
+    """A counterexample from its JSON (a file's content, or what a sweep's
+    worker sent back); anything malformed is a SpecError naming `source`
+    and the key."""
+    if not isinstance(data, dict) or data.get("cowcheck") != FORMAT:
+        raise SpecError(source, "cowcheck", f"not a cowcheck counterexample file (format {FORMAT} expected)")
+    try:
+        sc = dict(data["scenario"])
+        name, origin = sc.pop("name"), sc.pop("source")
+        for key, value in (("name", name), ("source", origin)):
+            if not isinstance(value, str) or not value:
+                raise SpecError(source, f"scenario.{key}", "must be a non-empty string")
+        scenario = scenario_from_dict(sc, f"{source} (scenario)", Path(origin).parent, name)
+        kind = data["kind"]
+        if kind not in ("counterexample", PEAK):
+            raise SpecError(source, "kind", f"unknown kind {kind!r}; allowed: counterexample, {PEAK}")
+        if kind == "counterexample" and (not isinstance(data["invariant"], str) or not data["invariant"]):
+            raise SpecError(source, "invariant", "must be an invariant id")
+        if kind == "counterexample" and data.get("invariant_kind") not in ("harm", "discipline"):
+            raise SpecError(source, "invariant_kind", "must be harm or discipline")
+        if kind == PEAK and type(data["peak_blocks"]) is not int:
+            raise SpecError(source, "peak_blocks", "must be an integer in a peak trace")
+        steps = data["steps"]
+        actions = [Action.from_json(s["action"]) for s in steps]
+        states = [s["state"] for s in steps]
+        return Counterexample(
+            scenario=scenario,
+            kind=kind,
+            invariant=data.get("invariant"),
+            length=data["length"],
+            actions=actions,
+            states=states,
+            initial=data["initial"],
+            witness=data.get("witness", {}),
+            peak=data.get("peak_blocks"),
+            origin=origin,
+            invariant_kind=data.get("invariant_kind"),
+        )
+    except SpecError:
+        raise
+    except KeyError as err:
+        raise SpecError(source, str(err.args[0]), "missing; expected a counterexample file written by cowcheck") from None
+    except (TypeError, ValueError, AttributeError) as err:
+        raise SpecError(source, "steps", f"malformed ({err})") from None

@@ -1,0 +1,478 @@
+"""Breadth-first exploration of every reachable state.
+
+The explorer knows transition systems, not KV caches: it takes a model with
+`init_state()`, `successors(state)` and `is_final(state)`, a set of
+invariants, and optional measure hooks (a gauge to maximize over states, a
+predicate naming "steady" states, an action cost to minimize and maximize over
+complete runs). It stores each state once with a parent link and rebuilds a
+trace on demand; because the search is breadth-first, the first violation it
+finds of each invariant is a shortest one.
+
+Five options shrink what is stored or explored, none changing any verdict or
+measure (and all but `ample` no shortest length either):
+
+- `representative`: a map from a state to a member of its symmetry orbit
+  (model.reduce.symmetry); each orbit is stored once. Traces are rebuilt
+  concretely by walking from the real initial state, at each step taking a
+  successor whose representative is the stored one.
+- `encode`: the visited set holds each state's compact encoding
+  (cowcheck.model.compact: fixed-width bytes) instead of a tree of tuples.
+- `mirror`: a map from a state and its transitions to those left once the
+  moves of actors that a symmetry of the state swaps with another actor
+  are dropped (model.reduce.symmetry's `unmirrored`): they lead to the
+  orbits the kept ones reach, so the states, depths and measures are the
+  same, from fewer transitions.
+- `ample`: a map from a state and its transitions to the ones to explore
+  (model.reduce.ample's partial-order reduction). Verdicts and measures are kept;
+  shortest lengths may grow, which the caller re-searches (cowcheck.engines.explicit).
+- `fingerprints`: the visited set holds a 64-bit hash of each state instead
+  of the state (TLC's fingerprints); two states with the same fingerprint
+  would be merged, with probability about n(g-n)/2^64 for n states and g
+  generated successors, which the report prints."""
+
+from __future__ import annotations
+
+import gc
+import time
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from cowcheck.model.system import TransitionSystem
+
+from cowcheck.interrupts import Terminated
+from cowcheck.engines.invariants import Invariant, Judge
+from cowcheck.engines.options import SearchOptions
+
+
+@dataclass
+class Violation:
+    invariant: str
+    length: int            # actions in the shortest trace
+    state_id: int          # the state the trace ends in (for an action: the state before it)
+    action: Any = None     # the violating action, for action-checked invariants
+    after: Any = None      # the state after that action (None for a kernel-table-miss)
+    witness: dict = field(default_factory=dict)
+
+
+@dataclass
+class Exploration:
+    states: int = 0
+    transitions: int = 0
+    depth: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+    stopped: Optional[str] = None          # why a partial run stopped
+    violations: dict[str, Violation] = field(default_factory=dict)
+    peak: Optional[int] = None
+    peak_state: Optional[int] = None
+    cost_range: Optional[tuple[int, int]] = None   # (min, max) action cost over complete runs
+    steady_values: tuple[int, ...] = ()            # the gauge's values over steady states
+    reductions: tuple[str, ...] = ()               # what shrank the stored space
+    encoding: Optional[str] = None                 # how visited states are stored, when not as tuples
+    fingerprints: bool = False
+    bytes_per_state: Optional[float] = None        # resident memory grown during the run, per state
+
+    @property
+    def collision_probability(self) -> Optional[float]:
+        """TLC's estimate of a fingerprint collision: n(g-n)/2^64."""
+        if not self.fingerprints:
+            return None
+        return self.states * max(self.transitions - self.states, 0) / 2.0 ** 64
+
+    @property
+    def steady(self) -> Optional[int]:
+        """The gauge's maximum over steady states (what to reserve once settled)."""
+        return max(self.steady_values) if self.steady_values else None
+
+    @property
+    def rate(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else 0.0
+
+
+def available_memory() -> Optional[int]:
+    """Bytes the machine has available now (None where /proc/meminfo cannot
+    be read)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            fields = dict(line.split(":", 1) for line in handle)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def default_max_memory() -> Optional[int]:
+    """The memory bound when none is given: what this process holds now plus
+    80% of what the machine has available, so a search stops with its
+    results before the machine starts swapping or the kernel kills it."""
+    available = available_memory()
+    return None if available is None else _resident_bytes() + available * 4 // 5
+
+
+def memory_bound(mib: Optional[int]) -> Optional[int]:
+    """SearchOptions.max_memory_mib in bytes: None is the default bound, 0 none."""
+    return default_max_memory() if mib is None else (mib << 20) or None
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * 4096
+    except OSError:
+        return 0
+
+
+class Explorer:
+    def __init__(self, model: TransitionSystem, invariants: tuple[Invariant, ...],
+                 options: SearchOptions = SearchOptions(), *, stop_after: Optional[frozenset[str]] = None,
+                 gauge: Optional[Callable] = None, steady: Optional[Callable] = None,
+                 cost: Optional[Callable] = None, representative: Optional[Callable] = None,
+                 mirror: Optional[Callable] = None, ample: Optional[Callable] = None,
+                 reductions: tuple[str, ...] = (), encode: Optional[Callable] = None,
+                 progress: Optional[Callable[["Explorer", int], None]] = None, profile: bool = False):
+        """Search `model`, judging `invariants`, under the user's `options`
+        (its limits; symmetry, partial-order reduction and the encoding
+        arrive as the functions that implement them: `representative`,
+        `mirror`, `ample`, `encode`). `stop_after`: stop once these
+        invariants are all broken."""
+        self.model = model
+        self.invariants = invariants
+        self.options = options
+        self.max_states = options.max_states
+        self.max_memory = memory_bound(options.max_memory_mib)   # bytes of resident memory; None: no bound
+        self.max_seconds = options.max_seconds     # seconds of searching; None: no bound
+        self.max_depth = options.max_depth
+        self.stop_at_first = options.first
+        self.stop_after = stop_after
+        self.gauge = gauge
+        self.steady = steady
+        self.cost = cost
+        self.representative = representative
+        self.mirror = mirror
+        self.ample = ample
+        self.encode = encode
+        self.fingerprints = fingerprints = options.fingerprints
+        self.progress = progress
+        self.judge = Judge(invariants)
+        # the graph, kept for traces and the cost measure; a state's key is
+        # its representative, as is, encoded (cowcheck.model.compact) or fingerprinted
+        self.keys: list = []
+        self.index: dict = {}
+        self.parent = array("i")
+        self.depth = array("i")
+        self.edge_start = array("i")
+        self.edge_dst = array("i")
+        self.edge_cost = array("b")
+        self.final = bytearray()
+        self.result = Exploration(reductions=reductions, fingerprints=fingerprints,
+                                  encoding="fixed-width" if encode is not None else None)
+        # seconds per part of the search (`cowcheck bench --profile`); None
+        # unless asked for, and then the parts are timed by wrappers that
+        # `_instrument` puts in place, so the loop itself is the same code
+        self.times: Optional[dict[str, float]] = None
+        if profile:
+            self._instrument()
+
+    @property
+    def count(self) -> int:
+        return len(self.keys)
+
+    def key(self, state):
+        """What the visited set holds for a state."""
+        if self.representative is not None:
+            state = self.representative(state)
+        return self._stored(state)
+
+    def _stored(self, rep):
+        if self.encode is not None:
+            rep = self.encode(rep)
+        return hash(rep) if self.fingerprints else rep
+
+    # -- profiling ------------------------------------------------------------
+    #: the parts `times` splits a search into
+    PARTS = ("successors", "invariants", "canonical form", "hashing and storage", "partial-order", "measures")
+
+    def _instrument(self) -> None:
+        """Time each part of the search with time.perf_counter around the
+        calls: the model's successors and is_final, the judge, the
+        representative, the visited set (encoding, hashing, look-up and
+        insertion), the ample set and the measures. Whatever the loop spends
+        outside them is the rest (`seconds` minus their sum)."""
+        times = self.times = dict.fromkeys(self.PARTS, 0.0)
+        clock = time.perf_counter
+
+        def timed(part: str, fn: Callable) -> Callable:
+            def call(*args, **kwargs):
+                start = clock()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    times[part] += clock() - start
+            return call
+
+        self.model = _TimedModel(self.model, timed)  # type: ignore[assignment]  # a proxy with the same interface
+        judge = self.judge
+        self.judge = _TimedJudge(judge, times)  # type: ignore[assignment]
+        if self.representative is not None:
+            self.representative = timed("canonical form", self.representative)
+        if self.mirror is not None:
+            self.mirror = timed("canonical form", self.mirror)
+        if self.ample is not None:
+            self.ample = timed("partial-order", self.ample)
+        for name in ("gauge", "steady", "cost"):
+            if getattr(self, name) is not None:
+                setattr(self, name, timed("measures", getattr(self, name)))
+        self._stored = timed("hashing and storage", self._stored)  # type: ignore[method-assign]
+        self.index = _TimedIndex(times)
+        add = self._add
+
+        def timed_add(*args):
+            start, measured = clock(), times["measures"]      # the gauge inside counts as a measure
+            try:
+                return add(*args)
+            finally:
+                times["hashing and storage"] += clock() - start - (times["measures"] - measured)
+        self._add = timed_add  # type: ignore[method-assign]
+
+    # -- search ---------------------------------------------------------------
+    def _add(self, key, state, parent: int, depth: int) -> int:
+        sid = len(self.keys)
+        self.keys.append(key)
+        self.index[key] = sid
+        self.parent.append(parent)
+        self.depth.append(depth)
+        if self.gauge is not None:
+            value = self.gauge(state)
+            if self.result.peak is None or value > self.result.peak:
+                self.result.peak, self.result.peak_state = value, sid
+        return sid
+
+    def _violate(self, inv_id: str, length: int, sid: int, action=None, after=None, witness=None) -> None:
+        if inv_id not in self.result.violations:
+            self.result.violations[inv_id] = Violation(inv_id, length, sid, action, after, witness or {})
+            if self.stop_at_first:
+                raise _Stop("first violation")
+            if self.stop_after is not None and self.stop_after <= self.result.violations.keys():
+                raise _Stop("every sought violation found")
+
+    def run(self) -> Exploration:
+        res = self.result
+        start, memory = time.perf_counter(), _resident_bytes()
+        model, index = self.model, self.index
+        judge, found = self.judge, res.violations
+        steady_values = set()
+        queue: deque = deque()
+        try:
+            init = model.init_state()
+            if self.representative is not None:
+                init = self.representative(init)
+            self._add(self._stored(init), init, -1, 0)
+            queue.append((0, init))
+            # the loop runs once per transition: what it calls is bound once here
+            representative, stored, mirror, ample = self.representative, self._stored, self.mirror, self.ample
+            plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
+            steady, gauge, cost, max_depth = self.steady, self.gauge, self.cost, self.max_depth
+            depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
+            state_checks, action_checks, violate = judge.state, judge.action, self._violate
+            while queue:
+                sid, state = queue.popleft()
+                depth = depths[sid]
+                if depth > res.depth:
+                    res.depth = depth
+                trs = model.successors(state)
+                final = model.is_final(state)
+                finals.append(final)
+                edge_start.append(len(edge_dst))
+                for inv_id, witness in state_checks(model, state, final, not trs, found):
+                    violate(inv_id, depth, sid, witness=witness)
+                if steady is not None and steady(state):
+                    assert gauge is not None  # a steady predicate comes with its gauge
+                    steady_values.add(gauge(state))
+                if max_depth is not None and depth >= max_depth:
+                    if trs:
+                        res.complete, res.stopped = False, f"--max-depth {max_depth}"
+                    continue
+                if mirror is not None:
+                    trs = mirror(state, trs)
+                if ample is not None:
+                    trs = ample(state, trs)
+                for tr in trs:
+                    res.transitions += 1
+                    nxt = tr.state
+                    if tr.facts:
+                        for inv_id, witness in action_checks(model, state, tr, found):
+                            violate(inv_id, depth + 1, sid, tr.action, nxt, witness)
+                    if nxt is None:
+                        continue
+                    if representative is not None:
+                        nxt = representative(nxt)
+                    key = nxt if plain else stored(nxt)
+                    nid = index.get(key)
+                    if nid is None:
+                        if self.max_states is not None and len(self.keys) >= self.max_states:
+                            res.complete, res.stopped = False, f"--max-states {self.max_states}"
+                            raise _Stop(res.stopped)
+                        nid = self._add(key, nxt, sid, depth + 1)
+                        queue.append((nid, nxt))
+                    edge_dst.append(nid)
+                    edge_cost.append(cost(tr.action) if cost else 0)
+                if not sid & 0xFFF:
+                    # What is stored stays: the collector need not look at it
+                    # again (its full passes would walk every stored state).
+                    gc.freeze()
+                    if self.max_memory is not None and _resident_bytes() > self.max_memory:
+                        raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")
+                    if self.max_seconds is not None and time.perf_counter() - start > self.max_seconds:
+                        raise _Stop(f"max_seconds {self.max_seconds:g}")
+                    if self.progress is not None:
+                        self.progress(self, len(queue))
+        except _Stop as stop:
+            res.complete = False
+            res.stopped = res.stopped or str(stop)
+        except MemoryError:              # the last resort: give the queue's memory back and report
+            queue.clear()
+            res.complete, res.stopped = False, "out of memory (MemoryError)"
+        except KeyboardInterrupt as interrupt:
+            res.complete, res.stopped = False, interrupted(interrupt)
+        finally:
+            gc.unfreeze()        # back under the collector: what is garbage once the run ends is collected
+        res.states = len(self.keys)
+        res.seconds = time.perf_counter() - start
+        res.bytes_per_state = max(_resident_bytes() - memory, 0) / max(res.states, 1)
+        res.steady_values = tuple(sorted(steady_values))
+        if res.complete and self.cost is not None:
+            res.cost_range = self._cost_range()
+        return res
+
+    # -- measures -------------------------------------------------------------
+    def _cost_range(self) -> Optional[tuple[int, int]]:
+        """The fewest and the most total cost over runs from the initial state
+        to a final state. The state graph is acyclic (every action advances a
+        branch's program or retires an in-flight op), so one pass in
+        topological order (Kahn) settles both."""
+        n = len(self.keys)
+        starts, dst, cost = self.edge_start, self.edge_dst, self.edge_cost
+        indegree = array("i", bytes(4 * n))
+        for d in dst:
+            indegree[d] += 1
+        BIG = 1 << 30
+        low = array("i", [BIG]) * n
+        high = array("i", [-1]) * n
+        low[0] = high[0] = 0
+        ready = [0]
+        best_low, best_high = BIG, -1
+        while ready:
+            s = ready.pop()
+            lo, hi = low[s], high[s]
+            if self.final[s]:
+                best_low, best_high = min(best_low, lo), max(best_high, hi)
+            end = starts[s + 1] if s + 1 < n else len(dst)
+            for e in range(starts[s], end):
+                d, c = dst[e], cost[e]
+                if lo + c < low[d]:
+                    low[d] = lo + c
+                if hi + c > high[d]:
+                    high[d] = hi + c
+                indegree[d] -= 1
+                if indegree[d] == 0:
+                    ready.append(d)
+        return None if best_high < 0 else (best_low, best_high)
+
+    # -- traces ---------------------------------------------------------------
+    def _ids_to(self, sid: int) -> list[int]:
+        ids = []
+        while sid >= 0:
+            ids.append(sid)
+            sid = self.parent[sid]
+        ids.reverse()
+        return ids
+
+    def path_to(self, sid: int) -> list[tuple[Any, Any]]:
+        """[(action, state after it)] from the real initial state to a state
+        whose key is `sid`'s: at each step, a successor with the stored key."""
+        state = self.model.init_state()
+        out: list[tuple[Any, Any]] = []
+        for nid in self._ids_to(sid)[1:]:
+            want = self.keys[nid]
+            tr = next((t for t in self.model.successors(state) if t.state is not None and self.key(t.state) == want), None)
+            if tr is None:  # only a fingerprint collision can cut the chain
+                raise RuntimeError(f"cannot rebuild the trace at step {len(out) + 1}: no successor has the stored "
+                                   f"{'fingerprint' if self.fingerprints else 'key'}; rerun without --fingerprints")
+            assert tr.state is not None
+            out.append((tr.action, tr.state))
+            state = tr.state
+        return out
+
+    def trace_of(self, violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
+        """A concrete shortest trace for a violation and the witness judged on
+        it (block and branch names as in the trace, not as stored)."""
+        path = self.path_to(violation.state_id)
+        state = path[-1][1] if path else self.model.init_state()
+        judge = Judge(tuple(inv for inv in self.invariants if inv.id == violation.invariant))
+        if violation.action is None:
+            trs = self.model.successors(state)
+            witness = next(w for _, w in judge.state(self.model, state, self.model.is_final(state), not trs))
+            return path, witness
+        for tr in self.model.successors(state):
+            for _, witness in judge.action(self.model, state, tr):
+                return path + [(tr.action, tr.state)], witness
+        raise AssertionError(f"no action breaks {violation.invariant} from the stored state")
+
+
+def interrupted(interrupt: KeyboardInterrupt) -> str:
+    """Why a run stopped early: Ctrl-C, or SIGTERM (delivered as an interrupt
+    by the command line, cowcheck.__main__)."""
+    return "interrupted (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted (Ctrl-C)"
+
+
+class _Stop(Exception):
+    pass
+
+
+class _TimedModel:
+    """The model as the profiled explorer sees it: successors and is_final
+    timed, everything else passed through."""
+
+    def __init__(self, model: TransitionSystem, timed: Callable[[str, Callable], Callable]):
+        self._model = model
+        self.successors = timed("successors", model.successors)
+        self.is_final = timed("successors", model.is_final)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+
+class _TimedJudge:
+    """The judge with each call timed (its generators run to the end inside
+    the timing)."""
+
+    def __init__(self, judge: Judge, times: dict[str, float]):
+        self._judge, self._times = judge, times
+
+    def state(self, *args) -> list:
+        start = time.perf_counter()
+        out = list(self._judge.state(*args))
+        self._times["invariants"] += time.perf_counter() - start
+        return out
+
+    def action(self, *args) -> list:
+        start = time.perf_counter()
+        out = list(self._judge.action(*args))
+        self._times["invariants"] += time.perf_counter() - start
+        return out
+
+
+class _TimedIndex(dict):
+    """The visited set's index with its look-ups (hashing included) timed."""
+
+    def __init__(self, times: dict[str, float]):
+        super().__init__()
+        self._times = times
+
+    def get(self, key, default=None):
+        start = time.perf_counter()
+        try:
+            return dict.get(self, key, default)
+        finally:
+            self._times["hashing and storage"] += time.perf_counter() - start

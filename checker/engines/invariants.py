@@ -1,0 +1,324 @@
+"""The invariants of docs/semantics.md#invariants, as named data in one place.
+
+Each invariant has an id, a kind (harm: a failure the engine's user would see;
+discipline: an ownership rule whose breach a device model may make harmless),
+where it is checked, and its predicates. A predicate returns None when the
+invariant holds, or a witness: a small dict that says what was expected and
+what happened, for the counterexample file and `explain`.
+
+Action predicates are triggered by the facts an action produced (see
+model.block), so an action that frees nothing and completes nothing costs no
+invariant work at all. State predicates see every distinct state once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Callable, Iterator, Optional
+
+from cowcheck.model.block import AllocatorRaised, CopyDone, Fact, Freed, KernelDone, OutputChecked, TableMiss, Underflow
+from cowcheck.model.errors import SpecError
+from cowcheck.model.harness import HarnessModel
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import Branch, Copy, Kernel, State, Status, published_uses
+from cowcheck.model.action import Transition
+from cowcheck.model.system import TransitionSystem
+
+
+class Kind(StrEnum):
+    """Harm: a failure the engine's user would see. Discipline: an ownership
+    rule whose breach a device model may make harmless."""
+    HARM = "harm"
+    DISCIPLINE = "discipline"
+
+
+
+HARM, DISCIPLINE = Kind.HARM, Kind.DISCIPLINE
+
+# (model, before, transition, fact) -> witness | None
+ActionCheck = Callable[[TransitionSystem, State, Transition, Any], Optional[dict]]
+# (model, state, final, stuck) -> witness | None
+StateCheck = Callable[[TransitionSystem, State, bool, bool], Optional[dict]]
+
+
+@dataclass(frozen=True)
+class Invariant:
+    id: str
+    kind: Kind
+    checked: str
+    holds_when: str
+    on_facts: dict[type, ActionCheck] = field(default_factory=dict)
+    on_state: Optional[StateCheck] = None
+
+
+# -- faithful-output --------------------------------------------------------
+def _compare(model: TransitionSystem, branch: int, reads: tuple, expected: tuple, via: str, **extra) -> Optional[dict]:
+    if reads == expected:
+        return None
+    position = next(p for p, (r, e) in enumerate(zip(reads, expected)) if r != e)
+    return {"branch": model.names[branch], "position": position, "expected": expected[position],
+            "read": reads[position], "via": via, "expected_sequence": list(expected), "read_sequence": list(reads), **extra}
+
+
+def faithful_kernel(model, before, tr, fact):
+    kernel, reads = fact
+    return _compare(model, kernel.branch, reads, kernel.expected, "kernel", pos=kernel.pos, snapshot=list(kernel.snapshot))
+
+
+def faithful_check(model, before, tr, fact):
+    branch, reads, expected = fact
+    return _compare(model, branch, reads, expected, "check-output", table=list(before.branches[branch].working))
+
+
+# -- no-underflow / kernel-table-miss -----------------------------------------
+def underflow(model, before, tr, fact):
+    block, counter = fact
+    return {"block": block, "counter": counter, "message": f"{counter} of block {block} was already 0"}
+
+
+def table_miss(model, before, tr, fact):
+    branch, pos = fact
+    table = before.branches[branch].published
+    return {"branch": model.names[branch], "pos": pos, "published": list(table),
+            "message": f"position {pos} needs table index {pos // model.B}, the published table has {len(table)} blocks"}
+
+
+# -- which tables count as uses ----------------------------------------------
+def tables(model: TransitionSystem, br: Branch) -> tuple[tuple[str, tuple[int, ...]], tuple[str, tuple[int, ...]]]:
+    """A branch's tables as uses: the working table whole, the published
+    one below ceil(pos / B) (cowcheck.model.state.published_uses)."""
+    return ("working", br.working), ("published", published_uses(br, model.B))
+
+
+# -- kernel-complete discipline --------------------------------------------
+def _target(model: TransitionSystem, kernel: Kernel) -> int:
+    return kernel.snapshot[kernel.pos // model.B]
+
+
+def _others(queue: tuple, kernel: Kernel) -> list:
+    """The in-flight ops other than the completing kernel."""
+    out = list(queue)
+    out.remove(kernel)
+    return out
+
+
+def exclusive_write(model, before, tr, fact):
+    kernel = fact.kernel
+    target = _target(model, kernel)
+    B = model.B
+    for j, br in enumerate(before.branches):
+        if j != kernel.branch and br.status is Status.RUNNING \
+                and (target in br.working or target in published_uses(br, B)):
+            for name, table in tables(model, br):
+                if target in table:
+                    return {"block": target, "message": f"block {target} is in branch {model.names[j]}'s {name} table {list(table)}"}
+    for op in _others(before.queue, kernel):
+        if type(op) is Copy and op.src == target:
+            return {"block": target, "message": f"block {target} is the source of an in-flight copy {op.src}->{op.dst}"}
+        if type(op) is Kernel and target in op.snapshot:
+            return {"block": target, "message": f"block {target} is in the snapshot {list(op.snapshot)} of branch {model.names[op.branch]}'s in-flight kernel for position {op.pos}"}
+    return None
+
+
+def refcount_write(model, before, tr, fact):
+    target = _target(model, fact.kernel)
+    blk = before.blocks[target]
+    if blk.refcount == 1 and blk.holds == 0:
+        return None
+    return {"block": target, "refcount": blk.refcount, "holds": blk.holds,
+            "message": f"block {target} written with refcount {blk.refcount} and holds {blk.holds} (needs 1 and 0)"}
+
+
+def copy_before_use(model, before, tr, fact):
+    kernel = fact.kernel
+    for op in before.queue:
+        if type(op) is Copy and op.dst in kernel.snapshot:
+            return {"block": op.dst, "message": f"the copy {op.src}->{op.dst} into block {op.dst} of the kernel's snapshot {list(kernel.snapshot)} is still in flight"}
+    return None
+
+
+# -- no-use-after-free ------------------------------------------------------
+def _free_touch(blocks, free: tuple, what: str) -> Optional[dict]:
+    for b in blocks:
+        if b in free:
+            return {"block": b, "message": f"{what} touches block {b}, which is free"}
+    return None
+
+
+def uaf_copy(model, before, tr, fact):
+    op = fact.copy
+    return _free_touch((op.src, op.dst), before.free, f"the copy {op.src}->{op.dst}")
+
+
+def uaf_kernel(model, before, tr, fact):
+    kernel = fact.kernel
+    blocks = (_target(model, kernel),) + kernel.snapshot[:kernel.pos // model.B + 1]
+    return _free_touch(blocks, before.free, f"branch {model.names[kernel.branch]}'s kernel for position {kernel.pos}")
+
+
+def uaf_freed(model, before, tr, fact):
+    block, after = fact.block, tr.state
+    B = model.B
+    for j, br in enumerate(after.branches):
+        if block not in br.working and block not in published_uses(br, B):
+            continue
+        for name, table in tables(model, br):
+            if block in table:
+                return {"block": block, "message": f"block {block} was freed while branch {model.names[j]}'s {name} table {list(table)} maps it"}
+    for op in after.queue:
+        if type(op) is Copy and block in (op.src, op.dst):
+            return {"block": block, "message": f"block {block} was freed while the copy {op.src}->{op.dst} is in flight"}
+        if type(op) is Kernel and block in op.snapshot:
+            return {"block": block, "message": f"block {block} was freed while branch {model.names[op.branch]}'s kernel for position {op.pos} (snapshot {list(op.snapshot)}) is in flight"}
+    return None
+
+
+def uaf_state(model, state, final, stuck):
+    if not state.free:
+        return None
+    free = set(state.free)
+    B = model.B
+    for j, br in enumerate(state.branches):
+        if free.isdisjoint(br.working) and free.isdisjoint(published_uses(br, B)):
+            continue                # the common case, without naming the tables
+        for name, table in tables(model, br):
+            for b in table:
+                if b in free:
+                    return {"block": b, "message": f"branch {model.names[j]}'s {name} table {list(table)} maps block {b}, which is free"}
+    return None
+
+
+# -- state invariants ---------------------------------------------------------
+def refcount_exact(model, state, final, stuck):
+    if state.queue or any(br.op is not None for br in state.branches):
+        return None
+    counts = [0] * len(state.blocks)
+    for br in state.branches:
+        if br.status is Status.RUNNING:
+            for b in set(br.working):
+                counts[b] += 1
+    for b, (blk, want) in enumerate(zip(state.blocks, counts)):
+        if blk.refcount != want:
+            return {"block": b, "refcount": blk.refcount, "mapped_by": want,
+                    "message": f"block {b} has refcount {blk.refcount} but {want} running branch table(s) map it"}
+    return None
+
+
+def no_leak(model, state, final, stuck):
+    if not final:
+        return None
+    for b, blk in enumerate(state.blocks):
+        if b not in state.free or blk.refcount or blk.holds:
+            return {"block": b, "refcount": blk.refcount, "holds": blk.holds,
+                    "message": f"at the end block {b} is {'free' if b in state.free else 'not free'} with refcount {blk.refcount} and holds {blk.holds}"}
+    return None
+
+
+def no_deadlock(model, state, final, stuck):
+    if final or not stuck:
+        return None
+    waiting = []
+    for j, br in enumerate(state.branches):
+        if br.status is Status.RUNNING:
+            waiting.append(f"{model.names[j]} {model.where(br)}")
+    return {"message": f"no action is enabled: {len(state.free)} free block(s), {len(state.queue)} op(s) in flight; "
+                       f"waiting: {', '.join(waiting) or 'nobody'}"}
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("faithful-output", HARM, "each kernel-complete (cancelled branches' kernels too) and check-output",
+              "every position read equals the branch's sequence (a kernel's: the one its branch had right after its write)",
+              on_facts={KernelDone: faithful_kernel, OutputChecked: faithful_check}),
+    Invariant("no-underflow", HARM, "each decref / release", "the counter was > 0 (a double free crashes a real engine)",
+              on_facts={Underflow: underflow}),
+    Invariant("no-leak", HARM, "final states", "every block is free, every refcount and hold 0", on_state=no_leak),
+    Invariant("no-deadlock", HARM, "every non-final state",
+              "some action is enabled (a full pool with everyone waiting is an out-of-memory deadlock)", on_state=no_deadlock),
+    Invariant("kernel-table-miss", HARM, "each write", "the published table covers the position", on_facts={TableMiss: table_miss}),
+    Invariant("exclusive-write", DISCIPLINE, "each kernel-complete, judged before the write",
+              "the target block is not in another running branch's tables (published: below ceil(pos/B)), another in-flight kernel's snapshot, or the source of an in-flight copy",
+              on_facts={KernelDone: exclusive_write}),
+    Invariant("refcount-write", DISCIPLINE, "each kernel-complete", "the target's refcount is 1 and its holds 0",
+              on_facts={KernelDone: refcount_write}),
+    Invariant("no-use-after-free", DISCIPLINE, "every action and state",
+              "nothing touches, maps or frees-while-in-use a free block",
+              on_facts={CopyDone: uaf_copy, KernelDone: uaf_kernel, Freed: uaf_freed}, on_state=uaf_state),
+    Invariant("copy-before-use", DISCIPLINE, "each kernel-complete", "no copy into any block of its snapshot is in flight",
+              on_facts={KernelDone: copy_before_use}),
+    Invariant("refcount-exact", DISCIPLINE, "quiescent states (empty queue, no branch inside an operation)",
+              "each block's refcount equals the number of running branches' working tables that map it", on_state=refcount_exact),
+)
+
+def allocator_error(model, before, tr, fact):
+    return {"branch": model.names[fact.branch], "call": fact.call, "error": fact.error,
+            "message": f"{fact.call} raised {fact.error}"}
+
+
+#: allocator code only (the engine harness): an exception other than
+#: out-of-blocks, such as a refcount assertion, is a failure of its own
+ALLOCATOR_ERROR = Invariant("allocator-error", HARM, "each host call (engine harness)",
+                            "the allocator raises nothing but out-of-blocks", on_facts={AllocatorRaised: allocator_error})
+
+BY_ID = {inv.id: inv for inv in INVARIANTS + (ALLOCATOR_ERROR,)}
+IDS = tuple(BY_ID)
+
+
+def for_system(invariants: tuple[Invariant, ...], system: Any) -> tuple[tuple[Invariant, ...], dict[str, tuple[str, str]]]:
+    """The invariants a system is judged on, and those it cannot judge
+    (id -> (kind, why)): allocator code adds allocator-error when all the
+    built-in ones are asked for, and without an optional observer some
+    cannot be checked."""
+    if not isinstance(system, HarnessModel):
+        return invariants, {}
+    unsupported = system.unsupported
+    if invariants == INVARIANTS:
+        invariants = INVARIANTS + (ALLOCATOR_ERROR,)
+    kept = tuple(inv for inv in invariants if inv.id not in unsupported)
+    return kept, {inv.id: (str(inv.kind), unsupported[inv.id]) for inv in invariants if inv.id in unsupported}
+
+
+def select(ids: tuple[str, ...] | list[str] | None, source: str = "--invariant") -> tuple[Invariant, ...]:
+    if not ids:
+        return INVARIANTS
+    for i in ids:
+        if i not in BY_ID:
+            raise SpecError(source, "invariant", f"unknown invariant {i!r}; allowed: {', '.join(IDS)}")
+    return tuple(inv for inv in INVARIANTS + (ALLOCATOR_ERROR,) if inv.id in ids)
+
+
+def validate_expect(scenario: Scenario, harness: bool = False) -> None:
+    known = BY_ID if harness else {i: inv for i, inv in BY_ID.items() if inv is not ALLOCATOR_ERROR}
+    for item in scenario.expect:
+        if item.startswith("violates ") and item.split()[1] not in known:
+            raise SpecError(scenario.source, "expect", f"unknown invariant {item.split()[1]!r}; allowed: {', '.join(IDS)}")
+
+
+class Judge:
+    """Evaluates a set of invariants on states and actions. Every engine (the
+    breadth-first explorer, the depth-first cross-check, replay) judges
+    through this one piece, so they cannot disagree on what a violation is."""
+
+    def __init__(self, invariants: tuple[Invariant, ...]):
+        self.invariants = invariants
+        self.by_fact: dict[type, list[tuple[str, ActionCheck]]] = {}
+        for inv in invariants:
+            for kind, check in inv.on_facts.items():
+                self.by_fact.setdefault(kind, []).append((inv.id, check))
+        self.state_checks = [(inv.id, inv.on_state) for inv in invariants if inv.on_state]
+
+    def state(self, model: TransitionSystem, state: State, final: bool, stuck: bool, skip=()):
+        """(id, witness) for each invariant, not in `skip`, that `state` breaks."""
+        for inv_id, check in self.state_checks:
+            if inv_id not in skip:
+                witness = check(model, state, final, stuck)
+                if witness is not None:
+                    yield inv_id, witness
+
+    def action(self, model: TransitionSystem, before: State, tr: Transition, skip=()):
+        """(id, witness) for each invariant, not in `skip`, that the action breaks."""
+        for fact in tr.facts:
+            for inv_id, check in self.by_fact.get(type(fact), ()):
+                if inv_id not in skip:
+                    witness = check(model, before, tr, fact)
+                    if witness is not None:
+                        yield inv_id, witness

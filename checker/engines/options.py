@@ -1,0 +1,50 @@
+"""How the explorer searches: the user's choices, one frozen value carried
+unchanged from the command line (`cowcheck check`'s flags) through the API
+(`cowcheck.check(..., **options)`) and the staged check (cowcheck.engines.explicit)
+to the explorer, so that an option is named and documented once.
+
+What the staged check decides for itself (which reductions a stage uses, the
+depth bound of the re-search for true shortest lengths) it derives with
+`dataclasses.replace`, never by restating the options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+from cowcheck.model.errors import SpecError
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """The explorer's options, with the command line's defaults.
+
+    - `max_states`, `max_depth`: stop after this many distinct states, or
+      explore runs of at most this many actions (a partial result).
+    - `first`: stop at the first violation.
+    - `symmetry`: store each orbit of interchangeable branches and renamed
+      blocks once. `por`: partial-order reduction (exhaustive runs only).
+    - `compact`: keep visited states as fixed-width byte encodings;
+      `fingerprints`: keep 64-bit fingerprints instead of states.
+    - `max_memory_mib`: stop once the process holds this many MiB (None: the
+      memory available at the start, less a fifth; 0: no bound).
+    - `max_seconds`: stop after searching this long (None: no bound)."""
+    max_states: Optional[int] = None
+    max_depth: Optional[int] = None
+    first: bool = False
+    symmetry: bool = True
+    por: bool = False
+    compact: bool = False
+    fingerprints: bool = False
+    max_memory_mib: Optional[int] = None
+    max_seconds: Optional[float] = None
+
+    @classmethod
+    def of(cls, **given: Any) -> "SearchOptions":
+        """Options from keyword arguments, refusing a name that is not one
+        (the API's `check(..., symmetry=False)`)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(given) - names)
+        if unknown:
+            raise SpecError("check()", unknown[0], f"not a search option; allowed: {', '.join(sorted(names))}")
+        return cls(**given)

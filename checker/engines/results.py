@@ -1,0 +1,272 @@
+"""What a check returns: a verdict per invariant, the one-line summary, and
+each engine's own figures (and only those: BMC has no state count, the
+explorer no z3 seconds). Nothing here writes files; cowcheck.traces.output does.
+
+The summary is a fixed vocabulary (docs/semantics.md#summaries); whether
+the run was partial, and why it stopped, are fields of their own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Optional
+
+from cowcheck.engines.invariants import Kind
+from cowcheck.model.scenario import Scenario
+
+if TYPE_CHECKING:
+    from cowcheck.engines.explorer import Exploration
+    from cowcheck.engines.counterexample import Counterexample
+
+
+#: the version of the JSON layout of a result (docs/reference/json.md; checker/schemas)
+FORMAT = 1
+
+
+class Outcome(StrEnum):
+    HOLDS = "holds"
+    VIOLATED = "violated"
+    NOT_SEEN = "not seen"          # not broken, but the run was partial
+    UNSUPPORTED = "unsupported"    # this engine cannot judge the invariant
+
+
+class Summary(StrEnum):
+    UNSAFE = "unsafe"
+    UNDISCIPLINED = "safe but undisciplined"
+    DISCIPLINED = "safe and disciplined"
+
+
+class Engine(StrEnum):
+    EXPLICIT = "explicit"
+    BMC = "bmc"
+    KIND = "kind"
+
+
+@dataclass
+class Verdict:
+    invariant: str
+    kind: Kind
+    outcome: Outcome
+    length: Optional[int] = None
+    counterexample: Optional["Counterexample"] = None   # a shortest violation, when found
+    witness: dict[str, Any] = field(default_factory=dict)
+    path: Optional[str] = None     # where the counterexample was written, if it was
+    note: Optional[str] = None     # why an invariant is unsupported
+
+    @property
+    def holds(self) -> Optional[bool]:
+        """True, False, or None when not decided (partial run, unsupported)."""
+        return {Outcome.HOLDS: True, Outcome.VIOLATED: False}.get(self.outcome)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"holds": self.holds, "outcome": str(self.outcome), "kind": str(self.kind),
+                                "length": self.length, "counterexample": self.path}
+        if self.note:
+            data["note"] = self.note
+        return data
+
+
+def verdict_for(invariant_id: str, kind: Kind, violated: bool, complete: bool, **found: Any) -> Verdict:
+    if violated:
+        return Verdict(invariant_id, kind, Outcome.VIOLATED, **found)
+    return Verdict(invariant_id, kind, Outcome.HOLDS if complete else Outcome.NOT_SEEN)
+
+
+def summarize(verdicts: dict[str, Verdict]) -> Summary:
+    broken = [v for v in verdicts.values() if v.outcome is Outcome.VIOLATED]
+    if any(v.kind is Kind.HARM for v in broken):
+        return Summary.UNSAFE
+    return Summary.UNDISCIPLINED if broken else Summary.DISCIPLINED
+
+
+def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complete: bool) -> list[str]:
+    """Why the scenario's `expect` is not met (empty: it is)."""
+    failures = []
+    for item in scenario.expect:
+        if item.startswith("violates "):
+            inv = item.split()[1]
+            v = verdicts.get(inv)
+            if v is None:
+                failures.append(f"expected {inv} to break, but it was not checked (--invariant)")
+            elif v.outcome is Outcome.UNSUPPORTED:
+                failures.append(f"expected {inv} to break, but this engine cannot check it")
+            elif v.outcome is not Outcome.VIOLATED:
+                failures.append(f"expected {inv} to break, but it {'holds' if complete else 'did not break in the partial run'}")
+            continue
+        kinds = (Kind.HARM,) if item == "safe" else (Kind.HARM, Kind.DISCIPLINE)
+        broken = [v.invariant for v in verdicts.values() if v.kind in kinds and v.outcome is Outcome.VIOLATED]
+        unjudged = [v.invariant for v in verdicts.values() if v.kind in kinds and v.outcome is Outcome.UNSUPPORTED]
+        if broken:
+            failures.append(f"expected \"{item}\", but {', '.join(broken)} broke")
+        elif unjudged:
+            failures.append(f"expected \"{item}\", which this engine cannot confirm: it cannot check {', '.join(unjudged)}")
+        elif not complete:
+            failures.append(f"expected \"{item}\", which a partial run cannot confirm")
+    return failures
+
+
+@dataclass
+class Result:
+    """What every engine reports for one scenario."""
+    scenario: Scenario
+    verdicts: dict[str, Verdict]
+    complete: bool
+    stopped: Optional[str] = None        # why a partial run stopped
+    seconds: float = 0.0
+    expectation_failures: list[str] = field(default_factory=list)
+
+    engine = Engine.EXPLICIT
+
+    def __post_init__(self) -> None:
+        if not self.expectation_failures:
+            self.expectation_failures = judge_expectations(self.scenario, self.verdicts, self.complete)
+
+    @property
+    def summary(self) -> Summary:
+        return summarize(self.verdicts)
+
+    @property
+    def partial(self) -> bool:
+        """Not every invariant is settled: a `safe` summary is only "so far"."""
+        return not self.complete
+
+    @property
+    def summary_line(self) -> str:
+        """The summary as the report prints it."""
+        if self.partial and self.summary is not Summary.UNSAFE:
+            return f"{self.summary} so far (partial: {self.stopped})"
+        return str(self.summary)
+
+    @property
+    def expect_met(self) -> bool:
+        return not self.expectation_failures
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.stopped and "interrupted" in self.stopped)
+
+    @property
+    def counterexamples(self) -> list["Counterexample"]:
+        return [v.counterexample for v in self.verdicts.values() if v.counterexample is not None]
+
+    def violated(self) -> list[Verdict]:
+        return [v for v in self.verdicts.values() if v.outcome is Outcome.VIOLATED]
+
+    def engine_line(self) -> str:
+        """The engine's own figures, in one line under the verdict table."""
+        return f"engine {self.engine}"
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.scenario
+        return {
+            "format": FORMAT,
+            "engine": str(self.engine),
+            "scenario": s.name,
+            "source": s.source,
+            "protocol": s.subject,
+            **({"allocator": s.allocator} if s.allocator is not None else {}),
+            "device": s.device,
+            "reuse": s.reuse,
+            "seconds": round(self.seconds, 3),
+            "verdicts": {k: v.to_json() for k, v in self.verdicts.items()},
+            "summary": str(self.summary),
+            "complete": self.complete,
+            "stopped": self.stopped,
+            **self.figures(),
+            "expect": list(s.expect),
+            "expect_met": self.expect_met,
+            "expect_failures": self.expectation_failures,
+        }
+
+    def figures(self) -> dict[str, Any]:
+        """The engine's own keys in the JSON."""
+        return {}
+
+
+@dataclass
+class ExplicitResult(Result):
+    """The explorer's result: every measure, and the peak's trace."""
+    exploration: Optional["Exploration"] = None
+    peak_trace: Optional["Counterexample"] = None
+    peak_path: Optional[str] = None
+
+    engine = Engine.EXPLICIT
+
+    @property
+    def x(self) -> "Exploration":
+        assert self.exploration is not None
+        return self.exploration
+
+    def figures(self) -> dict[str, Any]:
+        x = self.x
+        return {
+            "states": x.states,
+            "transitions": x.transitions,
+            "depth": x.depth,
+            "states_per_second": round(x.rate),
+            "peak_blocks": x.peak,
+            "peak_trace": self.peak_path,
+            "copies": list(x.cost_range) if x.cost_range else None,
+            "steady_blocks": x.steady,
+            "reductions": list(x.reductions),
+            "encoding": x.encoding,
+            "fingerprints": x.fingerprints,
+            "collision_probability": x.collision_probability,
+            "bytes_per_state": round(x.bytes_per_state) if x.bytes_per_state is not None else None,
+        }
+
+
+@dataclass
+class BmcResult(Result):
+    """z3 bounded model checking: the bound, the deepest depth it decided,
+    and z3's seconds per depth."""
+    bound: int = 0
+    reached: int = 0
+    depth_seconds: list[float] = field(default_factory=list)
+
+    engine = Engine.BMC
+
+    def engine_line(self) -> str:
+        per_depth = " ".join(f"{t:.2f}" for t in self.depth_seconds)
+        return f"engine bmc  bound {self.bound}  z3 {sum(self.depth_seconds):.2f}s  per depth (s): {per_depth}"
+
+    def figures(self) -> dict[str, Any]:
+        return {"bound": self.bound, "depth": self.reached,
+                "z3_seconds_per_depth": [round(t, 3) for t in self.depth_seconds],
+                "z3_seconds": round(sum(self.depth_seconds), 3)}
+
+
+@dataclass
+class KindResult(Result):
+    """k-induction: per invariant the k that closed its proof (None: not
+    closed), z3's seconds per k apart from the closing BMC's, and the
+    strengthening lemmas' fate: per lemma, parts proven and parts dropped."""
+    bound: int = 0
+    closed_at: dict[str, Optional[int]] = field(default_factory=dict)
+    k_seconds: list[float] = field(default_factory=list)
+    bmc_seconds: list[float] = field(default_factory=list)
+    lemmas: dict[str, tuple[int, int]] = field(default_factory=dict)
+    proven_parts: list[str] = field(default_factory=list)
+
+    engine = Engine.KIND
+
+    def engine_line(self) -> str:
+        def shown(inv_id: str, k: Optional[int]) -> str:
+            if k is not None:
+                return f"{inv_id}={k}"
+            return f"{inv_id}={'violated' if self.verdicts[inv_id].outcome is Outcome.VIOLATED else 'not closed'}"
+        used = sum(p for p, _ in self.lemmas.values())
+        total = sum(p + d for p, d in self.lemmas.values())
+        line = (f"engine kind  bound {self.bound}  z3 {sum(self.k_seconds) + sum(self.bmc_seconds):.2f}s  per k (s): "
+                + " ".join(f"{t:.2f}" for t in self.k_seconds))
+        if self.bmc_seconds:
+            line += f"  then bmc {sum(self.bmc_seconds):.2f}s"
+        line += "  closed at k: " + ", ".join(shown(i, k) for i, k in self.closed_at.items())
+        return line + f"  lemma parts proven: {used}/{total}"
+
+    def figures(self) -> dict[str, Any]:
+        return {"bound": self.bound, "closed_at": self.closed_at,
+                "z3_seconds_per_k": [round(t, 3) for t in self.k_seconds],
+                "z3_seconds_bmc": [round(t, 3) for t in self.bmc_seconds],
+                "z3_seconds": round(sum(self.k_seconds) + sum(self.bmc_seconds), 3),
+                "lemma_parts": {name: {"proven": p, "dropped": d} for name, (p, d) in self.lemmas.items()}}

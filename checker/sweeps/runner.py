@@ -1,0 +1,180 @@
+"""Running a sweep's tasks: a task is one check as plain data (`task_for`),
+checked by `run_cell` with `cowcheck.api.check`, and a `Runner` runs many,
+serially in this process or on Dask (an embedded LocalCluster of processes,
+or an existing cluster given by its scheduler's address).
+
+A task is plain data (the scenario as the dict a file would hold, with the
+protocol's whole definition inline) and so is its answer (the result's JSON
+and its counterexamples' JSON): nothing of this process has to be pickled,
+and a worker needs only cowcheck installed, not the grid's files."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import Scenario, scenario_from_dict
+
+from cowcheck import interrupts
+from cowcheck.engines.options import SearchOptions
+from cowcheck.engines.results import ExplicitResult
+
+
+# -- tasks -----------------------------------------------------------------------------
+def task_for(scenario: Scenario, budget: dict[str, Any], invariants: Optional[list[str]] = None,
+             first: bool = False, max_memory_mib: Optional[int] = None) -> dict[str, Any]:
+    """One check as plain data: what a worker needs and nothing else."""
+    definition = scenario.definition()
+    name, source = definition.pop("name"), definition.pop("source")
+    memory = budget.get("max_memory", max_memory_mib)
+    return {"scenario": definition, "name": name, "source": source, "invariants": invariants, "first": first,
+            "max_states": budget.get("max_states"), "seconds": budget.get("seconds"), "max_memory_mib": memory}
+
+
+def run_cell(task: dict[str, Any]) -> dict[str, Any]:
+    """Check one scenario with `cowcheck.api.check`, the code `cowcheck
+    check` runs. Returns the result's JSON and its counterexamples' JSON;
+    bad input (a run-time protocol error) is an `error`, not an exception."""
+    from cowcheck import api
+    from cowcheck.engines.invariants import select
+    seconds = task.get("seconds")
+    try:
+        scenario = scenario_from_dict(task["scenario"], task["source"], Path(task["source"]).parent, task["name"])
+        options = SearchOptions(max_states=task.get("max_states"), first=task.get("first", False),
+                                max_memory_mib=task.get("max_memory_mib"), max_seconds=seconds)
+        result = api.check(scenario, invariants=select(task.get("invariants")), options=options)
+    except SpecError as err:
+        return {"error": str(err), "pid": os.getpid()}
+    if result.interrupted:
+        return {"interrupted": True, "pid": os.getpid()}
+    if result.stopped and result.stopped.startswith("max_seconds"):      # the budget's labels
+        result.stopped = f"budget: {seconds:g} s"
+    elif result.stopped and result.stopped.startswith("--max-states"):
+        result.stopped = f"budget: {result.stopped.removeprefix('--')}"
+    if isinstance(result, ExplicitResult) and result.exploration is not None:
+        result.exploration.stopped = result.stopped
+    return {"result": result.to_json(), "pid": os.getpid(),
+            "counterexamples": {v.invariant: v.counterexample.to_json() for v in result.verdicts.values()
+                                if v.counterexample is not None}}
+
+
+# -- running tasks: serially or on Dask ---------------------------------------------------------
+def default_workers() -> int:
+    return os.cpu_count() or 1
+
+
+class Runner:
+    """Runs tasks (run_cell's input) and hands each answer to a callback as
+    it arrives. workers=0: in this process, one after another; otherwise on
+    Dask: an embedded LocalCluster of `workers` processes (one thread each),
+    or, with `scheduler`, an existing cluster. Use as a context manager; the
+    cluster is started on first use and closed on leaving."""
+
+    def __init__(self, workers: Optional[int] = None, scheduler: Optional[str] = None, connect_timeout: float = 3.0):
+        self.workers = default_workers() if workers is None else workers
+        self.scheduler = scheduler
+        self.connect_timeout = connect_timeout
+        self.client: Any = None
+        self.cluster: Any = None
+        self.started = 0.0      # seconds spent starting or connecting
+
+    @property
+    def serial(self) -> bool:
+        return self.scheduler is None and self.workers == 0
+
+    @property
+    def memory_per_task(self) -> Optional[int]:
+        """A memory bound per check on the embedded cluster (its workers
+        share the machine); elsewhere the check's own default."""
+        if self.scheduler is not None or self.serial:
+            return None
+        from cowcheck.engines.explorer import available_memory
+        available = available_memory()
+        return None if available is None else max((available >> 20) * 4 // 5 // max(self.workers, 1), 256)
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def connect(self, needed: int) -> None:
+        if self.serial or self.client is not None:
+            return
+        start = time.perf_counter()
+        logging.getLogger("distributed").setLevel(logging.ERROR)
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise SpecError("--workers", "", "Dask is not installed (pip install \"dask[distributed]\"); --workers 0 runs serially") from None
+        if self.scheduler is not None:
+            try:
+                self.client = Client(self.scheduler, timeout=self.connect_timeout)
+            except (OSError, TimeoutError, ValueError) as err:
+                raise SpecError("--scheduler", "", f"cannot reach the Dask scheduler at {self.scheduler} "
+                                f"within {self.connect_timeout:g} s ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no answer'})") from None
+        else:
+            import dask
+            # The workers' statistical profiler samples the running task's
+            # stack every 10 ms, holding the GIL: a third slower checks.
+            dask.config.set({"distributed.worker.profile.enabled": False})
+            # The workers are started with SIGINT ignored (inherited across
+            # exec): Ctrl-C in a terminal reaches the whole process group,
+            # and only this process should act on it.
+            with interrupts.held(signal.SIGINT):
+                self.cluster = LocalCluster(n_workers=max(1, min(self.workers, needed)), threads_per_worker=1,
+                                            processes=True, dashboard_address=None, memory_limit=0,
+                                            silence_logs=logging.CRITICAL, scheduler_port=0, host="127.0.0.1")
+                self.client = Client(self.cluster)
+        self.started = time.perf_counter() - start
+
+    def run(self, tasks: list[dict[str, Any]], done: Callable[[int, dict[str, Any]], None]) -> None:
+        """Run every task; call done(i, answer) as each answer arrives. A
+        KeyboardInterrupt cancels what has not finished and propagates."""
+        if not tasks:
+            return
+        if self.serial:
+            for i, task in enumerate(tasks):
+                answer = run_cell(task)
+                if answer.get("interrupted"):
+                    raise KeyboardInterrupt()
+                done(i, answer)
+            return
+        self.connect(len(tasks))
+        from distributed import as_completed
+        futures = self.client.map(run_cell, tasks, pure=False, retries=2)
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            for future in as_completed(futures):
+                i = index[future.key]
+                if future.status == "error":
+                    error = future.exception()
+                    done(i, {"failed": f"{type(error).__name__}: {error}"})
+                else:
+                    done(i, future.result())
+                future.release()
+        except BaseException:
+            self.client.cancel(futures, force=True)
+            raise
+
+    def close(self) -> None:
+        """Stop the client and an embedded cluster. Workers going away while
+        a heartbeat is in flight make Dask log tracebacks that say nothing
+        about the sweep (its failures come back through the futures), so its
+        logs are silenced from here on."""
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        with interrupts.held(signal.SIGINT):
+            try:
+                if self.client is not None:
+                    self.client.close()
+                if self.cluster is not None:
+                    self.cluster.close()
+            except Exception:         # closing a cluster that is going away anyway
+                pass
+            finally:
+                self.client = self.cluster = None

@@ -1,0 +1,89 @@
+"""Where a check's evidence goes: each violated invariant's shortest
+counterexample and the peak trace, as JSON files in an output folder, named
+`<scenario>.<invariant>.json` and `<scenario>.peak.json`.
+
+A check itself writes nothing; this is the one place that writes and deletes
+counterexample files, under three rules:
+
+- a name is a safe file name (no path separators, no control characters, no
+  leading dot), so nothing is ever written outside the output folder;
+- two scenarios of one run that would write the same names are refused
+  before anything is written;
+- after a complete run, the file of an invariant that now holds is removed,
+  but only if it was written for this same scenario (the same scenario
+  file, or the same definition): a file another scenario wrote is never
+  deleted."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterable
+
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import Scenario
+
+from cowcheck.engines import counterexample as trace
+from cowcheck.engines.results import ExplicitResult, Outcome, Result
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._~+-]")
+
+
+def safe_name(name: str) -> str:
+    """A name as it may appear in a file name: every character outside
+    letters, digits and `._~+-` becomes `_`, and no leading dot."""
+    cleaned = _UNSAFE.sub("_", name)
+    return ("_" + cleaned[1:] if cleaned.startswith(".") else cleaned) or "_"
+
+
+def refuse_collisions(scenarios: Iterable[Scenario], out_dir: Path) -> None:
+    """Two scenarios of one run must not share output files."""
+    seen: dict[str, Scenario] = {}
+    for scenario in scenarios:
+        name = safe_name(scenario.name)
+        other = seen.get(name)
+        if other is not None:
+            raise SpecError(scenario.source, "", f"would write the same counterexample files ({out_dir}/{name}.*.json) "
+                            f"as {other.source}; rename one of the two files, or check them in separate runs with different --out")
+        seen[name] = scenario
+
+
+def _written_for(path: Path, scenario: Scenario) -> bool:
+    """Was this existing file written for this scenario?"""
+    try:
+        recorded = json.loads(path.read_text())["scenario"]
+        source = recorded["source"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return False        # not a file we understand: leave it alone
+    if isinstance(source, str) and Path(source).resolve() == Path(scenario.source).resolve():
+        return True
+    mine = scenario.definition()
+    return isinstance(recorded, dict) and {k: v for k, v in recorded.items() if k not in ("name", "source")} == \
+        {k: v for k, v in mine.items() if k not in ("name", "source")}
+
+
+def file_for(out_dir: Path, scenario_name: str, what: str) -> Path:
+    """The file `<scenario>.<what>.json` (what: an invariant id, or peak)
+    in `out_dir`, both names made safe; never outside the folder."""
+    name = f"{safe_name(scenario_name)}.{safe_name(what)}.json"
+    path = Path(out_dir) / name
+    if path.resolve().parent != Path(out_dir).resolve():
+        raise SpecError(str(out_dir), "", f"refusing to write {name!r} outside the output folder")
+    return path
+
+
+def write_result(result: Result, out_dir: Path) -> None:
+    """Write the result's counterexamples (and peak trace) into `out_dir`,
+    recording each path in its verdict; remove this scenario's files of
+    invariants that a complete run found to hold."""
+    out_dir = Path(out_dir)
+    for verdict in result.verdicts.values():
+        path = file_for(out_dir, result.scenario.name, verdict.invariant)
+        cx = verdict.counterexample
+        if cx is not None:
+            verdict.path = str(cx.write(path))
+        elif verdict.outcome is Outcome.HOLDS and path.is_file() and _written_for(path, result.scenario):
+            path.unlink(missing_ok=True)
+    if isinstance(result, ExplicitResult) and result.peak_trace is not None:
+        result.peak_path = str(result.peak_trace.write(file_for(out_dir, result.scenario.name, trace.PEAK)))

@@ -1,0 +1,347 @@
+"""The concrete executor: replay a trace on a real KV memory pool and compare
+what every kernel computes with an independently computed reference.
+
+The model tracks token ids; here each token id becomes key, value and query
+vectors, the pool is a float32 array of shape [P, B, 2, H] (keys and values),
+and each kernel runs a real single-head attention over the keys and values it
+gathers through its table snapshot, then decodes the output to a token. The
+reference for a kernel is the same attention over a contiguous, unpaged array
+built from its branch's sequence as it was right after the kernel's write: it
+shares nothing with the paged replay but the token-to-vector function, so a
+divergence is evidence from memory, not from the model's own bookkeeping.
+The sequences themselves are rebuilt here from the trace's branch actions
+(`Sequences`), by the rules of docs/semantics.md#branch-programs, not read
+from the model's states.
+
+The pool forces no hardware race: the interleaving (which copy or kernel
+completes when) comes from the trace. Only device completions touch memory;
+branch steps only move block ids around, and those ids arrive with each
+completion (a copy's source and destination, a kernel's table snapshot).
+
+The array module is numpy by default; with CuPy (`--pool cupy`) the same
+replay runs on a GPU, copies on one CUDA stream and kernels on another,
+ordered by events exactly as the trace orders their completions."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.action import DEVICE, Action
+
+HEAD_DIM = 16
+SEED = 20261129
+TOLERANCE = 1e-5  # identical reads give bitwise-identical outputs on numpy; GPU rounding stays far below
+KEY, VALUE = 0, 1
+POOLS = ("numpy", "cupy")
+
+
+class TokenSpace:
+    """Deterministic vectors for every token of a scenario, and the fixed
+    projection that decodes an attention output back to one of them.
+
+    A key carries its token and the position it was written for (as rotary
+    embeddings do), and the query of position pos looks for the key of
+    position pos - 1: the head is a previous-token head, so the reference
+    output decodes to the token just before the kernel's own, and a kernel
+    that reads a wrong token there decodes that wrong token, a real entry of
+    the vocabulary. A wrong token elsewhere in the context still moves the
+    output (max |diff|), even where the decoded token survives it."""
+
+    POSITION_WEIGHT = 4.0   # the norm of a positional code: the query finds position pos - 1 ...
+    CONTENT_WEIGHT = 0.5    # ... while token content in keys and queries only tilts the weights
+
+    def __init__(self, scenario: Scenario, head_dim: int = HEAD_DIM, seed: int = SEED):
+        self.head_dim = head_dim
+        self.seed = seed
+        prompt = [f"p{i}" for i in range(scenario.prompt)]
+        own = [t for i in range(len(scenario.branches)) for t in scenario.own_tokens(i)]
+        self.vocabulary: list[str] = prompt + own
+        self._vectors: dict[str, np.ndarray] = {}
+        longest = max(scenario.max_pos(i) for i in range(len(scenario.branches))) + 1
+        codes = self._draw("positions", longest)
+        self.positions = self.POSITION_WEIGHT * codes / np.linalg.norm(codes, axis=1, keepdims=True)
+        values = np.stack([self.vectors(t)[VALUE] for t in self.vocabulary]) if self.vocabulary else np.zeros((0, head_dim))
+        self.unembed = values  # tied: the output projection is the value table
+
+    def _draw(self, label: str, rows: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, zlib.crc32(label.encode())])
+        return rng.standard_normal((rows, self.head_dim)).astype(np.float32)
+
+    def vectors(self, token: str) -> np.ndarray:
+        """The token's own [key, value, query], before positions are added."""
+        if token not in self._vectors:
+            self._vectors[token] = self._draw(token, 3)
+        return self._vectors[token]
+
+    def key_value(self, token: str, pos: int) -> np.ndarray:
+        """What a kernel writes into the slot of position `pos`: [key, value]."""
+        key, value, _ = self.vectors(token)
+        return np.stack([self.CONTENT_WEIGHT * key + self.positions[pos], value])
+
+    def query(self, token: str, pos: int) -> np.ndarray:
+        return self.CONTENT_WEIGHT * self.vectors(token)[2] + self.positions[max(pos - 1, 0)]
+
+    def decode(self, output: np.ndarray) -> str:
+        return self.vocabulary[int(np.argmax(self.unembed @ output))]
+
+    def nearest(self, value: np.ndarray) -> Optional[str]:
+        """Which token a slot holds, from its value (None for a zeroed,
+        never-used slot)."""
+        if not np.any(value):
+            return None
+        return self.vocabulary[int(np.argmin(np.abs(self.unembed - value).sum(axis=1)))]
+
+
+def attention(xp, query, keys, values):
+    """softmax(q K^T / sqrt(H)) V for one query."""
+    scores = keys @ query / np.float32(np.sqrt(query.shape[-1]))
+    weights = xp.exp(scores - scores.max())
+    return (weights / weights.sum()) @ values
+
+
+def reference_output(space: TokenSpace, sequence: tuple[str, ...], pos: int) -> np.ndarray:
+    """What the kernel at `pos` must compute: attention over a contiguous
+    array of its sequence (positions 0 .. pos), nothing paged."""
+    stacked = np.stack([space.key_value(t, j) for j, t in enumerate(sequence[:pos + 1])])
+    return attention(np, space.query(sequence[pos], pos), stacked[:, KEY], stacked[:, VALUE])
+
+
+@dataclass
+class KernelReplay:
+    """One kernel (or check-output) replayed on the pool."""
+    step: int
+    kind: str                 # kernel | check-output
+    branch: str
+    pos: int
+    max_diff: float           # largest |paged - reference|
+    decoded: Optional[str]    # the paged output decoded (kernel), or the token read at the first wrong position
+    expected: Optional[str]   # the reference decoded, or the reference token there
+    diverged: bool
+    position: Optional[int] = None  # check-output: the first position read wrong
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class PoolReplay:
+    pool: str
+    head_dim: int
+    kernels: list[KernelReplay] = field(default_factory=list)
+
+    @property
+    def first_divergence(self) -> Optional[KernelReplay]:
+        return next((k for k in self.kernels if k.diverged), None)
+
+    def to_json(self) -> dict:
+        first = self.first_divergence
+        return {"pool": self.pool, "head_dim": self.head_dim, "first_divergence": first.step if first else None,
+                "kernels": [k.to_json() for k in self.kernels]}
+
+
+def array_module(pool: str):
+    if pool == "numpy":
+        return np
+    if pool not in POOLS:
+        raise SpecError("--pool", "pool", f"unknown pool {pool!r}; allowed: {', '.join(POOLS)}")
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:  # ImportError, or CUDA without a device
+        reason = "CuPy is not installed (pip install \".[gpu]\")" if isinstance(err, ImportError) else f"no usable GPU ({type(err).__name__})"
+        raise SpecError("--pool", "pool", f"cupy needs CuPy and a CUDA GPU: {reason}; allowed here: numpy") from None
+    return cupy
+
+
+class Pool:
+    """The KV pool and the device's two queues. With numpy every operation is
+    immediate; with CuPy copies go to one stream and kernels to another, and
+    each waits on an event recorded after the previous completion, so the GPU
+    executes them in exactly the trace's order. Everything that touches
+    device memory, host transfers included, runs inside `_on`: the streams
+    are non-blocking, so nothing on the null stream would be ordered with
+    them (tests/fake_cupy.py checks this without a GPU)."""
+
+    def __init__(self, xp, scenario: Scenario, space: TokenSpace, initial: Optional[dict] = None):
+        self.xp = xp
+        self.B = scenario.block_size
+        self.space = space
+        memory = np.zeros((scenario.pool, self.B, 2, space.head_dim), np.float32)
+        if initial is None:
+            for i in range(scenario.prompt):  # the fork: the prompt fills blocks 0 .. in order
+                memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
+        else:       # where the trace's initial state has them (allocator code chooses the prompt's blocks)
+            for block in initial["blocks"]:
+                for slot, token in enumerate(block["slots"]):
+                    if token is not None:
+                        memory[block["id"], slot] = space.key_value(token, int(token[1:]))
+        self.gpu = xp is not np
+        if self.gpu:
+            self.copy_stream, self.compute_stream = xp.cuda.Stream(non_blocking=True), xp.cuda.Stream(non_blocking=True)
+            self.last = None
+        with self._on("copy"):
+            self.memory = xp.asarray(memory)
+
+    def _on(self, stream_name: str):
+        """Run on a stream after everything the trace completed before."""
+        if not self.gpu:
+            return _Immediate()
+        stream = self.copy_stream if stream_name == "copy" else self.compute_stream
+        if self.last is not None:
+            stream.wait_event(self.last)
+        return _Ordered(self, stream)
+
+    def copy(self, src: int, dst: int, n: int) -> None:
+        with self._on("copy"):
+            self.memory[dst, :n] = self.memory[src, :n]
+
+    def kernel(self, token: str, pos: int, snapshot: tuple[int, ...]) -> np.ndarray:
+        xp = self.xp
+        with self._on("compute") as queue:
+            self.memory[snapshot[pos // self.B], pos % self.B] = xp.asarray(self.space.key_value(token, pos))
+            blocks, slots = self._gather_index(snapshot, pos + 1)
+            gathered = self.memory[blocks, slots]
+            out = attention(xp, xp.asarray(self.space.query(token, pos)), gathered[:, KEY], gathered[:, VALUE])
+            return queue.fetch(out)
+
+    def read(self, table: tuple[int, ...], count: int) -> np.ndarray:
+        """Keys and values of positions 0 .. count-1 through a table; zeros
+        past its end (nothing there to read)."""
+        rows = np.zeros((count, 2, self.space.head_dim), np.float32)
+        covered = min(count, len(table) * self.B)
+        if covered:
+            with self._on("compute") as queue:
+                blocks, slots = self._gather_index(table, covered)
+                rows[:covered] = queue.fetch(self.memory[blocks, slots])
+        return rows
+
+    def _gather_index(self, table: tuple[int, ...], count: int):
+        positions = np.arange(count)
+        blocks = np.asarray(table, dtype=np.int64)[positions // self.B]
+        return self.xp.asarray(blocks), self.xp.asarray(positions % self.B)
+
+
+class _Immediate:
+    """numpy: the host is the device."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def fetch(self, array):
+        return array
+
+
+class _Ordered:
+    """CuPy: work on one stream, then an event for the next completion to wait on."""
+
+    def __init__(self, pool: Pool, stream):
+        self.pool, self.stream = pool, stream
+
+    def __enter__(self):
+        self.stream.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.pool.last = self.stream.record()
+        self.stream.__exit__(*exc)
+        return False
+
+    def fetch(self, array) -> np.ndarray:
+        """The array on the host, once the stream has computed it (whatever
+        stream a CuPy version copies on, the data is complete by then)."""
+        self.stream.synchronize()
+        return self.pool.xp.asnumpy(array)
+
+
+class Sequences:
+    """Each branch's sequence, rebuilt from the trace's branch actions alone
+    (docs/semantics.md#branch-programs): a root starts with the prompt, a
+    child with its parent's sequence at `share`; a `write` appends the
+    branch's next token (its k-th write writes `<name>k`, the action's
+    `token`), and a `rewind` drops the last `rejected` tokens. A rewound
+    draft's token stays in its slot on the pool, but no sequence has it any
+    more, so no reference is ever built from that garbage.
+
+    Each kernel is remembered with the sequence its branch had right after
+    its write (tokens are never reused, so the token names the kernel): what
+    it must read even if the branch rewinds or is cancelled before it
+    completes."""
+
+    def __init__(self, scenario: Scenario):
+        prompt = tuple(f"p{i}" for i in range(scenario.prompt))
+        names = [scenario.branch_name(i) for i in range(len(scenario.branches))]
+        self.of: dict[str, tuple[str, ...]] = {names[i]: prompt for i in scenario.roots}   # children: from their birth
+        self.writes = dict.fromkeys(names, 0)
+        self.kernel: dict[str, tuple[str, ...]] = {}     # token -> its kernel's expected sequence
+
+    def apply(self, action: Action) -> None:
+        """Follow one branch action (device completions change no sequence).
+        Allocator code's host calls (the engine harness) count too: an
+        `append` writes, a `fork` bears the child, a `rollback` rewinds."""
+        who, binds = action.actor, dict(action.binds)
+        if "raised" in binds:
+            return
+        if action.step == "write" or (action.step == "append" and "token" in binds):
+            self.writes[who] += 1
+            token = str(binds.get("token") or f"{who}{self.writes[who]}")
+            self.of[who] += (token,)
+            self.kernel[token] = self.of[who]
+        elif action.step in ("share", "fork"):
+            self.of[str(binds["child"])] = self.of[who]
+        elif action.step == "rewind" or (action.step == "rollback" and "rejected" in binds):
+            rejected = binds["rejected"]
+            assert isinstance(rejected, int)
+            self.of[who] = self.of[who][:len(self.of[who]) - rejected]
+
+
+def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy", head_dim: int = HEAD_DIM,
+                   initial: Optional[dict] = None) -> PoolReplay:
+    """Apply a trace's device completions (and check-output reads) to a real
+    pool and compare each with the reference: a kernel's with its
+    remembered sequence, a check-output's with the branch's sequence then.
+    `initial`: the trace's initial state (JSON), where the prompt's tokens
+    lie (default: blocks 0, 1, ... in order, as the protocol model puts them)."""
+    xp = array_module(pool)
+    space = TokenSpace(scenario, head_dim)
+    memory = Pool(xp, scenario, space, initial)
+    sequences = Sequences(scenario)
+    result = PoolReplay(pool, head_dim)
+    for step, action in enumerate(actions, 1):
+        binds: dict[str, Any] = dict(action.binds)
+        if action.actor != DEVICE:
+            sequences.apply(action)
+        if action.actor == DEVICE and action.op == "copy-complete":
+            memory.copy(binds["src"], binds["dst"], binds["n"])
+        elif action.actor == DEVICE and action.op == "kernel-complete":
+            branch, pos = binds["branch"], binds["pos"]
+            paged = memory.kernel(binds["token"], pos, tuple(binds["snapshot"]))
+            reference = reference_output(space, sequences.kernel[binds["token"]], pos)
+            diff = float(np.max(np.abs(paged - reference)))
+            result.kernels.append(KernelReplay(step, "kernel", branch, pos, diff, space.decode(paged),
+                                               space.decode(reference), diff > TOLERANCE))
+        elif action.step == "check-output" or (action.op == "finish" and action.step == "free" and "pos" in binds):
+            result.kernels.append(_check_output(memory, space, step, action.actor, sequences.of[action.actor], binds))
+    return result
+
+
+def _check_output(memory: Pool, space: TokenSpace, step: int, branch: str, expected: tuple[str, ...], binds: dict) -> KernelReplay:
+    """Positions 0 .. pos-1 read through the working table, against the
+    branch's sequence (pos tokens long)."""
+    pos, table = binds["pos"], tuple(binds["table"])
+    paged = memory.read(table, pos)
+    reference = np.stack([space.key_value(t, j) for j, t in enumerate(expected)]) if expected else paged
+    diffs = np.abs(paged - reference).reshape(pos, -1).max(axis=1) if pos else np.zeros(0)
+    wrong = np.flatnonzero(diffs > TOLERANCE)
+    first = int(wrong[0]) if wrong.size else None
+    return KernelReplay(step, "check-output", branch, pos, float(diffs.max()) if pos else 0.0,
+                        space.nearest(paged[first, VALUE]) if first is not None else None,
+                        expected[first] if first is not None else None, first is not None, first)

@@ -1,0 +1,137 @@
+"""Replay: re-apply a counterexample's actions to the model and confirm that
+the recorded invariant breaks at the recorded step, or say exactly where the
+trace no longer applies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from cowcheck.model.errors import SpecError
+from cowcheck.model.state import State, allocated, state_to_json
+from cowcheck.model.action import Transition
+from cowcheck.model.harness import system_for
+from cowcheck.model.system import TransitionSystem
+
+from cowcheck.engines.invariants import BY_ID, Invariant, Judge
+from cowcheck.engines import counterexample as trace
+from cowcheck.engines.counterexample import Counterexample
+
+
+@dataclass
+class Replayed:
+    ok: bool
+    message: str
+    step: Optional[int] = None                 # where it failed to apply, or where the violation occurred
+    witness: Optional[dict] = None
+    states: list[State] = field(default_factory=list)   # the initial state and the state after each action
+    transitions: list[Transition] = field(default_factory=list)
+
+
+def first_violation(model: TransitionSystem, judge: Judge, before: State, depth: int, successors: list[Transition],
+                    taken: Optional[Transition]) -> Optional[tuple[int, dict]]:
+    """Does the judged invariant break in state `before` (at its depth) or at
+    the action taken from it (one longer)?"""
+    for _, witness in judge.state(model, before, model.is_final(before), not successors):
+        return depth, witness
+    if taken is not None:
+        for _, witness in judge.action(model, before, taken):
+            return depth + 1, witness
+    return None
+
+
+def judging(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> Optional[Invariant]:
+    """The invariant a counterexample is judged by: the one that found it
+    (in this process), one of `invariants`, or a built-in; None for a peak
+    trace. An id none of these knows is bad input."""
+    if cx.invariant is None:
+        return None
+    if cx.judged_by is not None and cx.judged_by.id == cx.invariant:
+        return cx.judged_by
+    for inv in (*invariants, *BY_ID.values()):
+        if inv.id == cx.invariant:
+            return inv
+    raise SpecError(cx.loaded_from or cx.scenario.name, "invariant",
+                    f"unknown invariant {cx.invariant!r}: a custom invariant's counterexample replays only with its "
+                    f"definition (cowcheck.replay(cx, invariants=...)); built-in: {', '.join(BY_ID)}")
+
+
+def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Optional[TransitionSystem] = None) -> Replayed:
+    """Re-apply the actions from the initial state of `model` (by default
+    the scenario's protocol model, or its allocator code through the
+    harness) and judge the recorded invariant."""
+    inv = judging(cx, invariants)
+    model = model or system_for(cx.scenario)
+    state = model.init_state()
+    out = Replayed(ok=False, message="", states=[state])
+    if state_to_json(state, cx.scenario) != cx.initial:
+        out.message = "the initial state differs from the recorded one" + (
+            " (the allocator is not deterministic: start() gave other observations)" if cx.scenario.allocator is not None else "")
+        out.step = 0
+        return out
+    judge = Judge((inv,)) if inv is not None else Judge(())
+    found: Optional[tuple[int, dict]] = None
+    for n, (action, recorded) in enumerate(zip(cx.actions, cx.states), 1):
+        successors = model.successors(state)
+        taken = next((t for t in successors if t.action == action), None)
+        if taken is None:
+            same_call = next((t for t in successors if t.action[:3] == action[:3]), None)
+            if same_call is not None and cx.scenario.allocator is not None:
+                out.step, out.message = n, (f"step {n}: the allocator is not deterministic: the same call gave different "
+                                            f"observations (recorded '{action}', now '{same_call.action}')")
+                return out
+            enabled = "; ".join(str(t.action) for t in successors) or "none"
+            out.step, out.message = n, f"step {n}: action '{action}' is not enabled here (enabled: {enabled})"
+            return out
+        if inv is not None and found is None:
+            found = first_violation(model, judge, state, n - 1, successors, taken)
+        out.transitions.append(taken)
+        if taken.state is None:
+            if n != len(cx.actions):
+                out.step, out.message = n, f"step {n}: the action leads nowhere (kernel-table-miss) but the trace goes on"
+                return out
+            break
+        if recorded is not None and state_to_json(taken.state, cx.scenario) != recorded:
+            out.step, out.message = n, f"step {n}: the state after '{action}' differs from the recorded one"
+            return out
+        state = taken.state
+        out.states.append(state)
+    else:
+        if inv is not None and found is None:
+            found = first_violation(model, judge, state, len(cx.actions), model.successors(state), None)
+
+    if inv is None:  # a peak trace
+        reached = allocated(state)
+        out.ok = reached == cx.peak
+        out.step = len(cx.actions)
+        out.message = (f"reaches the peak of {reached} allocated blocks at step {out.step}" if out.ok
+                       else f"ends with {reached} allocated blocks, the file records a peak of {cx.peak}")
+        return out
+    if found is None:
+        out.message = f"{cx.invariant} holds along the whole trace; the file says it breaks at step {cx.length}"
+        return out
+    out.step, out.witness = found
+    out.ok = out.step == cx.length
+    out.message = (f"{cx.invariant} breaks at step {out.step}, as recorded" if out.ok
+                   else f"{cx.invariant} breaks at step {out.step}, the file records step {cx.length}")
+    return out
+
+
+def load_replayed(path, invariants: tuple[Invariant, ...] = ()) -> tuple[Counterexample, Replayed]:
+    """A counterexample file that the model replays as recorded, for the
+    commands that build on it (pages, pictures, the replay benchmark): one
+    that does not (edited, or made by an older model) is bad input, one line
+    saying where; `cowcheck replay` is the command that explains it."""
+    cx = trace.load(path)
+    return cx, replayed_as_recorded(cx, invariants)
+
+
+def replayed_as_recorded(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> Replayed:
+    """The model's replay of a counterexample that must replay as recorded."""
+    replayed = replay(cx, invariants)
+    path = cx.loaded_from or cx.scenario.name
+    if not replayed.ok:
+        where = f"steps[{replayed.step - 1}]" if replayed.step else "steps"
+        raise SpecError(str(path), where, f"does not replay in the model ({replayed.message}); "
+                        "see cowcheck replay FILE")
+    return replayed

@@ -1,0 +1,138 @@
+"""Traces in words, in the terminal: `cowcheck explain` (a counterexample
+narrated for a person with rich, step by step: the action and what it did,
+every branch's tables, the blocks it touched, the device queue, and at the
+end what the invariant expected and what happened), and `explain_text`, the
+same narration as plain text for a test's failure message or a log.
+
+The sentences themselves (what an action did, where a branch is in its
+program, what a witness shows) are checker/views/words.py's, shared with the
+pages and the pictures; `explain` converts the model's states to the
+counterexample file's JSON form they work on. A trace of allocator code
+(the engine harness) shows each branch's one table and the allocator's
+refcounts, without holds."""
+
+from __future__ import annotations
+
+import io
+from typing import Optional
+
+from rich.console import Console
+from rich.markup import escape
+
+from cowcheck.engines.counterexample import Counterexample
+from cowcheck.engines.invariants import Invariant
+from cowcheck.model.block import Freed
+from cowcheck.model.harness import HarnessModel, system_for
+from cowcheck.model.state import Block, Copy, State, state_to_json
+from cowcheck.model.system import ProtocolModel
+from cowcheck.traces.replay import Replayed, judging, replay
+from cowcheck.views.words import (_slots, _tokens, action_words, describe, doing, initial_words, is_harness, is_plain,
+                                  program_summary, subject)
+
+
+# -- a state, in lines ---------------------------------------------------------------
+def _block_line(i: int, before: Block | None, after: Block, free: bool, holds: bool = True) -> str:
+    """A block's counters and slots (holds only where the subject has them:
+    allocator code has none)."""
+    def delta(name: str) -> str:
+        new = getattr(after, name)
+        old = getattr(before, name) if before is not None else new
+        return f"{name} {old}->{new}" if old != new else f"{name} {new}"
+    slots = _slots(after.slots) if before is None or before.slots == after.slots else f"{_slots(before.slots)} -> {_slots(after.slots)}"
+    counters = f"{delta('refcount')}, {delta('holds')}" if holds else delta("refcount")
+    return f"block {i}: {counters}, slots {slots}" + (" (free)" if free else "")
+
+
+Model = ProtocolModel | HarnessModel
+
+
+def _queue(model: Model, state: State) -> str:
+    if not state.queue:
+        return "nothing"
+    items = []
+    for op in state.queue:
+        if type(op) is Copy:
+            items.append(f"copy {op.src}->{op.dst} ({op.n} slot{'s' if op.n != 1 else ''})")
+        else:
+            target = op.snapshot[op.pos // model.B]
+            items.append(f"kernel {model.names[op.branch]}@{op.pos} writes {op.token} into block {target} via {list(op.snapshot)}")
+    return "; ".join(items)
+
+
+def _state_lines(model: Model, scenario: dict, before: State | None, state: State, touched: set[int]) -> list[str]:
+    """The touched blocks, every branch (with its sequence when the scenario
+    has programs: then pos alone does not tell it), the device queue. A
+    branch of allocator code has one table, what `table(branch)` returns."""
+    lines = []
+    harness = is_harness(scenario)
+    for i in sorted(touched):
+        lines.append(_block_line(i, before.blocks[i] if before else None, state.blocks[i], i in state.free, not harness))
+    plain = all(is_plain(spec) for spec in scenario["branch"])
+    for (name, br), spec in zip(state_to_json(state, model.scenario)["branches"].items(), scenario["branch"]):
+        where = doing(scenario.get("protocol"), spec, br)
+        if br["status"] == "unborn":
+            lines.append(f"{name}: {where}")
+            continue
+        sequence = "" if plain else f", sequence {_tokens(br['sequence'])}"
+        tables = f"table {br['working']}" if harness else f"working {br['working']}, published {br['published']}"
+        lines.append(f"{name}: pos {br['pos']}, {tables}{sequence}; {where}")
+    lines.append(f"in flight: {_queue(model, state)}")
+    return lines
+
+
+def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when: Optional[str] = None) -> None:
+    """Narrate a replayed trace; `holds_when` is the invariant's rule in words."""
+    s = cx.scenario
+    model: Model = system_for(s)
+    definition = s.definition()
+    what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})" if cx.invariant else f"reaches its peak of {cx.peak} blocks"
+    branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))
+    kind, name = subject(definition)
+    harness = " (through the engine harness: each host call is one action)" if is_harness(definition) else ""
+    console.print(f"[bold]{escape(s.name)}[/]: {kind} [bold]{escape(name)}[/]{harness}, device {s.device}, reuse {s.reuse}, "
+                  f"B={s.block_size}, L={s.prompt}, pool {s.pool}, {len(s.branches)} branches ({escape(branches)})")
+    console.print(f"This trace {what} in {cx.length} actions.\n")
+    console.print("[bold]initial state[/]")
+    init = replayed.states[0]
+    console.print("   " + escape(initial_words(definition, state_to_json(init, s))))
+    for line in _state_lines(model, definition, None, init, {i for i in range(len(init.blocks)) if i not in init.free}):
+        console.print("   " + escape(line))
+    for n, tr in enumerate(replayed.transitions, 1):
+        before = replayed.states[n - 1]
+        after = tr.state
+        last = n == len(replayed.transitions)
+        style = "bold red" if last and cx.invariant else "bold"
+        console.print(f"\n[{style}]step {n}[/] {escape(str(tr.action))}")
+        before_json = state_to_json(before, s)
+        words = action_words(tr.action.to_json(), before_json, None if after is None else state_to_json(after, s))
+        console.print("   " + escape(words))
+        if after is None:
+            continue
+        touched = {i for i, (a, b) in enumerate(zip(before.blocks, after.blocks)) if a != b}
+        touched |= {v for k, v in tr.action.binds if k in ("tail", "new", "src", "dst", "block") and isinstance(v, int)}
+        touched |= {b for k, v in tr.action.binds if k in ("copy_src", "copy_dst") and isinstance(v, tuple)
+                    for b in v if isinstance(b, int)}     # a host call's copies
+        touched |= {f.block for f in tr.facts if type(f) is Freed}
+        for line in _state_lines(model, definition, before, after, touched):
+            console.print("   " + escape(line))
+    console.print()
+    if cx.invariant and replayed.witness is not None:     # the model's witness: the file's is not trusted
+        console.print(f"[bold red]{escape(cx.invariant)} breaks at step {replayed.step}.[/]")
+        if holds_when:
+            console.print(f"   it holds when: {escape(holds_when)}")
+        console.print(f"   what happened: {escape(describe(replayed.witness))}")
+    else:
+        console.print(f"[bold]{escape(replayed.message)}[/]")
+
+
+def explain_text(cx: Counterexample, invariants: tuple[Invariant, ...] = (), width: int = 120) -> str:
+    """The narration as plain text (what `cowcheck explain` prints, without
+    colour), for a test's failure message or a log."""
+    inv = judging(cx, invariants)
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, highlight=False, emoji=False)
+    replayed = replay(cx, invariants)
+    if not replayed.ok and replayed.step is not None and replayed.step < len(replayed.transitions):
+        console.print(f"warning: {escape(replayed.message)}")
+    explain(cx, replayed, console, holds_when=inv.holds_when if inv else None)
+    return buffer.getvalue()

@@ -1,0 +1,283 @@
+"""Self-contained HTML pages: the counterexample stepper and the index of a
+`cowcheck check --html` run (the cache lab's page is in checker/views/lab.py).
+
+Every page is one file a person opens from disk: the scripts, the styles and
+the data are inline, and a Content-Security-Policy forbids any fetch, so a
+page that worked on the author's machine works on a projector with no
+network. The stepping and drawing run in the browser (checker/views/assets/*.js);
+everything that needs the model's vocabulary (the action in words, what each
+branch is doing, which block the violation is about) is computed here, once,
+with the sentences of checker/views/words.py, so the JavaScript only displays
+data.
+
+A trace of allocator code (the engine harness) gets the same page: the
+header names the allocator instead of a protocol, each host call is one
+step, and a branch shows its one table (what `table(branch)` returns)."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from importlib import resources
+from typing import Optional
+
+from cowcheck.engines.results import Summary
+from cowcheck.views.words import action_words, describe, doing, initial_words, is_harness, is_plain, program_summary
+from cowcheck.engines.invariants import BY_ID
+
+#: What the header says of allocator code, in place of a protocol's description.
+HARNESS_DESCRIPTION = ("Allocator code, driven through the engine harness: each host call (append, fork, rollback, free) "
+                       "is one step, its copies and the branch's kernel launched in that same step; a branch's table is "
+                       "what the allocator's table(branch) returns, and the refcounts and free list are as it reports them.")
+
+#: Forbids every fetch (scripts, styles, images, frames, connections): a page
+#: that needs the network fails loudly in the browser's console.
+CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+
+
+# -- page assembly ------------------------------------------------------------
+def asset(name: str) -> str:
+    """The text of checker/views/assets/NAME (shipped as package data)."""
+    return resources.files("cowcheck.views").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def _script_json(data: dict) -> str:
+    """JSON safe inside a <script> element: '</' cannot end it early."""
+    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+
+
+def document(title: str, body: str, *, styles: tuple[str, ...], scripts: tuple[str, ...] = (),
+             data: Optional[dict] = None) -> str:
+    """One self-contained HTML document: BODY (trusted markup) with the named
+    assets inlined and DATA embedded as JSON for the scripts to read."""
+    css = "\n".join(asset(name) for name in styles)
+    js = "\n".join(f"<script>\n{asset(name)}\n</script>" for name in scripts)
+    embedded = ("" if data is None else
+                f'<script type="application/json" id="cowcheck-data">{_script_json(data)}</script>\n')
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title>
+<style>
+{css}
+</style>
+</head>
+<body>
+{body}
+{embedded}{js}
+</body>
+</html>
+"""
+
+
+# -- the stepper ----------------------------------------------------------------
+def _touched(action: dict, before: dict, after: dict) -> list[int]:
+    """The blocks a step changed or named, to mark on the pool."""
+    changed = {b["id"] for b, a in zip(before["blocks"], after["blocks"]) if a != b}
+    named = {v for k, v in action["binds"].items()
+             if k in ("tail", "new", "src", "dst", "block") and isinstance(v, int) and not isinstance(v, bool)}
+    named |= {b for k, v in action["binds"].items() if k in ("copy_src", "copy_dst") for b in v}   # a host call's copies
+    return sorted(changed | named)
+
+
+def _marked(witness: dict, block_size: int) -> dict:
+    """The block (and, for wrong output, the slot) a violation is about."""
+    table = witness.get("snapshot", witness.get("table"))
+    if "position" in witness and table:
+        position = witness["position"]
+        if position // block_size < len(table):
+            return {"block": table[position // block_size], "slot": position % block_size,
+                    "label": f"expected {witness['expected']}, read {witness['read']}"}
+    if isinstance(witness.get("block"), int):
+        return {"block": witness["block"], "label": "the violation is about this block"}
+    return {}
+
+
+def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
+    """The highlighted last step: what broke, or the peak the trace reaches."""
+    if cx["kind"] != "counterexample":
+        return {"step": cx["length"], "peak": cx.get("peak_blocks"),
+                "title": f"This trace reaches the peak of {cx.get('peak_blocks')} allocated blocks at step {cx['length']}."}
+    inv_id, kind, witness = cx["invariant"], cx["invariant_kind"], cx.get("witness", {})
+    builtin = BY_ID.get(inv_id)
+    holds_when = holds_when or (builtin.holds_when if builtin else "")
+    B = cx["scenario"]["block_size"]
+    return {"step": cx["length"], "invariant": inv_id, "kind": kind, "holds_when": holds_when,
+            "title": f"{inv_id} ({kind}) breaks at step {cx['length']}.",
+            "sentence": describe(witness), "witness": witness, "mark": _marked(witness, B)}
+
+
+def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[str] = None) -> dict:
+    """What the stepper page displays, one frame per step (frame 0: the
+    initial state). `decoded` is the concrete executor's optional per-step
+    output: {step: {"branch", "pos", "decoded", "expected"}}."""
+    scenario = cx["scenario"]
+    harness = is_harness(scenario)
+    protocol = None if harness else scenario["protocol"]
+    specs = dict(zip(cx["initial"]["branches"], scenario["branch"]))
+
+    def frame(n: int, state: dict, text: str, words: str, touched: list[int], **extra) -> dict:
+        where = {name: doing(protocol, specs[name], br) for name, br in state["branches"].items()}
+        return {"n": n, "text": text, "words": words, "state": state, "touched": touched, "doing": where, **extra}
+
+    frames = [frame(0, cx["initial"], "initial state", initial_words(scenario, cx["initial"]), [])]
+    state = cx["initial"]
+    for step in cx["steps"]:
+        after = step["state"]
+        frames.append(frame(step["n"], after or state, step["text"], action_words(step["action"], state, after),
+                            _touched(step["action"], state, after) if after else [], actor=step["action"]["actor"]))
+        state = after or state
+    return {
+        "scenario": {k: scenario[k] for k in ("name", "block_size", "prompt", "pool", "device", "reuse")},
+        "protocol": ({"name": scenario["allocator"], "description": HARNESS_DESCRIPTION} if protocol is None else
+                     {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())}),
+        "subject": "allocator" if harness else "protocol",
+        "harness": harness,     # one table per branch: what table(branch) returns
+        "branches": [{"name": name, "summary": program_summary(spec), "parent": spec.get("parent")}
+                     for name, spec in specs.items()],
+        "programs": not all(map(is_plain, specs.values())),   # show sequences: pos alone does not tell them
+        "violation": _violation(cx, holds_when),
+        "frames": frames,
+        "decoded": {str(k): v for k, v in (decoded or {}).items()},
+    }
+
+
+def _tables_legend(data: dict) -> str:
+    if data.get("harness"):
+        return ('<p class="legend"><span class="chip">table</span> the branch\'s block table, what the allocator\'s '
+                'table(branch) returns (its next kernel uses it)</p>')
+    return ('<p class="legend"><span class="chip">solid</span> working table (the scheduler\'s) ·\n'
+            ' <span class="chip chip-published">dashed</span> published table (what the next kernel uses)</p>')
+
+
+def _stepper_body(data: dict) -> str:
+    """The page's fixed markup; stepper.js fills the parts marked by id."""
+    s, v = data["scenario"], data["violation"]
+    branches = ", ".join(f"{b['name']} ({b['summary']})" for b in data["branches"])
+    last = len(data["frames"]) - 1
+    verdict_class = "verdict-bad" if "invariant" in v else "verdict-peak"
+    return f"""<header>
+<h1>{escape(s['name'])} <span class="sub">{escape(v.get('invariant') or 'peak')}</span></h1>
+<p class="meta">{data.get('subject', 'protocol')} <b>{escape(data['protocol']['name'])}</b> · device {escape(s['device'])} · reuse {escape(s['reuse'])}
+ · B={s['block_size']} · L={s['prompt']} · pool {s['pool']} blocks · branches {escape(branches)}</p>
+<p class="description">{escape(data['protocol']['description'])}</p>
+<p class="verdict {verdict_class}" id="verdict"><span class="tag">{'VIOLATION' if 'invariant' in v else 'PEAK'}</span>
+ {escape(v['title'])} <button type="button" id="goto-violation">Go to step {v['step']}</button></p>
+</header>
+<nav class="controls" aria-label="Step controls">
+<button type="button" id="reset">Reset</button>
+<button type="button" id="back">◀ Step back</button>
+<button type="button" id="step">Step ▶</button>
+<button type="button" id="play" aria-pressed="false">▶ Play</button>
+<label>speed <select id="speed">
+<option value="0.5">0.5 steps/s</option><option value="1" selected>1 step/s</option>
+<option value="2">2 steps/s</option><option value="4">4 steps/s</option><option value="10">10 steps/s</option>
+</select></label>
+<span class="position" id="position" aria-live="polite">step 0 of {last}</span>
+</nav>
+<p class="keys">Keys: → step, ← step back, Space play/pause, Home reset, End last step.</p>
+<main>
+<section id="action" class="panel" aria-label="Current step"></section>
+<section id="violation" class="panel violation" hidden></section>
+<section class="panel" aria-labelledby="pool-title">
+<h2 id="pool-title">Pool</h2>
+<p class="legend"><span class="swatch free-swatch">FREE</span> free block (greyed, hatched)
+ · <span class="swatch changed-swatch">changed</span> touched by this step
+ · <span class="swatch pending-swatch">← a1</span> write or copy in flight
+ · arrows: copies in flight</p>
+<div class="pool-wrap"><div class="pool" id="pool"></div><svg class="arrows" id="arrows" aria-hidden="true"></svg></div>
+<p id="free-list" class="free-list"></p>
+</section>
+<section class="panel" aria-labelledby="branches-title">
+<h2 id="branches-title">Branches</h2>
+{_tables_legend(data)}
+<div id="branches"></div>
+</section>
+<section class="panel" aria-labelledby="queue-title">
+<h2 id="queue-title">In flight on the device</h2>
+<ul id="queue"></ul>
+</section>
+<details class="panel" id="all-steps"><summary>All {last} steps</summary><ol id="step-list"></ol></details>
+</main>"""
+
+
+def stepper_html(counterexample_json: dict, decoded: Optional[dict] = None, holds_when: Optional[str] = None) -> str:
+    """The stepper page for one counterexample file's JSON. `decoded` is the
+    hook for the concrete executor: {step: {"branch", "pos", "decoded",
+    "expected"}}, shown at that step and next to the expected token."""
+    data = stepper_data(counterexample_json, decoded, holds_when)
+    title = f"{data['scenario']['name']}: {data['violation'].get('invariant') or 'peak'} (cowcheck)"
+    return document(title, _stepper_body(data), styles=("base.css", "stepper.css"),
+                    scripts=("player.js", "stepper.js"), data=data)
+
+
+# -- the index of a check run -------------------------------------------------------
+def _verdict_cell(verdict: dict) -> str:
+    if verdict["holds"] is False:
+        return f'<td class="bad"><span class="tag">VIOLATED</span> {escape(verdict["kind"])}</td>'
+    if verdict["holds"]:
+        return '<td class="good">holds</td>'
+    return '<td>not seen (partial)</td>'
+
+
+def _link(path: Optional[str], links: dict[str, str], text: str) -> str:
+    page_name = links.get(path or "")
+    return f'<a href="{escape(page_name)}">{escape(text)}</a>' if page_name else ""
+
+
+def _verdict_row(invariant: str, verdict: dict, links: dict[str, str]) -> str:
+    length = verdict["length"]
+    watch = _link(verdict["counterexample"], links, f"watch its {length} steps")
+    return (f'<tr><th scope="row">{escape(invariant)}</th>{_verdict_cell(verdict)}'
+            f'<td class="num">{length or ""}</td><td>{watch}</td></tr>')
+
+
+def _measures(summary: dict, links: dict[str, str]) -> str:
+    """The explorer's measures (the z3 engines have none: their bound instead)."""
+    if "states" not in summary:
+        return f'<p class="measures">engine {escape(summary["engine"])} · bound {summary.get("bound")}</p>'
+    copies = "n/a" if not summary["copies"] else f"{summary['copies'][0]}-{summary['copies'][1]}"
+    steady = "n/a" if summary["steady_blocks"] is None else summary["steady_blocks"]
+    peak_link = _link(summary["peak_trace"], links, "watch the peak trace")
+    return (f'<p class="measures">peak {summary["peak_blocks"]} blocks / steady {steady} · copies {copies} · '
+            f'{summary["states"]:,} states {peak_link}</p>')
+
+
+def _scenario_section(summary: dict, links: dict[str, str]) -> str:
+    rows = "\n".join(_verdict_row(inv, v, links) for inv, v in summary["verdicts"].items())
+    unsafe = '<span class="tag bad">UNSAFE</span> ' if summary["summary"] == Summary.UNSAFE else ""
+    expect = ("" if not summary["expect"] else
+              f"<p>expect {escape(', '.join(summary['expect']))}: "
+              + ("<b>met</b>" if summary["expect_met"] else
+                 "<b class=\"bad-text\">NOT met</b> (" + escape("; ".join(summary["expect_failures"])) + ")") + "</p>")
+    return f"""<section class="panel scenario" id="{escape(summary['scenario'])}">
+<h2>{escape(summary['scenario'])}</h2>
+<p class="meta">{'allocator' if summary.get('allocator') else 'protocol'} <b>{escape(summary['protocol'])}</b> · device {escape(summary['device'])} · reuse {escape(summary['reuse'])}</p>
+<p class="summary">{unsafe}<b>{escape(summary['summary'])}</b></p>
+<div class="table-wrap"><table>
+<thead><tr><th scope="col">invariant</th><th scope="col">verdict</th><th scope="col">shortest</th><th scope="col">counterexample</th></tr></thead>
+<tbody>
+{rows}
+</tbody></table></div>
+{_measures(summary, links)}
+{expect}
+</section>"""
+
+
+def index_html(summaries: list[dict], links: dict[str, str]) -> str:
+    """The index of one check run: each scenario's verdict table (the JSON
+    of Result.to_json()), its counterexamples linked to their stepper
+    pages through LINKS (counterexample file path -> page file name)."""
+    met = sum(1 for s in summaries if s["expect_met"])
+    contents = " · ".join(f'<a href="#{escape(s["scenario"])}">{escape(s["scenario"])}</a>' for s in summaries)
+    body = f"""<header>
+<h1>cowcheck check <span class="sub">{len(summaries)} scenario(s), {met} met their expect</span></h1>
+<nav class="contents" aria-label="Scenarios">{contents}</nav>
+</header>
+<main>
+{"".join(_scenario_section(s, links) for s in summaries)}
+</main>"""
+    return document("cowcheck check", body, styles=("base.css", "index.css"))

@@ -1,0 +1,134 @@
+"""How results look: a rich table per scenario, the one-line summary, the
+measures, and whether the scenario met its `expect`."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cowcheck.traces.pool import PoolReplay
+from cowcheck.engines.invariants import Kind
+from cowcheck.engines.results import ExplicitResult, Outcome, Result, Summary
+
+VERDICT_STYLE = {Outcome.HOLDS: ("holds", "green"), Outcome.NOT_SEEN: ("not seen (partial)", "dim"),
+                 Outcome.UNSUPPORTED: ("unsupported", "dim")}
+SUMMARY_STYLE = {Summary.UNSAFE: "bold red", Summary.UNDISCIPLINED: "yellow", Summary.DISCIPLINED: "bold green"}
+
+
+def show(result: Result, console: Console) -> None:
+    s = result.scenario
+    what = "[dim]allocator[/] " if s.allocator is not None else "[dim]protocol[/] "
+    title = (f"{escape(s.name)}  {what}{escape(s.subject)}  [dim]device[/] {s.device}  "
+             f"[dim]reuse[/] {s.reuse}  [dim]B[/]={s.block_size} [dim]L[/]={s.prompt} [dim]pool[/]={s.pool} "
+             f"[dim]branches[/]={len(s.branches)}")
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("invariant")
+    table.add_column("kind")
+    table.add_column("verdict")
+    table.add_column("shortest", justify="right")
+    table.add_column("counterexample", overflow="fold")
+    for v in result.verdicts.values():
+        if v.outcome is Outcome.VIOLATED:
+            verdict, style = "VIOLATED", "bold red" if v.kind is Kind.HARM else "yellow"
+        else:
+            verdict, style = VERDICT_STYLE[v.outcome]
+        table.add_row(escape(v.invariant), str(v.kind), f"[{style}]{verdict}[/]", str(v.length or ""),
+                      escape(v.path or v.note or ""))
+    console.print(table)
+    console.print(f"[{SUMMARY_STYLE[result.summary]}]{escape(result.summary_line)}[/]")
+    if not isinstance(result, ExplicitResult):  # z3 engines: no states or measures, their own line
+        console.print(f"[dim]{escape(result.engine_line())}[/]")
+        _show_expect(result, console)
+        return
+    x = result.x
+    copies = f"{x.cost_range[0]}-{x.cost_range[1]}" if x.cost_range else "n/a"
+    steady = "n/a" if x.steady is None else str(x.steady)
+    console.print(
+        f"[dim]states[/] {x.states:,}  [dim]transitions[/] {x.transitions:,}  [dim]depth[/] {x.depth}  "
+        f"[dim]time[/] {x.seconds:.2f}s  [dim]states/s[/] {x.rate:,.0f}  "
+        f"[dim]peak blocks[/] {x.peak} / steady {steady}  [dim]copies[/] {copies}"
+        + ("" if x.complete else f"  [bold yellow]partial: {escape(x.stopped or '')}[/]")
+    )
+    reductions = ", ".join(x.reductions) or "none"
+    line = f"[dim]reductions[/] {escape(reductions)}"
+    if x.bytes_per_state and x.states >= 10_000:  # below that, page granularity swamps it
+        line += f"  [dim]memory[/] ~{x.bytes_per_state:,.0f} bytes/state"
+    if x.encoding:
+        line += f"  [dim]visited set[/] {x.encoding} encodings"
+    if x.fingerprints:
+        line += f"  [dim]fingerprints[/] 64-bit, collision probability ~{x.collision_probability:.1e}"
+    console.print(line)
+    hint = bound_hint(x.stopped, x.reductions)
+    if hint:
+        console.print(f"[yellow]{escape(hint)}[/]")
+    _show_expect(result, console)
+
+
+def overview(results: list[Result], console: Console) -> None:
+    """One row per scenario checked, so runs of one shape under several
+    protocols read side by side: a rollback that never trims is safe, and
+    only its peak or steady count beside cow's shows what it costs."""
+    table = Table(title="scenarios", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("scenario", "protocol / allocator", "device", "verdict", "broken (shortest)", "peak", "steady", "copies"):
+        table.add_column(col, justify="right" if col in ("peak", "steady", "copies") else "left", overflow="fold")
+    for r in results:
+        broken = ", ".join(f"{v.invariant} ({v.length})" for v in r.verdicts.values() if v.outcome is Outcome.VIOLATED)
+        peak = steady = copies = ""
+        if isinstance(r, ExplicitResult):
+            x = r.x
+            peak = str(x.peak)
+            steady = "n/a" if x.steady is None else str(x.steady)
+            copies = f"{x.cost_range[0]}-{x.cost_range[1]}" if x.cost_range else "n/a"
+        table.add_row(escape(r.scenario.name), escape(r.scenario.subject), r.scenario.device,
+                      f"[{SUMMARY_STYLE[r.summary]}]{r.summary}[/]", escape(broken), peak, steady, copies)
+    console.print(table)
+
+
+BOUNDS = ("--max-states", "--max-memory", "out of memory")
+
+
+def bound_hint(stopped: str | None, reductions: tuple[str, ...]) -> str | None:
+    """What to try when a bound on states or memory stopped the search."""
+    if not stopped or not stopped.startswith(BOUNDS):
+        return None
+    tries = [] if any("symmetry" in r for r in reductions) else ["--symmetry"]
+    tries += ["--fingerprints (8 bytes a state)", "--compact", "--por",
+              "--first (stop at the first violation)", "--engine bmc --depth K (no states stored)"]
+    return f"stopped by {stopped}: the verdicts above are partial; to get further try " + ", ".join(tries)
+
+
+def _show_expect(result: Result, console: Console) -> None:
+    s = result.scenario
+    if s.expect:
+        if result.expect_met:
+            console.print(f"[green]expect met[/]: {escape(', '.join(s.expect))}")
+        else:
+            for failure in result.expectation_failures:
+                console.print(f"[bold red]expect NOT met[/]: {escape(failure)}")
+    console.print()
+
+
+def show_pool(replay: PoolReplay, console: Console) -> None:
+    """Each kernel of a pool replay beside its reference; the first
+    divergence highlighted."""
+    first = replay.first_divergence
+    table = Table(title=f"replay on a {replay.pool} KV pool (H={replay.head_dim})", title_justify="left",
+                  show_edge=False, pad_edge=False)
+    for col in ("step", "read by", "branch", "pos", "max |diff|", "decoded", "expected", ""):
+        table.add_column(col, justify="right" if col in ("step", "pos", "max |diff|") else "left")
+    for k in replay.kernels:
+        style = "bold red" if k is first else ("yellow" if k.diverged else None)
+        verdict = "FIRST DIVERGENCE" if k is first else ("diverges" if k.diverged else "ok")
+        table.add_row(str(k.step), k.kind, k.branch, str(k.pos), f"{k.max_diff:.2e}", str(k.decoded or "_"),
+                      str(k.expected or "_"), verdict, style=style)
+    console.print(table)
+    if first is None:
+        console.print("[green]every output matches the reference[/]")
+    elif first.kind == "kernel":
+        console.print(f"[bold red]first divergence at step {first.step}[/]: branch {first.branch}'s kernel for position "
+                      f"{first.pos} decodes [bold]{first.decoded}[/] where the reference decodes [bold]{first.expected}[/] "
+                      f"(max |diff| {first.max_diff:.3f})")
+    else:
+        console.print(f"[bold red]first divergence at step {first.step}[/]: branch {first.branch}'s check-output reads "
+                      f"[bold]{first.decoded or '_'}[/] at position {first.position} where its reference has [bold]{first.expected}[/]")

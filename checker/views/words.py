@@ -1,0 +1,405 @@
+"""The sentences every view of a trace shares: what a branch's program is
+(`program_labels`, `program_summary`, `is_plain`), what the trace is about
+(`subject`, `is_harness`, `initial_words`), where a branch is in its program
+(`doing`), what an action did (`action_words`) and what a witness shows
+(`describe`), in plain text.
+
+`cowcheck explain` (checker/views/explain.py), the stepper page
+(checker/views/html.py) and the block-graph pictures (checker/views/graph.py)
+all say these things with the functions here, so a trace reads the same in
+the terminal, the browser and a picture. They work on states in the
+counterexample file's JSON form (cowcheck.model.state.state_to_json), which
+is what the pages are drawn from, and import nothing that draws: a page that
+needs the words does not pull in the terminal's rich.
+
+Traces of allocator code through the engine harness (cowcheck.model.harness)
+read the same way: each host call is one action, told as the call and what
+followed from it (the copies it returned and the kernel launched, the child
+born, the drafts rolled back, the output checked, the exception it raised),
+with the allocator's refcounts as it reports them."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from cowcheck.model.action import DEVICE
+from cowcheck.model.scenario import BRANCH_NAMES, parse_operation
+from cowcheck.model.structure import Op
+
+#: the host calls of the engine harness, as an action's step names them
+HOST_CALLS = ("append", "fork", "rollback", "free")
+
+
+# -- a branch's program --------------------------------------------------------------
+def program_labels(spec: dict) -> list[str]:
+    """A branch's operations (its scenario entry, JSON form) one per entry as
+    the model counts them, so that a branch's `done` indexes this list:
+    `speculate K` is K drafts and then the verify that starts the rollback
+    (cowcheck.model.scenario.parse_operation flattens them the same way)."""
+    labels = []
+    for text in spec.get("program") or ["append"] * spec.get("appends", 0):
+        ops = parse_operation(text)
+        if len(ops) == 1:
+            labels.append(text)
+            continue
+        drafts = len(ops) - 1
+        labels += [f"draft {k} of {drafts}" for k in range(1, drafts + 1)] + [f"verify {drafts} drafts"]
+    return labels
+
+
+def is_plain(spec: dict) -> bool:
+    """A branch written as `appends = k`: a root that only appends."""
+    return "program" not in spec
+
+
+def program_summary(spec: dict) -> str:
+    """A branch's program in brief: "2 appends", or its operations and parent."""
+    n = spec.get("appends", 0)
+    text = f"{n} append{'s' if n != 1 else ''}" if is_plain(spec) else f"program [{', '.join(spec['program'])}]"
+    if spec.get("parent"):
+        text += f", forked by {spec['parent']}"
+    return text + (", may cancel" if spec.get("may_cancel") else "")
+
+
+def is_harness(scenario: dict) -> bool:
+    """A scenario (JSON form) whose subject is allocator code, checked
+    through the engine harness, rather than a protocol."""
+    return scenario.get("allocator") is not None
+
+
+def subject(scenario: dict) -> tuple[str, str]:
+    """What a scenario (JSON form) checks, as ("protocol", its name) or
+    ("allocator", the code's reference)."""
+    if is_harness(scenario):
+        return "allocator", str(scenario["allocator"])
+    return "protocol", str(scenario["protocol"]["name"])
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def initial_words(scenario: dict, initial: Optional[dict] = None) -> str:
+    """The initial state in one sentence (`initial`, the initial state in
+    JSON form, names the blocks the allocator's `start` chose, for a
+    harness trace)."""
+    unborn = [(name, spec["parent"]) for name, spec in zip(BRANCH_NAMES, scenario["branch"]) if spec.get("parent")]
+    children = "; ".join(f"{child} is unborn until {parent} forks it" for child, parent in unborn)
+    if is_harness(scenario):
+        roots = [name for name, spec in zip(BRANCH_NAMES, scenario["branch"]) if not spec.get("parent")]
+        call = f"start({roots!r}, {scenario['prompt']})"
+        tables = {name: initial["branches"][name]["working"] for name in roots} if initial else {}
+        if not tables:
+            given = "the prompt's blocks"
+        elif len({tuple(t) for t in tables.values()}) == 1:
+            table = next(iter(tables.values()))
+            shared = ", shared" if len(roots) > 1 else ""
+            given = f"the prompt's blocks {table}{shared}" if table else "no block (the prompt is empty)"
+        else:
+            given = "their tables: " + ", ".join(f"{name} {table}" for name, table in tables.items())
+        root = "root branch" if len(roots) == 1 else "root branches"
+        text = f"The allocator's {call} gives the {root} {_names(roots)} {given}"
+        return text + (f"; {children}." if children else ".")
+    if not unborn:
+        return "The fork has happened: every branch maps the prompt's blocks."
+    return f"The fork has happened: every root branch maps the prompt's blocks; {children}."
+
+
+def doing(protocol: Optional[dict], spec: dict, branch: dict) -> str:
+    """Where a branch is in its program and its protocol (the branch in
+    JSON form, its scenario entry, the protocol definition: None for
+    allocator code, whose branches are always between host calls)."""
+    status = branch["status"]
+    if status == "unborn":
+        return f"unborn: not forked yet (its parent {spec.get('parent')} brings it to life with a fork)"
+    if status != "running":
+        return str(status)
+    labels = program_labels(spec)
+    done, op = branch["done"], branch["op"]
+    if op is None or protocol is None:
+        between = "between operations" if protocol is not None else "between host calls"
+        if is_plain(spec):
+            return f"{between} ({done} of {len(labels)} appends done)"
+        nxt = labels[done] if done < len(labels) else "finish"
+        return f"{between} ({done} of {len(labels)} operations done; next: {nxt})"
+    if op == Op.APPEND:
+        label, steps = f"{branch['path']} path", protocol["append"]["paths"][branch["path"]]["steps"]
+        if labels[done].startswith("draft"):
+            label += f" ({labels[done]})"
+    else:
+        label, steps = str(op), protocol[str(op)]["steps"]
+        if op == Op.FORK:
+            label = labels[done]
+    bound = ", ".join(f"{k}={branch[k]}" for k in ("tail", "new", "rejected") if branch.get(k) is not None)
+    return f"{label}, next: {steps[branch['step']]}" + (f" ({bound})" if bound else "")
+
+
+# -- what an action did ------------------------------------------------------------------
+def _slots(slots: list | tuple) -> str:
+    return "[" + " ".join(t if t is not None else "_" for t in slots) + "]"
+
+
+def _change(before: dict, after: dict, block: int, counter: str) -> str:
+    old, new = before["blocks"][block][counter], after["blocks"][block][counter]
+    return f"{counter} {old} → {new}" if old != new else f"{counter} stays {new}"
+
+
+def _tokens(tokens: list) -> str:
+    return " ".join(tokens)
+
+
+def _blocks(blocks: list[int]) -> str:
+    return ("block " if len(blocks) == 1 else "blocks ") + ", ".join(map(str, blocks))
+
+
+def _program_words(who: str, op: str, binds: dict, before: dict, after: dict) -> Optional[str]:
+    """What a step of a fork or a rollback did (docs/semantics.md#branch-programs);
+    None for the other steps."""
+    was, me = before["branches"][who], after["branches"][who]
+    if op == "incref-all":
+        changes = "; ".join(f"block {b} {_change(before, after, b, 'refcount')}" for b in dict.fromkeys(was["working"]))
+        return f"{who} takes one more reference on every block of its working table {was['working']}, for its child: {changes}."
+    if op == "share":
+        child = binds["child"]
+        kid = after["branches"][child]
+        return (f"{who} brings {child} to life: {child} starts with {who}'s working table {list(binds['table'])} as both "
+                f"of its tables, and with {who}'s sequence {_tokens(kid['sequence'])} (pos {kid['pos']}). "
+                "No refcount changes.")
+    if op == "verify":
+        accepted, rejected = binds["accepted"], binds["rejected"]
+        drafts = accepted + rejected
+        if not rejected:
+            return f"The verifier accepts all {drafts} of {who}'s drafts; {who}'s rollback still runs, with nothing to rewind."
+        gone = _tokens(was["sequence"][-rejected:])
+        return f"The verifier accepts {accepted} of {who}'s {drafts} drafts and rejects the last {rejected} ({gone}): {who} rolls back."
+    if op == "rewind":
+        rejected = binds["rejected"]
+        if not rejected:
+            return f"{who} rewinds by 0 tokens: every draft was accepted, pos stays {me['pos']}."
+        gone = _tokens(was["sequence"][-rejected:])
+        kept = ("What the rejected draft's kernel writes stays in its slot" if rejected == 1 else
+                "What the rejected drafts' kernels write stays in their slots")
+        return (f"{who} rewinds by {rejected} to pos {me['pos']}: its sequence drops {gone}. {kept}, "
+                f"as garbage past pos that no faithful read reaches.")
+    if op == "trim":
+        dropped = list(binds["dropped"])
+        if not dropped:
+            return f"{who} trims its working table {me['working']}: no block lies past position {me['pos']}, nothing is dropped."
+        changes = "; ".join(f"block {b} {_change(before, after, b, 'refcount')}" for b in dict.fromkeys(dropped))
+        refs = "its reference to it" if len(set(dropped)) == 1 else "its references to them"
+        return (f"{who} trims its working table to {me['working']}, the blocks its positions below {me['pos']} use: "
+                f"it drops {_blocks(dropped)} and {refs} ({changes}).")
+    return None
+
+
+def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict) -> str:
+    """What a branch's step did, in one sentence (the step table, docs/semantics.md#steps)."""
+    op, *args = step.split()
+    arg: list[Any] = [binds.get(a) for a in args]  # block ids, as recorded
+    me = after["branches"][who]
+    program = _program_words(who, op, binds, before, after)
+    if program is not None:
+        return program
+    if op == "decide":
+        tail = binds.get("tail")
+        return (f"{who} decides how to write position {me['pos']}: the {binds['path']} path"
+                + (f", with block {tail} as its tail." if tail is not None else " (a block boundary: no tail)."))
+    if op == "alloc":
+        return f"{who} takes block {arg[0]} from the free list as '{args[0]}' (refcount 1)."
+    if op in ("incref", "decref"):
+        verb = "takes another" if op == "incref" else "drops its"
+        return f"{who} {verb} reference to block {arg[0]}: {_change(before, after, arg[0], 'refcount')}."
+    if op in ("hold", "release"):
+        verb = "pins" if op == "hold" else "unpins"
+        return f"{who} {verb} block {arg[0]}: {_change(before, after, arg[0], 'holds')}."
+    if op in ("copy", "copy-block"):
+        copy = next(q["copy"] for q in reversed(after["queue"]) if "copy" in q)
+        n = copy["n"]
+        return (f"{who} launches an asynchronous copy of block {arg[0]}'s first {n} slot{'s' if n != 1 else ''} "
+                f"into block {arg[1]}; the device may complete it at any later step.")
+    if op == "wait-copy":
+        return f"{who}'s wait for copies into block {arg[0]} passes: none is in flight."
+    if op == "wait-kernel":
+        return f"{who}'s wait for its kernels passes: none is in flight."
+    if op == "append":
+        return f"{who} appends block {arg[0]} to its working table: {me['working']}."
+    if op == "replace":
+        return f"{who} puts block {arg[1]} where block {arg[0]} was in its working table: {me['working']}."
+    if op == "publish":
+        return f"{who} publishes its working table {me['published']}: its next kernel launch will use it."
+    if op == "write":
+        kernel = next(q["kernel"] for q in reversed(after["queue"]) if "kernel" in q)
+        return (f"{who} launches a kernel that will write {kernel['token']} at position {kernel['pos']} "
+                f"through its published table {kernel['snapshot']}.")
+    if op == "decref-all":
+        return f"{who} drops its reference to every block of its working table {before['branches'][who]['working']} and clears both tables."
+    if op == "check-output":
+        return f"{who} checks its output: positions 0 to {binds['pos'] - 1} read through its working table {binds['table']}."
+    return f"{who}: {step}."
+
+
+# -- a host call of allocator code (the engine harness) -------------------------------
+def is_host_call(action: dict) -> bool:
+    """An action that is one call into allocator code (its step is the
+    adapter method's bare name; a protocol's steps always name a block or
+    are none of these)."""
+    return action["actor"] != DEVICE and action["step"] in HOST_CALLS
+
+
+def _books(who: str, before: dict, after: dict) -> str:
+    """What a host call did to the allocator's books, as it reports them:
+    refcounts, blocks it took from its free list, and other branches'
+    tables that changed under them."""
+    changes = [f"block {b['id']} from {a['refcount']} to {b['refcount']}"
+               for a, b in zip(before["blocks"], after["blocks"]) if a["refcount"] != b["refcount"]]
+    text = "The allocator's refcounts: " + ", ".join(changes) if changes else "No refcount changes"
+    taken = [b for b in before["free"] if b not in after["free"]]
+    if taken:
+        text += f" ({_blocks(taken)} taken from the free list)"
+    text += "."
+    for name, was in before["branches"].items():
+        now = after["branches"][name]
+        if name != who and was["status"] == now["status"] == "running" and was["working"] != now["working"]:
+            text += f" {name}'s table changes too, from {was['working']} to {now['working']}."
+    return text
+
+
+def _copies(binds: dict, B: int) -> str:
+    pairs = list(zip(binds.get("copy_src") or [], binds.get("copy_dst") or []))
+    slots = f"all {B} slot{'s' if B != 1 else ''}"
+    if not pairs:
+        return "the allocator returns no copy"
+    if len(pairs) == 1:
+        return f"the allocator returns one copy, block {pairs[0][0]} → block {pairs[0][1]} ({slots}), launched first"
+    listed = ", ".join(f"block {s} → block {d}" for s, d in pairs)
+    return f"the allocator returns {len(pairs)} copies, {listed} ({slots} each), launched first in that order"
+
+
+def _still_free(who: str, binds: dict, after: dict) -> str:
+    """Blocks the call put to use (a copy's destination, the branch's
+    table) that the allocator still reports free: a bug in the making."""
+    table = after["branches"][who]["working"]
+    dsts = binds.get("copy_dst") or []
+    out = ""
+    for b in dict.fromkeys([*dsts, *table]):
+        if b in after["free"]:
+            roles = [role for role, yes in (("a copy's destination", b in dsts), (f"in {who}'s table", b in table)) if yes]
+            out += f" Block {b} stays FREE: the allocator keeps it on its free list, though it is {' and '.join(roles)}."
+    return out
+
+
+def _kernel_in_flight(who: str, state: dict) -> Optional[dict]:
+    return next((q["kernel"] for q in state["queue"] if "kernel" in q and q["kernel"]["branch"] == who), None)
+
+
+def _host_words(action: dict, binds: dict, before: dict, after: Optional[dict]) -> str:
+    """What a host call did, in words (docs/semantics.md#engine-harness):
+    the call, then what followed from it in the same action."""
+    who, op = action["actor"], action["op"]
+    was = before["branches"][who]
+    B = len(before["blocks"][0]["slots"]) if before["blocks"] else 1
+    if "raised" in binds:
+        failed = f"calls {binds['call']}, which raises {binds['raised']} — allocator-error: the allocator's own code fails, and no state follows"
+        if op == "finish":
+            return (f"{who} has finished: it checks its output, positions 0 to {was['pos'] - 1} read through its table "
+                    f"{was['working']}, then {failed}.")
+        if op == "cancel":
+            return f"{who} is pruned: it {failed}."
+        return f"{who} {failed}."
+    if op == "append":
+        token, pos, table = binds["token"], was["pos"], binds["table"]
+        call = f"{who} calls append({who!r}, {token!r}): {_copies(binds, B)}"
+        if after is None:
+            return (f"{call}; but its table {table} has no block for position {pos}: "
+                    f"no kernel is launched (kernel-table-miss).")
+        return (f"{call}; then {who}'s kernel for position {pos}, which writes {token} into block "
+                f"{table[pos // B]}, slot {pos % B}, is launched through its table {table}. {_books(who, before, after)}"
+                + _still_free(who, binds, after))
+    assert after is not None
+    me = after["branches"][who]
+    if op == "fork":
+        child = binds["child"]
+        kid = after["branches"][child]
+        same = f", the same blocks as {who}'s" if kid["working"] == me["working"] else f"; {who}'s table is now {me['working']}"
+        return (f"{who} calls fork({who!r}, {child!r}): {child} is born with {who}'s sequence {_tokens(kid['sequence'])} "
+                f"(pos {kid['pos']}) and its own table {kid['working']}{same}. {_books(who, before, after)}"
+                + _still_free(child, binds, after))
+    if op == "rollback":
+        accepted, rejected = binds["accepted"], binds["rejected"]
+        drafts = accepted + rejected
+        if not rejected:
+            return (f"The verifier accepts all {drafts} of {who}'s drafts; {who} calls rollback({who!r}, 0), with nothing to "
+                    f"rewind: pos stays {me['pos']} and its table is {me['working']}. {_books(who, before, after)}")
+        gone = _tokens(was["sequence"][-rejected:])
+        kept = ("what the rejected draft's kernel wrote stays in its slot" if rejected == 1 else
+                "what the rejected drafts' kernels wrote stays in their slots")
+        return (f"The verifier accepts {accepted} of {who}'s {drafts} drafts; {who} calls rollback({who!r}, {rejected}): "
+                f"it drops {gone}, its pos goes back to {me['pos']} and its table is now {me['working']} ({kept}, "
+                f"as garbage past pos). {_books(who, before, after)}")
+    if op == "finish":
+        return (f"{who} has finished: it checks its output, positions 0 to {binds['pos'] - 1} read through its table "
+                f"{binds['table']}, then calls free({who!r}). {_books(who, before, after)}")
+    kernel = _kernel_in_flight(who, before)
+    flight = (f", while its kernel for position {kernel['pos']} ({kernel['token']}) is still in flight"
+              if kernel is not None else "")
+    return f"{who} is pruned: it calls free({who!r}) with its table {binds['table']}{flight}. {_books(who, before, after)}"
+
+
+def _device_words(op: str, binds: dict, after: dict) -> str:
+    """What a device completion did, in one sentence."""
+    if op == "copy-complete":
+        return (f"The device completes the copy of block {binds['src']} into block {binds['dst']}: "
+                f"block {binds['dst']} now holds {_slots(after['blocks'][binds['dst']]['slots'])}.")
+    return (f"The device completes {binds['branch']}'s kernel: it writes {binds['token']} into block "
+            f"{binds['block']}, slot {binds['slot']}, then reads positions 0 to {binds['pos']} through its snapshot.")
+
+
+def _consequences(before: dict, after: dict, harness: bool = False) -> str:
+    """What an action did besides its own effect: blocks it freed, increments
+    of a block that stayed free, children cancelled with their parent. (The
+    order of allocator code's free list is its own: nothing is said of
+    which block comes next.)"""
+    out = ""
+    freed = [block for block in after["free"] if block not in before["free"]]
+    if harness and freed:
+        out += (f" Block {freed[0]} is now FREE: it is" if len(freed) == 1 else
+                f" Blocks {_names([str(b) for b in freed])} are now FREE: they are") + " on the allocator's free list."
+    for block in after["free"]:
+        if block not in before["free"]:
+            if harness:
+                continue
+            first = " and will be the next one allocated" if after["free"][0] == block else ""
+            out += f" Block {block} is now FREE: it is back on the free list{first}."
+        elif after["blocks"][block]["refcount"] > before["blocks"][block]["refcount"]:
+            out += (f" Block {block} stays FREE: its refcount rose, yet the allocator keeps it on its free list." if harness else
+                    f" Block {block} stays FREE: an increment does not take a block off the free list.")
+    for name, br in after["branches"].items():
+        if before["branches"][name]["status"] == "unborn" and br["status"] == "cancelled":
+            out += f" {name}, never forked, is cancelled with it."
+    return out
+
+
+def action_words(action: dict, before: dict, after: Optional[dict]) -> str:
+    """The action of one step (JSON forms) as a sentence a person can follow
+    without knowing the step language, with what else it caused."""
+    binds = {k: list(v) if isinstance(v, tuple) else v for k, v in action["binds"].items()}   # as in a file
+    if is_host_call(action):
+        return _host_words(action, binds, before, after) + ("" if after is None else _consequences(before, after, True))
+    if after is None:
+        return f"{action['actor']} tries to write, but its published table does not cover the position: no kernel is launched."
+    if action["actor"] == DEVICE:
+        sentence = _device_words(action["op"], binds, after)
+    else:
+        sentence = _branch_words(action["actor"], action["step"], binds, before, after)
+    return sentence + _consequences(before, after)
+
+
+def describe(witness: dict) -> str:
+    """What the invariant expected and what happened, in one sentence."""
+    if "expected" in witness:
+        where = (f"branch {witness['branch']}'s kernel for position {witness['pos']} read through snapshot {witness['snapshot']}"
+                 if witness.get("via") == "kernel" else
+                 f"branch {witness['branch']}'s check-output read through its working table {witness.get('table')}")
+        return (f"{where}: at position {witness['position']} it expected {witness['expected']} and read {witness['read']}"
+                f" (expected {' '.join(map(str, witness['expected_sequence']))}, read {' '.join(str(t) if t else '_' for t in witness['read_sequence'])})")
+    return witness.get("message", str(witness))

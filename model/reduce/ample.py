@@ -1,0 +1,239 @@
+"""Partial-order reduction: in some states one branch's enabled actions can be
+explored alone (an ample set) without losing any verdict or measure.
+
+Most actions are visible to some invariant or dependent on another actor's:
+allocs and frees share the free list, counter steps share blocks,
+completions change blocks others read, launches change the queue (whose
+order the stream devices complete by), a decide reads counters other
+branches change and leaves the quiescent states refcount-exact judges.
+What remains are the steps that touch only the branch itself and blocks
+nobody else can reach, and the launches where the queue is unordered:
+
+- `wait-kernel` once enabled: only the branch's own `write` launches its
+  kernels, and the branch is parked at the wait;
+- `wait-copy Y`, `append X`, `publish` when every block they touch (Y; X;
+  the blocks whose membership in the published table changes) is private
+  to the branch: not free, not in another branch's tables or locals, not in
+  any in-flight op. Nobody else can come to reach such a block while the
+  branch stays put (a block is reached only through the free list, a table,
+  a local or an op), so no other actor's action, now or later, reads or
+  writes what these steps change, and no check of another actor
+  (exclusive-write, no-use-after-free, faithful-output) can see them;
+- `replace X Y` when Y is private and X is private or stays one of the
+  branch's *uses* (its working table, or its published table below
+  ceil(pos / B): what exclusive-write and no-use-after-free look at): the
+  checks that see X see it in the branch's tables before and after;
+- on the `async` device only, where the queue's order decides nothing
+  (whatever is in flight may complete next, and no check reads the order),
+  the launches:
+  - `copy X Y` / `copy-block X Y` when Y is private, X is private or one of
+    the branch's uses, and the branch has no kernel in flight. An in-flight
+    copy from X is seen by exclusive-write (a kernel writing X) and
+    no-use-after-free (freeing X); while the branch stays put those see X
+    in its tables anyway. Its own older kernels are the exception (the check
+    skips their own branch's tables), hence the last condition;
+  - `write` when the published table reaches the position (no table miss,
+    which would end the run there), every block of it is private or one of
+    the branch's uses, and the branch has no kernel in flight. The kernel's
+    snapshot is the published table, and the checks that would see the
+    snapshot see the same blocks in the branch's tables.
+
+Each of these changes only the branch's program position, locals and tables
+in ways no invariant of another actor reads (a launch also adds an op to
+the queue, which only its own branch waits on), disables nothing and cannot
+be disabled. Two more exclusions keep that true: a branch with alternatives (one
+between operations: decide, finish, cancel; a `may_cancel` branch at an
+append's wait-kernel) is never reduced, and neither is any protocol with an
+atomic path or an atomic [fork] or [rollback] (a branch entering one takes
+the scheduler lock and so disables the others). The steps of branch
+programs (`incref-all`, `share`, `rewind`, `trim`) and `verify` are never
+in an ample set: they change counters, another branch's tables, or choose
+among successors. A `wait-kernel` inside a fork or rollback qualifies like
+an append's (no cancel can start there).
+
+So the ample set {the branch's enabled actions} meets Peled's conditions: C0
+(non-empty), C1 (every action outside it, on any path from the state that
+does not take it, is independent of it), C2 (invisible); C3 (the cycle
+proviso) holds trivially because the state graph is acyclic. Any path of the
+full graph is matched in the reduced graph by the same sequence of other
+actions with some of these steps moved earlier or inserted; the states differ
+only in branches that were parked at such steps (and, on async, in the
+queue's order). Consequences, checked by
+tests/test_reductions.py on every shipped scenario and on random ones:
+
+- every invariant keeps its verdict, and every measure (peak, copies, steady
+  blocks) its value: a quiescent, steady, final or stuck state has no branch
+  parked at an enabled step of this kind, so it is reached exactly;
+- shortest lengths may grow (a moved step can be an extra action before the
+  violation), so the checker re-searches violations without this reduction
+  (cowcheck.engines.explicit) to report true shortest lengths.
+
+Device completions (`completions=True`, async device only) are the further
+step, and they keep less: not every invariant's verdict, only whether *some*
+violation is reachable. An in-flight op is *settled* when its owner is
+parked waiting for it and nothing any other actor can do without breaking
+an invariant depends on it:
+
+- a copy X -> Y: a branch (without may_cancel) is parked at `wait-copy Y`;
+  Y is private to it apart from this copy; X is one of its uses;
+- a kernel: its branch (without may_cancel) is parked at `wait-kernel` with
+  no other kernel in flight; the block it writes is private to it apart
+  from this kernel; every block of its snapshot is one of its uses;
+
+and every block the op reads (X; the snapshot) is *stable*: not free, not
+the destination of an in-flight copy or of another branch's bound `new`,
+and the protocol never copies into `tail`. Then whatever another actor does
+to the op's blocks is a violation in either order: writing a block the
+owner uses breaks exclusive-write (the owner is running and maps it),
+freeing one breaks no-use-after-free, and no copy can write one. So along
+any path on which nothing has been violated yet, every other action
+commutes with the completion exactly, and the completion's own checks come
+out the same; and the action that ends such a path with a violation still
+violates after the completion (C1 and C2 up to the first violation). A
+state with the op in flight and its owner parked is not quiescent, final or
+stuck, before or after. Hence: the reduced graph reaches a violation iff
+the full graph does, and when it reaches none, every measure is the full
+graph's. It does not keep the rest (an order that breaks exclusive-write
+first can go on to break faithful-output, and that order may be pruned),
+so cowcheck.engines.explicit searches with completions first and, only if that
+search finds a violation, searches again without them for every verdict.
+The commutation test in tests/test_reductions.py checks these claims step
+by step, and the agreement tests check the outcome."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+from cowcheck.model.protocol import Step
+from cowcheck.model.state import Branch, Copy, InFlight, Kernel, State, Status, published_uses
+from cowcheck.model.structure import Op
+from cowcheck.model.action import Transition, completion
+from cowcheck.model.system import ProtocolModel
+
+#: the step kinds that can form an ample set, given the conditions above
+LOCAL_STEPS = frozenset({"wait-kernel", "wait-copy", "append", "replace", "publish"})
+#: launches, local only where the queue is unordered (the async device)
+LAUNCHES = frozenset({"copy", "copy-block", "write"})
+
+
+class Ample:
+    """Chooses the actions to explore from a state: one branch's enabled
+    actions when the conditions above allow it, else everything."""
+
+    def __init__(self, model: ProtocolModel, completions: bool = False):
+        self.model = model
+        self.enabled = not model.structure.any_atomic
+        self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
+        self.local_steps = LOCAL_STEPS | LAUNCHES if model.device == "async" else LOCAL_STEPS
+        #: settled device completions explored alone too: keeps only whether some violation is reachable
+        self.completions = completions and self.enabled and model.device == "async" \
+            and model.structure.copy_destinations <= {"new"}
+
+    def describe(self) -> list[str]:
+        if not self.enabled:
+            return []
+        return ["partial-order (branch-local steps, launches on async"
+                + (", settled completions" if self.completions else "") + ", explored alone)"]
+
+    def __call__(self, state: State, transitions: list[Transition]) -> list[Transition]:
+        if not self.enabled or len(transitions) < 2:
+            return transitions
+        for i, br in enumerate(state.branches):
+            if br.status is not Status.RUNNING or br.op is None:
+                continue
+            step = self.model.program(br)[br.step]
+            if step.op not in self.local_steps or (step.op == "wait-kernel" and br.op is Op.APPEND and self.may_cancel[i]):
+                continue
+            if self._local(state, i, br, step):
+                name = self.model.names[i]
+                mine = [tr for tr in transitions if tr.action.actor == name]
+                if mine:
+                    return mine
+        if self.completions:
+            for op in state.queue:
+                if self._settled(state, op):
+                    done = completion(op, self.model.B, self.model.names)
+                    for tr in transitions:      # (symmetry may have left out this one for its twin, also settled)
+                        if tr.action == done:
+                            return [tr]
+        return transitions
+
+    def _local(self, state: State, i: int, br: Branch, step: Step) -> bool:
+        """Whether branch i's next step meets its condition in the module
+        docstring."""
+        op = step.op
+        if op == "wait-kernel":
+            return True
+        if op == "publish":
+            return all(_private(state, i, b) for b in set(br.working) ^ set(br.published))
+        if op in ("wait-copy", "append"):
+            return _private(state, i, _bound(br, step.args[0]))
+        B = self.model.B
+        if op == "replace":     # x stays a use: through the published table, or a second entry in the working one
+            x, y = (_bound(br, name) for name in step.args)
+            return x in br.working and _private(state, i, y) and (
+                x in published_uses(br, B) or br.working.count(x) > 1 or _private(state, i, x))
+        if any(type(q) is not Copy and q.branch == i for q in state.queue):
+            return False     # the exclusive-write check skips its own branch's tables, not its kernels
+        uses = _uses(br, B)
+        if op == "write":
+            return len(br.published) > br.pos // B and all(b in uses or _private(state, i, b) for b in br.published)
+        x, y = (_bound(br, name) for name in step.args)      # copy / copy-block
+        return _private(state, i, y) and (x in uses or _private(state, i, x))
+
+    def _settled(self, state: State, op: InFlight) -> bool:
+        """Whether an in-flight op meets the conditions for completions in
+        the module docstring."""
+        B, program = self.model.B, self.model.program
+        if type(op) is Copy:
+            owner = next((i for i, br in enumerate(state.branches) if br.status is Status.RUNNING and br.op is not None
+                          and not self.may_cancel[i] and (step := program(br)[br.step]).op == "wait-copy"
+                          and _bound(br, step.args[0]) == op.dst), None)
+            if owner is None:
+                return False
+            br = state.branches[owner]
+            return op.src in _uses(br, B) and _stable(state, owner, op.src, op) and _private(state, owner, op.dst, op)
+        owner, br = op.branch, state.branches[op.branch]
+        if br.status is not Status.RUNNING or br.op is None or self.may_cancel[owner] \
+                or program(br)[br.step].op != "wait-kernel" \
+                or any(type(q) is Kernel and q.branch == owner and q is not op for q in state.queue):
+            return False
+        uses = _uses(br, B)
+        return all(b in uses and _stable(state, owner, b, op) for b in op.snapshot) \
+            and _private(state, owner, op.snapshot[op.pos // B], op)
+
+
+def _uses(br: Branch, block_size: int) -> set[int]:
+    """The blocks exclusive-write and no-use-after-free see the branch use."""
+    return set(br.working).union(published_uses(br, block_size))
+
+
+def _stable(state: State, owner: int, b: int, op: InFlight) -> bool:
+    """Nobody but a violation can change block b's slots: it is not free,
+    no other in-flight copy writes it and no other branch's `new` names it
+    (the caller has checked the protocol copies into `new` only)."""
+    if b in state.free:
+        return False
+    if any(type(q) is Copy and q.dst == b and q is not op for q in state.queue):
+        return False
+    return all(j == owner or other.new != b for j, other in enumerate(state.branches))
+
+
+def _bound(br: Branch, name: str) -> Optional[int]:
+    """The block a step's argument names (None: the local is unbound)."""
+    return br.tail if name == "tail" else br.new
+
+
+def _private(state: State, i: int, b: int | None, but: Optional[InFlight] = None) -> bool:
+    """Only branch i (and the in-flight op `but`) can reach block b, and
+    nobody can come to while i stays put."""
+    if b is None or b in state.free:
+        return False     # None: an unbound local; the step will raise, let it do so unreduced
+    for j, other in enumerate(state.branches):
+        if j != i and (b == other.tail or b == other.new or b in other.working or b in other.published):
+            return False
+    for op in state.queue:
+        if op is not but and ((b == op.src or b == op.dst) if type(op) is Copy else b in op.snapshot):
+            return False
+    return True

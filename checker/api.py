@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Union
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol, load_builtin, load_protocol, protocol_from_dict
 from cowcheck.model.protocol import load_builtin as builtin_protocol
-from cowcheck.model.harness import HarnessModel, OutOfBlocks
+from cowcheck.model.harness import HarnessModel, OutOfBlocks, allocator_label
 from cowcheck.model.scenario import Scenario, default_pool, harness_pool, load_scenario
 
 from cowcheck.engines import explicit as _explicit
@@ -73,7 +73,7 @@ def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None
     changed = scenario.with_overrides(resolve_protocol(protocol) if protocol is not None else None, device, reuse)
     if allocator is not None:
         changed, _ = with_allocator(changed, allocator, base=Path.cwd())
-    what = changed.allocator.rpartition(":")[2] if changed.allocator is not None else changed.protocol.name
+    what = allocator_label(changed.allocator) if changed.allocator is not None else changed.protocol.name
     return _replace(changed, name=f"{changed.name}~{what}-{changed.device}-{changed.reuse}", expect=())
 
 

@@ -73,6 +73,16 @@ class Snapshot:
         return f"Snapshot({len(self.blob)} bytes)"
 
 
+def allocator_label(ref: str) -> str:
+    """A short name for allocator code in a scenario's name (an override's,
+    a sweep cell's): the module's last part or the file's stem, and the
+    factory, so that two allocators that both export `factory` get
+    different names, and so different counterexample files."""
+    where, _, name = ref.rpartition(":")
+    stem = Path(where).stem if where.endswith(".py") else where.rpartition(".")[2]
+    return f"{stem}.{name}" if stem else name
+
+
 def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]:
     """`module:factory` (imported) or `path/file.py:factory` (relative to
     `base`, the scenario's folder)."""

@@ -124,7 +124,7 @@ def test_the_command_line_takes_allocator_from_the_scenario_and_as_an_override(t
     plain.write_text('device = "async"\n' + TWO)
     override = CliRunner().invoke(main, ["check", str(plain), "--allocator", f"{ADAPTERS}:manager", "--out", str(tmp_path / "o")])
     assert override.exit_code == 1 and "allocator" in override.output
-    assert any(p.name.startswith("plain~manager-async-lifo") for p in (tmp_path / "o").iterdir())
+    assert any(p.name.startswith("plain~toy_allocators.manager-async-lifo") for p in (tmp_path / "o").iterdir())
 
 
 def test_the_z3_engines_refuse_allocator_code_in_one_line(tmp_path):

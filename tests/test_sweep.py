@@ -106,7 +106,8 @@ def test_an_allocator_axis_checks_code_through_the_harness():
                                                   "cowcheck.specs.allocators.engine:double_free_after_cow"]}},
                           "g.toml", Path("."), "g")
     cells = expand([grid])
-    assert [c.name for c in cells] == ["g~correct-stream-lifo-B2-L3-2x1", "g~double_free_after_cow-stream-lifo-B2-L3-2x1"]
+    assert [c.name for c in cells] == ["g~engine.correct-stream-lifo-B2-L3-2x1",
+                                       "g~engine.double_free_after_cow-stream-lifo-B2-L3-2x1"]
     result = cowcheck.sweep([grid], workers=0)
     assert [c.verdict for c in result.cells] == ["safe and disciplined", "unsafe"]
     assert "allocator-error" in result.cells[1].broken()

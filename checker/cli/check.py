@@ -164,7 +164,7 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
         if len(results) > 1:
             overview(results, out)
         if interrupted:
-            out.print(f"[bold yellow]interrupted[/]: {len(results)} scenario(s) checked before it, partial results above")
+            out.print(f"[bold yellow]interrupted[/]: {interrupted_line(results)}")
         if overridden:
             out.print(f"[bold]{len(results)} scenario(s) checked[/] under the override: {tally} "
                       "[dim](the files' expect does not apply to an override)[/]")
@@ -183,6 +183,15 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
         return 1 if any(r.summary is Summary.UNSAFE for r in results) else 0
     return 1 if any(not r.expect_met for r in results) else 0
 
+
+
+def interrupted_line(results: list[Result]) -> str:
+    """What an interrupt left: the scenarios checked whole before it, and the
+    one it stopped, whose partial result is shown with them."""
+    whole = sum(1 for r in results if not r.interrupted)
+    stopped = len(results) - whole
+    return (f"{whole} scenario(s) checked whole before it" + (", 1 stopped part way" if stopped else "")
+            + ("; partial results above" if results else "; nothing checked yet"))
 
 
 @click.command(name="list")

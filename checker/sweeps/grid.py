@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Union
 
 from cowcheck.model.errors import SpecError
+from cowcheck.model.harness import allocator_label
 from cowcheck.model.protocol import Protocol, read_toml
 from cowcheck.model.scenario import BRANCH_NAMES, DEVICES, MAXIMA, REUSES, scenario_from_dict
 
@@ -305,7 +306,7 @@ def expand(grids: list[Grid]) -> list[Cell]:
         for coords in grid.coordinates():
             allocator = coords.get("allocator")
             protocol = _protocol(coords["protocol"] or "cow", grid.base, grid.source)
-            name = cell_name(grid.name, allocator.rpartition(":")[2] if allocator else protocol.name, coords)
+            name = cell_name(grid.name, allocator_label(allocator) if allocator else protocol.name, coords)
             cell = Cell(len(cells), grid.name, coords, name)
             if name in names:
                 raise SpecError(grid.source, "grid.name", f"cell {name} is also cell {names[name]}: two grids of one sweep need different names")

@@ -125,12 +125,19 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
         console.print(f"[bold]{escape(replayed.message)}[/]")
 
 
-def explain_text(cx: Counterexample, invariants: tuple[Invariant, ...] = (), width: int = 120) -> str:
+#: the console width of unwrapped text: wider than any line the narration writes
+UNWRAPPED = 1 << 16
+
+
+def explain_text(cx: Counterexample, invariants: tuple[Invariant, ...] = (), width: Optional[int] = None) -> str:
     """The narration as plain text (what `cowcheck explain` prints, without
-    colour), for a test's failure message or a log."""
+    colour), for a test's failure message or a log: one line per sentence,
+    unwrapped (the reader's terminal or editor wraps), or wrapped at
+    `width` columns."""
     inv = judging(cx, invariants)
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width, color_system=None, highlight=False, emoji=False)
+    console = Console(file=buffer, width=width or UNWRAPPED, soft_wrap=width is None, color_system=None,
+                      highlight=False, emoji=False)
     replayed = replay(cx, invariants)
     if not replayed.ok and replayed.step is not None and replayed.step < len(replayed.transitions):
         console.print(f"warning: {escape(replayed.message)}")

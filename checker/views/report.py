@@ -22,7 +22,8 @@ def show(result: Result, console: Console) -> None:
     title = (f"{escape(s.name)}  {what}{escape(s.subject)}  [dim]device[/] {s.device}  "
              f"[dim]reuse[/] {s.reuse}  [dim]B[/]={s.block_size} [dim]L[/]={s.prompt} [dim]pool[/]={s.pool} "
              f"[dim]branches[/]={len(s.branches)}")
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    console.print(title, soft_wrap=True)     # one line, however narrow the table under it: the terminal wraps
+    table = Table(show_edge=False, pad_edge=False)
     table.add_column("invariant")
     table.add_column("kind")
     table.add_column("verdict")

@@ -1,0 +1,96 @@
+"""What cowcheck writes, as files: atomic writes respect the umask
+(issue 27, item 9), the API's narration is unwrapped (item 8), the
+interrupt line counts what was checked whole (item 22)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+import cowcheck
+from cowcheck import atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+RACE = ROOT / "counterexamples" / "premature-decrement.faithful-output.json"
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_a_written_file_gets_the_mode_the_umask_gives(tmp_path, umask, mode):
+    previous = os.umask(umask)
+    try:
+        written = atomic.write_text(tmp_path / "sub" / "f.json", "{}\n")
+        assert stat.S_IMODE(written.stat().st_mode) == mode
+        atomic.write_text(written, "[]\n")          # rewriting keeps to the umask too
+        assert stat.S_IMODE(written.stat().st_mode) == mode
+    finally:
+        os.umask(previous)
+
+
+def test_a_check_writes_its_counterexamples_with_the_umask_mode(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        from cowcheck.cli import main
+        from click.testing import CliRunner
+        result = CliRunner().invoke(main, ["check", str(ROOT / "specs/scenarios/premature-decrement.toml"),
+                                           "--out", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        files = list(tmp_path.glob("*.json"))
+        assert files and all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in files)
+    finally:
+        os.umask(previous)
+
+
+def test_the_api_narration_is_not_hard_wrapped():
+    """`cowcheck.explain` returns one line per sentence; the terminal wraps."""
+    text = cowcheck.explain(cowcheck.load_counterexample(RACE))
+    lines = text.splitlines()
+    assert max(map(len, lines)) > 120            # the scenario header alone is longer
+    assert lines[0].startswith("premature-decrement: protocol premature-decrement") and lines[0].endswith("2 appends)")
+    assert all(line == line.rstrip() for line in lines)
+
+
+def test_the_interrupt_line_counts_the_scenarios_checked_whole():
+    """Item 22: the only scenario, stopped part way, was not "checked before it"."""
+    from types import SimpleNamespace
+    from cowcheck.cli.check import interrupted_line
+    stopped, whole = SimpleNamespace(interrupted=True), SimpleNamespace(interrupted=False)
+    assert interrupted_line([stopped]).startswith("0 scenario(s) checked whole before it, 1 stopped part way")
+    assert interrupted_line([whole, whole, stopped]).startswith("2 scenario(s) checked whole before it, 1 stopped")
+    assert interrupted_line([]) == "0 scenario(s) checked whole before it; nothing checked yet"
+
+
+def test_two_allocators_that_both_export_factory_keep_their_own_counterexamples(tmp_path):
+    """Item 10: an override names the allocator by file stem (or module) and
+    factory, so a second allocator's run does not delete the first's files."""
+    from click.testing import CliRunner
+    from cowcheck.cli import main
+    from cowcheck.model.harness import allocator_label
+    assert allocator_label("cowcheck.specs.allocators.engine:correct") == "engine.correct"
+    assert allocator_label("some/folder/mine.py:factory") == "mine.factory"
+    for stem in ("first", "second"):
+        (tmp_path / f"{stem}.py").write_text(
+            "from cowcheck.specs.allocators.engine import double_free_after_cow\n"
+            "def factory(pool, block_size):\n    return double_free_after_cow(pool, block_size)\n")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('device = "stream"\nblock_size = 2\nprompt = 3\n[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n')
+    out = tmp_path / "out"
+    for stem in ("first", "second"):
+        result = CliRunner().invoke(main, ["check", str(scenario), "--allocator", f"{tmp_path / stem}.py:factory",
+                                           "--out", str(out)])
+        assert result.exit_code == 1, result.output
+    names = {p.name.split("-")[0] for p in out.glob("*.json")}
+    assert names == {"s~first.factory", "s~second.factory"}
+
+
+def test_the_scenario_header_is_one_line_in_a_file_or_pipe(tmp_path):
+    """Item 21: not wrapped at the table's width when stdout is not a terminal."""
+    from click.testing import CliRunner
+    from cowcheck.cli import main
+    long = tmp_path / ("a-scenario-with-a-rather-long-name-" * 3 + "end.toml")
+    long.write_text((ROOT / "specs/scenarios/premature-decrement.toml").read_text())
+    result = CliRunner().invoke(main, ["check", str(long), "--out", str(tmp_path / "cx")])
+    header = result.output.splitlines()[0]
+    assert header.startswith(long.stem) and header.endswith("branches=2"), result.output[:500]

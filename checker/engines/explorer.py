@@ -139,11 +139,7 @@ class Explorer:
         self.model = model
         self.invariants = invariants
         self.options = options
-        self.max_states = options.max_states
         self.max_memory = memory_bound(options.max_memory_mib)   # bytes of resident memory; None: no bound
-        self.max_seconds = options.max_seconds     # seconds of searching; None: no bound
-        self.max_depth = options.max_depth
-        self.stop_at_first = options.first
         self.stop_after = stop_after
         self.gauge = gauge
         self.steady = steady
@@ -152,7 +148,7 @@ class Explorer:
         self.mirror = mirror
         self.ample = ample
         self.encode = encode
-        self.fingerprints = fingerprints = options.fingerprints
+        self.fingerprints = fingerprints = options.fingerprints   # read per state by key()
         self.progress = progress
         self.judge = Judge(invariants)
         # the graph, kept for traces and the cost measure; a state's key is
@@ -251,7 +247,7 @@ class Explorer:
     def _violate(self, inv_id: str, length: int, sid: int, action=None, after=None, witness=None) -> None:
         if inv_id not in self.result.violations:
             self.result.violations[inv_id] = Violation(inv_id, length, sid, action, after, witness or {})
-            if self.stop_at_first:
+            if self.options.first:
                 raise _Stop("first violation")
             if self.stop_after is not None and self.stop_after <= self.result.violations.keys():
                 raise _Stop("every sought violation found")
@@ -272,7 +268,8 @@ class Explorer:
             # the loop runs once per transition: what it calls is bound once here
             representative, stored, mirror, ample = self.representative, self._stored, self.mirror, self.ample
             plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
-            steady, gauge, cost, max_depth = self.steady, self.gauge, self.cost, self.max_depth
+            steady, gauge, cost, max_depth = self.steady, self.gauge, self.cost, self.options.max_depth
+            max_states, max_seconds = self.options.max_states, self.options.max_seconds
             depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
             state_checks, action_checks, violate = judge.state, judge.action, self._violate
             while queue:
@@ -310,8 +307,8 @@ class Explorer:
                     key = nxt if plain else stored(nxt)
                     nid = index.get(key)
                     if nid is None:
-                        if self.max_states is not None and len(self.keys) >= self.max_states:
-                            res.complete, res.stopped = False, f"--max-states {self.max_states}"
+                        if max_states is not None and len(self.keys) >= max_states:
+                            res.complete, res.stopped = False, f"--max-states {max_states}"
                             raise _Stop(res.stopped)
                         nid = self._add(key, nxt, sid, depth + 1)
                         queue.append((nid, nxt))
@@ -323,8 +320,8 @@ class Explorer:
                     gc.freeze()
                     if self.max_memory is not None and _resident_bytes() > self.max_memory:
                         raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")
-                    if self.max_seconds is not None and time.perf_counter() - start > self.max_seconds:
-                        raise _Stop(f"max_seconds {self.max_seconds:g}")
+                    if max_seconds is not None and time.perf_counter() - start > max_seconds:
+                        raise _Stop(f"max_seconds {max_seconds:g}")
                     if self.progress is not None:
                         self.progress(self, len(queue))
         except _Stop as stop:

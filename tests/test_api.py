@@ -20,9 +20,10 @@ def manual_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_manual_example_runs(monkeypatch):
-    """With nothing given to it: the example imports and defines all it uses."""
-    monkeypatch.chdir(ROOT)
+def test_the_manual_example_runs(monkeypatch, tmp_path):
+    """With nothing given to it, from a folder outside the repository: the
+    example imports and defines all it uses (issue 27, item 7)."""
+    monkeypatch.chdir(tmp_path)
     exec(compile(manual_example(), "docs/reference/api.md (Example)", "exec"), {})
 
 

@@ -50,6 +50,9 @@ def completion(op: InFlight, block_size: int, names: tuple[str, ...]) -> Action:
     if type(op) is Copy:
         return _new(Action, (DEVICE, DeviceOp.COPY_COMPLETE, "copy-complete", (("src", op.src), ("dst", op.dst), ("n", op.n))))
     pos, snapshot = op.pos, op.snapshot
-    return _new(Action, (DEVICE, DeviceOp.KERNEL_COMPLETE, "kernel-complete",
-                         (("branch", names[op.branch]), ("pos", pos), ("token", op.token),
-                          ("block", snapshot[pos // block_size]), ("slot", pos % block_size), ("snapshot", snapshot))))
+    binds: tuple[tuple[str, Bound], ...] = (("branch", names[op.branch]), ("pos", pos), ("token", op.token),
+                                            ("block", snapshot[pos // block_size]), ("slot", pos % block_size), ("snapshot", snapshot))
+    if op.span > 1:    # a prefill: the first position it writes, and every block it writes
+        first = op.pos - op.span + 1
+        binds += (("from", first), ("blocks", tuple(dict.fromkeys(snapshot[p // block_size] for p in op.written))))
+    return _new(Action, (DEVICE, DeviceOp.KERNEL_COMPLETE, "kernel-complete", binds))

@@ -48,6 +48,20 @@ class KernelDone(NamedTuple):
     reads: tuple[Optional[str], ...]     # positions 0 .. pos through its snapshot
 
 
+class Allocated(NamedTuple):
+    """A cache scenario's allocation handed `block` out (no-stale-key is
+    judged on the state after it)."""
+    block: int
+
+
+class Keyed(NamedTuple):
+    """A cache-full or cache-drafts gave `block` the key of the first
+    `length` positions of branch `branch`'s sequence."""
+    branch: int
+    block: int
+    length: int
+
+
 class AllocatorRaised(NamedTuple):
     """The allocator under the engine harness raised (not out-of-blocks)."""
     branch: int
@@ -61,7 +75,7 @@ class OutputChecked(NamedTuple):
     expected: tuple[str, ...]            # the branch's sequence at that moment
 
 
-Fact = Union[Freed, Underflow, TableMiss, CopyDone, KernelDone, OutputChecked, AllocatorRaised]
+Fact = Union[Freed, Underflow, TableMiss, CopyDone, KernelDone, OutputChecked, AllocatorRaised, Allocated, Keyed]
 
 
 class Draft:
@@ -107,27 +121,37 @@ def free_choices(state: State, reuse: str) -> tuple[int, ...]:
     return state.free if reuse == "any" else state.free[:1]
 
 
-def alloc(d: Draft, block: int) -> None:
+def alloc(d: Draft, block: int, evict: bool = True) -> bool:
+    """Pop `block` off the free list with refcount 1. A cached block is
+    evicted (its key leaves the cache with it) unless `evict` is False (the
+    alloc-no-evict bug). Returns whether a key was evicted."""
     d.free.remove(block)
     old = d.blocks[block]
-    d.blocks[block] = Block(1, old.holds, old.slots)  # stale slots stay: a real pool is not zeroed
+    evicted = evict and old.key is not None
+    # stale slots stay: a real pool is not zeroed
+    d.blocks[block] = _new(Block, (1, old.holds, old.slots, None if evicted else old.key))
+    return evicted
 
 
 def _push_free(d: Draft, block: int) -> None:
+    """Back on the free list: a cached block at the back (evicted last,
+    oldest first), any other by the reuse order."""
     if block in d.free:
         return
-    if d.reuse == "lifo":
-        d.free.insert(0, block)
-    elif d.reuse == "fifo":
+    if d.reuse == "any":
+        bisect.insort(d.free, block)   # order is irrelevant, keep it canonical
+    elif d.blocks[block].key is not None:
         d.free.append(block)
-    else:  # any: order is irrelevant, keep it canonical
-        bisect.insort(d.free, block)
+    elif d.reuse == "lifo":
+        d.free.insert(0, block)
+    else:
+        d.free.append(block)
     d.facts.append(Freed(block))
 
 
 def incref(d: Draft, block: int) -> None:
     old = d.blocks[block]
-    d.blocks[block] = _new(Block, (old.refcount + 1, old.holds, old.slots))
+    d.blocks[block] = _new(Block, (old.refcount + 1,) + old[1:])
 
 
 def decref(d: Draft, block: int) -> None:
@@ -135,14 +159,14 @@ def decref(d: Draft, block: int) -> None:
     if old.refcount == 0:
         d.facts.append(Underflow(block, "refcount"))
         return
-    d.blocks[block] = _new(Block, (old.refcount - 1, old.holds, old.slots))
+    d.blocks[block] = _new(Block, (old.refcount - 1,) + old[1:])
     if old.refcount == 1 and old.holds == 0:
         _push_free(d, block)
 
 
 def hold(d: Draft, block: int) -> None:
     old = d.blocks[block]
-    d.blocks[block] = _new(Block, (old.refcount, old.holds + 1, old.slots))
+    d.blocks[block] = _new(Block, (old.refcount, old.holds + 1) + old[2:])
 
 
 def release(d: Draft, block: int) -> None:
@@ -150,7 +174,7 @@ def release(d: Draft, block: int) -> None:
     if old.holds == 0:
         d.facts.append(Underflow(block, "holds"))
         return
-    d.blocks[block] = _new(Block, (old.refcount, old.holds - 1, old.slots))
+    d.blocks[block] = _new(Block, (old.refcount, old.holds - 1) + old[2:])
     if old.holds == 1 and old.refcount == 0:
         _push_free(d, block)
 
@@ -158,4 +182,9 @@ def release(d: Draft, block: int) -> None:
 def write_slots(d: Draft, block: int, start: int, cells: tuple[Optional[str], ...]) -> None:
     old = d.blocks[block]
     slots = old.slots[:start] + tuple(cells) + old.slots[start + len(cells):]
-    d.blocks[block] = _new(Block, (old.refcount, old.holds, slots))
+    d.blocks[block] = _new(Block, (old.refcount, old.holds, slots, old.key))
+
+
+def set_key(d: Draft, block: int, key: tuple[str, ...] | None) -> None:
+    old = d.blocks[block]
+    d.blocks[block] = _new(Block, old[:3] + (key,))

@@ -33,7 +33,10 @@ class Compact:
         self.P = scenario.pool
         self.paths = [None] + list(protocol.paths)
         n = len(scenario.branches)
-        self.tokens = [None] + [f"p{i}" for i in range(scenario.prompt)] + [t for i in range(n) for t in scenario.own_tokens(i)]
+        self.tokens = [None] + list(dict.fromkeys(scenario.prompt_tokens + tuple(t for i in range(n) for t in scenario.own_tokens(i))))
+        #: a cache scenario also stores each block's key, each branch's
+        #: verified count and hits, and each kernel's count
+        self.cache = scenario.cache
         self.token_id = {t: i for i, t in enumerate(self.tokens)}
         steps = [p.steps for p in protocol.paths.values()]
         appends_per_path = max(sum(s.op == "append" for s in p) for p in steps)
@@ -46,10 +49,12 @@ class Compact:
         programs = sum(b.forks for b in spec) * count(protocol.fork, ("append",)) \
             + sum(b.speculates for b in spec) * count(protocol.rollback, ("append",))
         #: the longest a table can grow: the prompt's blocks plus every `append` step (a child inherits its parent's)
-        self.T = scenario.prompt_blocks + sum(b.appends for b in spec) * appends_per_path + programs
+        prompt_blocks = max(-(-len(scenario.prompt_of(i)) // self.B) for i in range(n))
+        self.T = prompt_blocks + sum(b.appends for b in spec) * appends_per_path + programs
         #: the most ops in flight: every write and copy launched, none completed
         self.Q = sum(b.appends for b in spec) * (1 + copies_per_path) \
-            + sum(b.forks for b in spec) * count(protocol.fork, COPIES) + sum(b.speculates for b in spec) * count(protocol.rollback, COPIES)
+            + sum(b.forks for b in spec) * count(protocol.fork, COPIES) + sum(b.speculates for b in spec) * count(protocol.rollback, COPIES) \
+            + (n if scenario.cache else 0)      # a prefill per request
         #: the longest sequence
         self.S = max(scenario.max_pos(i) for i in range(n))
         self.branches = n
@@ -58,9 +63,10 @@ class Compact:
         self.width = self._fields() * array(self.code).itemsize
 
     def _fields(self) -> int:
-        block = 2 + self.B
-        branch = 10 + 2 * (1 + self.T) + 1 + self.S
-        op = 4 + 1 + self.T + 1 + self.S
+        extra = (1 + self.S, 1 + 1 + self.T, 1) if self.cache else (0, 0, 0)
+        block = 2 + self.B + extra[0]
+        branch = 10 + 2 * (1 + self.T) + 1 + self.S + extra[1]
+        op = 4 + 1 + self.T + 1 + self.S + extra[2]
         return self.P * block + 1 + self.P + self.branches * branch + 1 + self.Q * op
 
     def _seq(self, out: list[int], seq: tuple[str, ...]) -> None:
@@ -77,10 +83,13 @@ class Compact:
     def encode(self, state: State) -> bytes:
         out: list[int] = []
         tid = self.token_id
+        cache = self.cache
         for blk in state.blocks:
             out.append(blk.refcount)
             out.append(blk.holds)
             out.extend(tid[t] if t is not None else NONE for t in blk.slots)
+            if cache:
+                self._seq(out, blk.key or ())
         out.append(len(state.free))
         out.extend(b + 1 for b in state.free)
         out.extend([NONE] * (self.P - len(state.free)))
@@ -91,17 +100,24 @@ class Compact:
             self._table(out, br.working)
             self._table(out, br.published)
             self._seq(out, br.seq)
+            if cache:
+                out.append(br.verified)
+                self._table(out, br.hits)
         out.append(len(state.queue))
         for op in state.queue:
             if type(op) is Copy:
                 out.extend((1, op.src, op.dst, op.n))
                 self._table(out, ())
                 self._seq(out, ())
+                if cache:
+                    out.append(0)
             else:
                 out.extend((2, op.branch, op.pos, tid[op.token]))
                 self._table(out, op.snapshot)
                 self._seq(out, op.expected)
-        out.extend([NONE] * ((self.Q - len(state.queue)) * (4 + 1 + self.T + 1 + self.S)))
+                if cache:
+                    out.append(op.span)
+        out.extend([NONE] * ((self.Q - len(state.queue)) * (4 + 1 + self.T + 1 + self.S + (1 if cache else 0))))
         return array(self.code, out).tobytes()
 
     def decode(self, data: bytes) -> State:
@@ -120,22 +136,27 @@ class Compact:
             n, entries = next(it), take(self.S)
             return tuple(cast(str, self.tokens[t]) for t in entries[:n])
 
+        cache = self.cache
         blocks = []
         for _ in range(self.P):
             refcount, holds = next(it), next(it)
-            blocks.append(Block(refcount, holds, tuple(self.tokens[t] for t in take(self.B))))
+            slots = tuple(self.tokens[t] for t in take(self.B))
+            key = seq() if cache else ()
+            blocks.append(Block(refcount, holds, slots, key or None))
         n = next(it)
         free = tuple(b - 1 for b in take(self.P)[:n])
         branches = []
         for _ in range(self.branches):
             status, pos, done, op, path, step, tail, new, writes, rejected = take(10)
             working, published, sequence = table(), table(), seq()
+            verified, hits = (next(it), table()) if cache else (0, ())
             branches.append(Branch(STATUSES[status], pos, done, OPS[op], self.paths[path], step,
                                    None if tail == NONE else tail - 1, None if new == NONE else new - 1, working, published,
-                                   writes, sequence, None if rejected == NONE else rejected - 1))
+                                   writes, sequence, None if rejected == NONE else rejected - 1, verified, hits))
         queue = []
         for _ in range(next(it)):
             kind, a, b, c = take(4)
             snapshot, expected = table(), seq()
-            queue.append(Copy(a, b, c) if kind == 1 else Kernel(a, b, cast(str, self.tokens[c]), snapshot, expected))
+            span = next(it) if cache else 1
+            queue.append(Copy(a, b, c) if kind == 1 else Kernel(a, b, cast(str, self.tokens[c]), snapshot, expected, span))
         return State(tuple(blocks), free, tuple(branches), tuple(queue))

@@ -32,7 +32,10 @@ def complete(d: Draft, index: int, block_size: int) -> None:
         write_slots(d, op.dst, 0, d.blocks[op.src].slots[:op.n])
         d.facts.append(CopyDone(op))
     else:
-        target = op.snapshot[op.pos // block_size]
-        write_slots(d, target, op.pos % block_size, (op.token,))
+        if op.span == 1:
+            write_slots(d, op.snapshot[op.pos // block_size], op.pos % block_size, (op.token,))
+        else:       # a prefill: its positions, block by block
+            for p in op.written:
+                write_slots(d, op.snapshot[p // block_size], p % block_size, (op.expected[p],))
         reads = read(tuple(d.blocks), op.snapshot, op.pos + 1, block_size)
         d.facts.append(KernelDone(op, reads))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 from cowcheck.model.condition import Condition
 from cowcheck.model.errors import SpecError
@@ -33,13 +33,24 @@ ARITY = {
     "share": 0,
     "rewind": 0,
     "trim": 0,
+    # prefix caching (docs/semantics.md#prefix-caching)
+    "lookup": 0,
+    "touch-hits": 0,
+    "alloc-prompt": 0,
+    "prefill": 0,
+    "cache-full": 0,
+    "cache-drafts": 0,
+    "alloc-no-evict": 1,
 }
 LOCALS = ("tail", "new")
 WAITS = ("wait-copy", "wait-kernel")
 COPIES = ("copy", "copy-block")
+ALLOCS = ("alloc", "alloc-no-evict")
+#: the steps that need a cache scenario (cache = "prefix")
+CACHE_STEPS = ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts", "alloc-no-evict")
 STEP_FORMS = ", ".join(name + "".join(" X" for _ in range(n)) for name, n in ARITY.items())
 
-TOP_KEYS = ("name", "description", "append", "cancel", "finish", "fork", "rollback")
+TOP_KEYS = ("name", "description", "admit", "append", "cancel", "finish", "fork", "rollback")
 APPEND_KEYS = ("rules", "paths", "atomic")
 RULE_KEYS = ("when", "path")
 PATH_KEYS = ("steps", "atomic")
@@ -47,7 +58,11 @@ OP_KEYS = ("steps",)
 PROGRAM_OP_KEYS = ("steps", "atomic")
 #: steps that use an operation's own local, and the one table each belongs in
 #: (`share` uses `child`, `rewind` uses `rejected`; neither is ever an argument)
-ONLY_IN = {"write": "append", "share": "fork", "rewind": "rollback"}
+ONLY_IN = {"write": "append", "share": "fork", "rewind": "rollback",
+           "lookup": "admit", "touch-hits": "admit", "alloc-prompt": "admit", "prefill": "admit"}
+#: the tables a cache scenario takes from the built-in prefix-cache when a
+#: protocol does not give them (docs/semantics.md#prefix-caching)
+CACHE_DEFAULTS = ("admit", "append", "rollback", "finish")
 
 
 class Step(NamedTuple):
@@ -82,19 +97,37 @@ class Protocol:
     atomic_fork: bool
     atomic_rollback: bool
     definition: dict[str, Any] = field(hash=False, compare=False)  # normalized, for counterexample files
+    #: a cache scenario's admission (empty outside cache scenarios)
+    admit: tuple[Step, ...] = ()
+    atomic_admit: bool = False
+    #: the tables the file gave (the others are defaults)
+    given: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def max_allocs(self) -> int:
         """The most `alloc` steps of any append path (for the default pool)."""
-        return max(sum(s.op == "alloc" for s in p.steps) for p in self.paths.values())
+        return max((sum(s.op in ALLOCS for s in p.steps) for p in self.paths.values()), default=0)
 
     @property
     def fork_allocs(self) -> int:
-        return sum(s.op == "alloc" for s in self.fork)
+        return sum(s.op in ALLOCS for s in self.fork)
 
     @property
     def rollback_allocs(self) -> int:
-        return sum(s.op == "alloc" for s in self.rollback)
+        return sum(s.op in ALLOCS for s in self.rollback)
+
+    @property
+    def cache_only(self) -> bool:
+        """Only a cache scenario can run it: it has no [append] of its own
+        or uses a step of prefix caching outside [admit]."""
+        return not self.paths or any(step.op in CACHE_STEPS for _, step in self.steps())
+
+    def steps(self) -> list[tuple[str, Step]]:
+        """Every step of every table but [admit], with its table's name."""
+        out = [(f"append.paths.{p.name}", s) for p in self.paths.values() for s in p.steps]
+        for table in ("cancel", "finish", "fork", "rollback"):
+            out += [(table, s) for s in getattr(self, table)]
+        return out
 
 
 def _unknown(data: dict[str, Any], allowed: tuple[str, ...], source: str, prefix: str) -> None:
@@ -130,7 +163,9 @@ def _steps(value: Any, source: str, key: str, table: str) -> tuple[Step, ...]:
         if home is not None and home != table:
             where = "append paths" if home == "append" else f"[{home}]"
             raise SpecError(source, f"{key}[{i}]", f"'{step.op}' is allowed only in {where}")
-    counts = {op: sum(s.op == op for s in steps) for op in ("write", "share", "rewind")}
+    counts = {op: sum(s.op == op for s in steps) for op in ("write", "share", "rewind", "prefill")}
+    if table == "admit" and counts["prefill"] != 1:
+        raise SpecError(source, key, f"[admit] must have exactly one 'prefill' step (the prompt's kernel), it has {counts['prefill']}")
     if table == "append" and counts["write"] != 1:
         raise SpecError(source, key, f"an append path must have exactly one 'write' step, it has {counts['write']}")
     if table == "fork" and counts["share"] != 1:
@@ -152,22 +187,11 @@ def _table(value: Any, source: str, key: str) -> dict[str, Any]:
     return value
 
 
-def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -> Protocol:
-    """Validate a protocol definition (parsed TOML, or JSON from a
-    counterexample file) and build the Protocol."""
-    data = _table(data, source, "")
-    _unknown(data, TOP_KEYS, source, "")
-    name = data.get("name", default_name)
-    description = data.get("description", "")
-    for key, value in (("name", name), ("description", description)):
-        if not isinstance(value, str):
-            raise SpecError(source, key, "must be a string")
-    if "append" not in data:
-        raise SpecError(source, "append", "missing; a protocol needs [append] with rules and paths")
-    append = _table(data["append"], source, "append")
+def _append(value: Any, source: str) -> tuple[tuple[Rule, ...], dict[str, AppendPath]]:
+    """[append]: its rules and paths."""
+    append = _table(value, source, "append")
     _unknown(append, APPEND_KEYS, source, "append.")
     all_atomic = _bool(append.get("atomic", False), source, "append.atomic")
-
     raw_paths = _table(append.get("paths"), source, "append.paths") if "paths" in append else None
     if not raw_paths:
         raise SpecError(source, "append.paths", "missing or empty; give at least one path, e.g. paths.in-place = [\"write\", \"wait-kernel\"]")
@@ -197,9 +221,23 @@ def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -
             raise SpecError(source, key + ".path", f"unknown path {path!r}; allowed: {', '.join(paths)}")
         rules.append(Rule(Condition(when, source, key + ".when"), path))
 
+    return tuple(rules), paths
+
+
+def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -> Protocol:
+    """Validate a protocol definition (parsed TOML, or JSON from a
+    counterexample file) and build the Protocol."""
+    data = _table(data, source, "")
+    _unknown(data, TOP_KEYS, source, "")
+    name = data.get("name", default_name)
+    description = data.get("description", "")
+    for key, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            raise SpecError(source, key, "must be a string")
+    rules, paths = _append(data["append"], source) if "append" in data else ((), {})
     ops = {}
-    atomic_op = {"fork": False, "rollback": False}
-    for opname in ("cancel", "finish", "fork", "rollback"):
+    atomic_op = {"fork": False, "rollback": False, "admit": False}
+    for opname in ("cancel", "finish", "fork", "rollback", "admit"):
         if opname in data:
             table = _table(data[opname], source, opname)
             programmed = opname in atomic_op
@@ -209,26 +247,76 @@ def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -
             ops[opname] = _steps(table["steps"], source, f"{opname}.steps", opname)
             if programmed:
                 atomic_op[opname] = _bool(table.get("atomic", False), source, f"{opname}.atomic")
+        elif opname == "admit":
+            ops[opname] = ()
         else:
             cow = load_builtin("cow")
             ops[opname] = getattr(cow, opname)
             if opname in atomic_op:
                 atomic_op[opname] = getattr(cow, f"atomic_{opname}")
 
-    definition = {
-        "name": name,
-        "description": description,
+    given = frozenset(key for key in TOP_KEYS[2:] if key in data)
+    return _build(name, description, source, rules, paths, ops, atomic_op, given)
+
+
+def _build(name: str, description: str, source: str, rules: tuple[Rule, ...], paths: dict[str, AppendPath],
+           ops: dict[str, tuple[Step, ...]], atomic: dict[str, bool], given: frozenset[str]) -> Protocol:
+    """The Protocol and its normalized definition (what a counterexample
+    file records: every table, so that it reloads the same anywhere; an
+    [admit] only where there is one, so files of scenarios without a cache
+    read as before)."""
+    definition: dict[str, Any] = {"name": name, "description": description}
+    if ops["admit"]:
+        definition["admit"] = {"steps": [s.text for s in ops["admit"]], "atomic": atomic["admit"]}
+    definition.update({
         "append": {
             "rules": [{"when": r.when.text, "path": r.path} for r in rules],
             "paths": {p.name: {"steps": [s.text for s in p.steps], "atomic": p.atomic} for p in paths.values()},
         },
         "cancel": {"steps": [s.text for s in ops["cancel"]]},
         "finish": {"steps": [s.text for s in ops["finish"]]},
-        "fork": {"steps": [s.text for s in ops["fork"]], "atomic": atomic_op["fork"]},
-        "rollback": {"steps": [s.text for s in ops["rollback"]], "atomic": atomic_op["rollback"]},
-    }
-    return Protocol(name, description, source, tuple(rules), paths, ops["cancel"], ops["finish"], ops["fork"],
-                    ops["rollback"], atomic_op["fork"], atomic_op["rollback"], definition)
+        "fork": {"steps": [s.text for s in ops["fork"]], "atomic": atomic["fork"]},
+        "rollback": {"steps": [s.text for s in ops["rollback"]], "atomic": atomic["rollback"]},
+    })
+    if not paths:
+        del definition["append"]
+    return Protocol(name, description, source, rules, paths, ops["cancel"], ops["finish"], ops["fork"],
+                    ops["rollback"], atomic["fork"], atomic["rollback"], definition, ops["admit"], atomic["admit"], given)
+
+
+def for_scenario(protocol: Protocol, cache: bool, source: str) -> Protocol:
+    """The protocol as a scenario runs it. In a cache scenario, the tables
+    of CACHE_DEFAULTS it does not give are the built-in prefix-cache's;
+    elsewhere [append] is required, [admit] is ignored and a cache step is
+    bad input (docs/semantics.md#prefix-caching)."""
+    if not cache:
+        if not protocol.paths:
+            raise SpecError(protocol.source, "append", "missing; a protocol needs [append] with rules and paths "
+                            "(only in a cache scenario does it default to prefix-cache's)")
+        for where, step in protocol.steps():
+            if step.op in CACHE_STEPS:
+                raise SpecError(source, "protocol", f"protocol {protocol.name!r} uses the cache step {step.text!r} in {where}, "
+                                'which needs a cache scenario (cache = "prefix")')
+        return protocol
+    missing = [table for table in CACHE_DEFAULTS if table not in protocol.given]
+    if not missing:
+        return protocol
+    base = load_builtin("prefix-cache")
+    rules, paths = (base.rules, base.paths) if "append" in missing else (protocol.rules, protocol.paths)
+    ops = {op: getattr(base if op in missing else protocol, op) for op in ("admit", "rollback", "finish")}
+    ops.update({op: getattr(protocol, op) for op in ("cancel", "fork")})
+    atomic = {"fork": protocol.atomic_fork,
+              "rollback": (base if "rollback" in missing else protocol).atomic_rollback,
+              "admit": (base if "admit" in missing else protocol).atomic_admit}
+    return _build(protocol.name, protocol.description, protocol.source, rules, paths, ops, atomic,
+                  protocol.given | set(missing))
+
+
+def is_protocol_data(data: dict[str, Any]) -> bool:
+    """Whether parsed TOML is a protocol rather than a scenario: it has an
+    operation's table and no [[branch]] (a cache protocol may give only
+    [cancel], say, and take the rest from prefix-cache)."""
+    return "branch" not in data and any(key in data for key in TOP_KEYS[2:])
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -259,8 +347,12 @@ def builtin_folder() -> Path:
     return next(Path(p) for p in cowcheck.specs.protocols.__path__ if Path(p).is_dir())
 
 
-def builtin_names() -> list[str]:
-    return sorted(p.stem for p in builtin_folder().glob("*.toml"))
+def builtin_names(cache: Optional[bool] = None) -> list[str]:
+    """The built-in protocols: all of them, or (cache=False) those a
+    scenario without a cache can run, or (cache=True) those only a cache
+    scenario can."""
+    names = sorted(p.stem for p in builtin_folder().glob("*.toml"))
+    return names if cache is None else [n for n in names if load_builtin(n).cache_only == cache]
 
 
 _BUILTINS: dict[str, Protocol] = {}

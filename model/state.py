@@ -17,6 +17,7 @@ class Status(StrEnum):
     code compares them by identity (`is`). A child is unborn until its
     parent's fork shares a table with it."""
     UNBORN = "unborn"
+    WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
     CANCELLED = "cancelled"
@@ -26,6 +27,11 @@ class Block(NamedTuple):
     refcount: int
     holds: int
     slots: tuple[Optional[str], ...]  # B cells: a token, or None when empty
+    #: in a cache scenario, the key the prefix cache maps to this block (the
+    #: tokens of every position up to the block's end: a chained hash), or
+    #: None. The cache is exactly the keyed blocks: only a key's block holds
+    #: it (docs/semantics.md#prefix-caching)
+    key: Optional[tuple[str, ...]] = None
 
 
 class Branch(NamedTuple):
@@ -42,6 +48,10 @@ class Branch(NamedTuple):
     writes: int                    # writes so far: the next writes token <name>{writes + 1}
     seq: tuple[str, ...]           # its sequence: the tokens of positions 0 .. pos-1
     rejected: Optional[int]        # a rollback's local, bound by verify
+    #: cache scenarios: positions 0 .. verified-1 are not pending drafts
+    verified: int = 0
+    #: cache scenarios: an admission's local, bound by lookup (block ids)
+    hits: tuple[int, ...] = ()
 
 
 # final: so that `type(op) is Copy` narrows an InFlight to Kernel in its else
@@ -60,6 +70,13 @@ class Kernel(NamedTuple):
     token: str
     snapshot: tuple[int, ...]      # the published table at launch
     expected: tuple[str, ...]      # the branch's sequence right after the write: what the kernel must read
+    #: positions written, ending at pos: 1 for a write, the uncached part of
+    #: the prompt for a prefill
+    span: int = 1
+
+    @property
+    def written(self) -> range:
+        return range(self.pos - self.span + 1, self.pos + 1)
 
 
 InFlight = Union[Copy, Kernel]
@@ -76,14 +93,16 @@ class State(NamedTuple):
 
 
 #: a child before its parent's fork: no tables, nothing owned
-UNBORN = Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None)
+UNBORN = Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None, 0, ())
+#: a request of a cache scenario before its admission: nothing owned, no sequence yet
+WAITING = UNBORN._replace(status=Status.WAITING)
 
 
 def born(pos: int, seq: tuple[str, ...], table: tuple[int, ...]) -> Branch:
     """A branch that starts running, between operations, its program ahead
     of it: a root at the prompt, or a child at its fork (both tables the
     given one; a child's write counter starts at 0 too)."""
-    return Branch(Status.RUNNING, pos, 0, None, None, 0, None, None, table, table, 0, seq, None)
+    return Branch(Status.RUNNING, pos, 0, None, None, 0, None, None, table, table, 0, seq, None, 0, ())
 
 
 def prompt(scenario: Scenario) -> tuple[str, ...]:
@@ -99,7 +118,12 @@ def prompt_slots(scenario: Scenario, k: int) -> tuple[Optional[str], ...]:
 
 def initial_state(scenario: Scenario) -> State:
     """The fork has happened: every root branch maps the prompt's blocks;
-    children are unborn, with nothing."""
+    children are unborn, with nothing. In a cache scenario nothing has
+    happened: every block free (ascending), the cache empty, every request
+    waiting."""
+    if scenario.cache:
+        empty = Block(0, 0, (None,) * scenario.block_size)
+        return State((empty,) * scenario.pool, tuple(range(scenario.pool)), (WAITING,) * len(scenario.branches), ())
     n, prompt_blocks = len(scenario.roots), scenario.prompt_blocks
     blocks = [Block(n, 0, prompt_slots(scenario, b)) if b < prompt_blocks else Block(0, 0, (None,) * scenario.block_size)
               for b in range(scenario.pool)]
@@ -154,8 +178,10 @@ def read(blocks: tuple[Block, ...], table: tuple[int, ...], count: int, block_si
 
 
 def state_to_json(state: State, scenario: Scenario) -> dict[str, Any]:
+    """The state as plain data (a counterexample's states). The fields of
+    prefix caching appear only in cache scenarios."""
     name = scenario.branch_name
-    return {
+    out: dict[str, Any] = {
         "blocks": [
             {"id": i, "refcount": b.refcount, "holds": b.holds, "slots": list(b.slots), "free": i in state.free}
             for i, b in enumerate(state.blocks)
@@ -186,3 +212,13 @@ def state_to_json(state: State, scenario: Scenario) -> dict[str, Any]:
             for op in state.queue
         ],
     }
+    if scenario.cache:
+        for i, b in enumerate(state.blocks):
+            out["blocks"][i]["key"] = None if b.key is None else list(b.key)
+        out["cache"] = {" ".join(b.key): i for i, b in enumerate(state.blocks) if b.key is not None}
+        for i, br in enumerate(state.branches):
+            out["branches"][name(i)].update(verified=br.verified, hits=list(br.hits))
+        for entry, op in zip(out["queue"], state.queue):
+            if type(op) is Kernel and op.span > 1:
+                entry["kernel"]["from"] = op.pos - op.span + 1
+    return out

@@ -7,22 +7,34 @@ job (model.system), so every step here is just its row of the table."""
 
 from __future__ import annotations
 
-from typing import Optional
+from itertools import permutations
+from typing import NamedTuple, Optional, Union
 
 from cowcheck.model import block as blockops
 from cowcheck.model.action import Bound
-from cowcheck.model.block import Draft, OutputChecked, TableMiss
+from cowcheck.model.block import Allocated, Draft, Keyed, OutputChecked, TableMiss
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Step
-from cowcheck.model.scenario import BRANCH_NAMES
+from cowcheck.model.branches import BRANCH_NAMES
 from cowcheck.model.state import Branch, Copy, Kernel, State, born, read
 
 
 #: the named tuples' fields as a tuple, without the call through their __new__
 _new = tuple.__new__
 _NO_VALUES: dict[str, int] = {}
+#: a step's free choice: the block an alloc pops, the blocks an
+#: alloc-prompt takes under `any` reuse, or None
+Choice = Union[None, int, tuple[int, ...]]
 #: an enabled step without a choice
-_ENABLED: tuple[Optional[int], ...] = (None,)
+_ENABLED: tuple[Choice, ...] = (None,)
+
+
+class Request(NamedTuple):
+    """What a step needs of its branch beyond the state: its name, and in a
+    cache scenario its prompt (docs/semantics.md#prefix-caching)."""
+    name: str
+    cache: bool = False
+    prompt: tuple[str, ...] = ()
 
 
 def local(branch: Branch, name: str, step: Step, source: str) -> int:
@@ -33,11 +45,22 @@ def local(branch: Branch, name: str, step: Step, source: str) -> int:
     return value
 
 
-def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tuple[Optional[int], ...]:
+def prompt_allocs(br: Branch, prompt: tuple[str, ...], block_size: int) -> int:
+    """The blocks an alloc-prompt takes: every prompt block its hits do not cover."""
+    return -(-len(prompt) // block_size) - len(br.hits)
+
+
+def choices(state: State, index: int, step: Step, reuse: str, source: str, request: Request = Request("")) -> tuple[Choice, ...]:
     """() when the step is not enabled; else the alternatives (None: no choice)."""
     op = step.op
-    if op == "alloc":
+    if op == "alloc" or op == "alloc-no-evict":
         return blockops.free_choices(state, reuse)
+    if op == "alloc-prompt":
+        n = prompt_allocs(state.branches[index], request.prompt, len(state.blocks[0].slots))
+        if len(state.free) < n:
+            return ()
+        # under `any` each block is a choice of its own, taken in turn
+        return tuple(permutations(state.free, n)) if reuse == "any" else _ENABLED
     if op == "wait-kernel":
         for q in state.queue:
             if type(q) is Kernel and q.branch == index:
@@ -50,21 +73,30 @@ def choices(state: State, index: int, step: Step, reuse: str, source: str) -> tu
     return _ENABLED
 
 
-def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
-          block_size: int, name: str, source: str, child: Optional[int] = None) -> tuple[Optional[Branch], tuple[tuple[str, Bound], ...]]:
-    """Perform one step of branch `index` (called `name`; `child`: the
-    branch a fork operation forks). Returns the branch after it (None when
-    the step launched nothing and ends exploration: a kernel-table-miss)
-    and the block ids its locals bound."""
+def apply(d: Draft, index: int, br: Branch, step: Step, choice: Choice,
+          block_size: int, request: Request, source: str, child: Optional[int] = None,
+          draft: bool = False) -> tuple[Optional[Branch], tuple[tuple[str, Bound], ...]]:
+    """Perform one step of branch `index` (`request`: its name, and its
+    prompt in a cache scenario; `child`: the branch a fork operation forks;
+    `draft`: the append is a speculative draft). Returns the branch after
+    it (None when the step launched nothing and ends exploration: a
+    kernel-table-miss) and the block ids its locals bound."""
     op, args = step.op, step.args
-    values = _NO_VALUES if op == "alloc" or not args else {a: local(br, a, step, source) for a in args}
+    name = request.name
+    values = _NO_VALUES if op in ("alloc", "alloc-no-evict") or not args else {a: local(br, a, step, source) for a in args}
     binds: tuple[tuple[str, Bound], ...] = tuple(values.items()) if values else ()
 
-    if op == "alloc":
-        assert choice is not None  # `choices` gives an alloc a free block
-        blockops.alloc(d, choice)
+    if op == "alloc" or op == "alloc-no-evict":
+        assert isinstance(choice, int)  # `choices` gives an alloc a free block
+        evicted = blockops.alloc(d, choice, evict=op == "alloc")
         br = _new(Branch, br[:6] + ((choice, br.new) if args[0] == "tail" else (br.tail, choice)) + br[8:])
         binds = ((args[0], choice),)
+        if request.cache:
+            d.facts.append(Allocated(choice))
+            if evicted:
+                binds += (("evicted", choice),)
+    elif op in CACHE_ONLY:
+        return _cache_step(d, index, br, step, choice, block_size, request, source)
     elif op in ("incref", "decref", "hold", "release"):
         getattr(blockops, op)(d, values[args[0]])
     elif op in ("copy", "copy-block"):
@@ -87,10 +119,14 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
         token = f"{name}{br.writes + 1}"
         seq = br.seq + (token,)
         d.queue.append(Kernel(index, br.pos, token, br.published, seq))
-        br = _new(Branch, (br.status, br.pos + 1) + br[2:10] + (br.writes + 1, seq, br.rejected))
+        # a draft's position stays unverified until its verify (cache scenarios keep the count)
+        verified = br.pos + 1 if request.cache and not draft else br.verified
+        br = _new(Branch, (br.status, br.pos + 1) + br[2:10] + (br.writes + 1, seq, br.rejected, verified) + br[14:])
         binds = (("token", token),)
     elif op == "decref-all":
-        for b in br.working:
+        # a cache scenario frees a request's blocks last entry first, as V1
+        # does, so that a chain's later blocks are evicted before its earlier ones
+        for b in reversed(br.working) if request.cache else br.working:
             blockops.decref(d, b)
         br = _new(Branch, br[:8] + ((), ()) + br[10:])
     elif op == "incref-all":
@@ -103,7 +139,7 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
     elif op == "rewind":
         assert br.rejected is not None, "rewind is only in [rollback], after verify"
         pos = br.pos - br.rejected
-        br = br._replace(pos=pos, seq=br.seq[:pos])
+        br = br._replace(pos=pos, seq=br.seq[:pos], verified=min(br.verified, pos))
         binds = (("rejected", br.rejected), ("pos", pos))
     elif op == "trim":
         keep = -(-br.pos // block_size)
@@ -117,3 +153,63 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Optional[int],
         binds = (("pos", br.pos), ("table", br.working))  # what was read, for a replay on a real pool
     # wait-copy and wait-kernel change nothing: `choices` already gated them
     return br, binds
+
+
+#: the steps of prefix caching that `_cache_step` performs
+CACHE_ONLY = ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts")
+
+
+def _cache_step(d: Draft, index: int, br: Branch, step: Step, choice: Choice, block_size: int,
+                request: Request, source: str) -> tuple[Optional[Branch], tuple[tuple[str, Bound], ...]]:
+    """The steps of prefix caching (docs/semantics.md#prefix-caching). The
+    cache is the keyed blocks: a key names one block at most."""
+    op, prompt, B = step.op, request.prompt, block_size
+    if op == "lookup":
+        cached = {blk.key: b for b, blk in enumerate(d.blocks) if blk.key is not None}
+        hits: list[int] = []
+        # the last prompt token is always recomputed (its logits are needed)
+        for i in range(1, (len(prompt) - 1) // B + 1):
+            block = cached.get(prompt[:i * B])
+            if block is None:
+                break
+            hits.append(block)
+        return br._replace(hits=tuple(hits)), (("hits", tuple(hits)),)
+    if op == "touch-hits":
+        for b in br.hits:
+            if b in d.free:
+                d.free.remove(b)
+            blockops.incref(d, b)
+        return br._replace(working=br.hits + br.working), (("hits", br.hits),)
+    if op == "alloc-prompt":
+        taken = choice if isinstance(choice, tuple) else tuple(d.free[:prompt_allocs(br, prompt, B)])
+        evicted = []
+        for b in taken:
+            if blockops.alloc(d, b):
+                evicted.append(b)
+            d.facts.append(Allocated(b))
+        binds: tuple[tuple[str, Bound], ...] = (("blocks", taken),)
+        if evicted:
+            binds += (("evicted", tuple(evicted)),)
+        return br._replace(working=br.working + taken), binds
+    if op == "prefill":
+        start, last = len(br.hits) * B, len(prompt) - 1
+        if len(br.published) <= last // B:
+            d.facts.append(TableMiss(index, max(start, len(br.published) * B)))
+            return None, (("from", start), ("to", last))
+        d.queue.append(Kernel(index, last, prompt[last], br.published, prompt, last - start + 1))
+        return br._replace(pos=len(prompt), seq=prompt, verified=len(prompt)), (("from", start), ("to", last))
+    # cache-full keys verified positions only; cache-drafts (a bug) drafts too
+    limit = br.verified if op == "cache-full" else br.pos
+    cached_keys = {blk.key for blk in d.blocks if blk.key is not None}
+    keyed: list[int] = []
+    for i, b in enumerate(br.working):
+        if (i + 1) * B > limit:
+            break
+        key = br.seq[:(i + 1) * B]
+        if d.blocks[b].key is not None or key in cached_keys:
+            continue            # keyed already, or a duplicate that stays unkeyed
+        blockops.set_key(d, b, key)
+        cached_keys.add(key)
+        keyed.append(b)
+        d.facts.append(Keyed(index, b, len(key)))
+    return br, (("keyed", tuple(keyed)),)

@@ -16,18 +16,21 @@ from cowcheck.model.protocol import WAITS, Protocol, Step
 
 
 class Op(StrEnum):
-    """A branch's operations. `finish`, `cancel` and `fork` have no start
-    action of their own: their first step starts them. An append starts with
-    `decide`, a rollback with `verify` (docs/semantics.md#branch-programs)."""
+    """A branch's operations. `finish`, `cancel`, `fork` and `admit` have no
+    start action of their own: their first step starts them. An append
+    starts with `decide`, a rollback with `verify`
+    (docs/semantics.md#branch-programs). `admit` is a cache scenario's
+    request's first operation (docs/semantics.md#prefix-caching)."""
     APPEND = "append"
     FINISH = "finish"
     CANCEL = "cancel"
     FORK = "fork"
     ROLLBACK = "rollback"
+    ADMIT = "admit"
 
 
 #: the operations whose steps are the protocol's own tables (not append paths)
-TABLES = (Op.FINISH, Op.CANCEL, Op.FORK, Op.ROLLBACK)
+TABLES = (Op.FINISH, Op.CANCEL, Op.FORK, Op.ROLLBACK, Op.ADMIT)
 
 
 class DeviceOp(StrEnum):
@@ -59,7 +62,7 @@ class Structure:
         # every operation's steps, looked up per action by the model
         self._programs: dict[tuple[Op, Optional[str]], tuple[Step, ...]] = {
             (Op.FINISH, None): protocol.finish, (Op.CANCEL, None): protocol.cancel,
-            (Op.FORK, None): protocol.fork, (Op.ROLLBACK, None): protocol.rollback}
+            (Op.FORK, None): protocol.fork, (Op.ROLLBACK, None): protocol.rollback, (Op.ADMIT, None): protocol.admit}
         for path in protocol.paths.values():
             self._programs[Op.APPEND, path.name] = path.steps
         places = [Place(Op.APPEND, p.name, k) for p in protocol.paths.values() for k in range(len(p.steps))]
@@ -75,7 +78,8 @@ class Structure:
         if op is Op.APPEND:
             assert path is not None
             return self.protocol.paths[path].atomic
-        return (op is Op.FORK and self.protocol.atomic_fork) or (op is Op.ROLLBACK and self.protocol.atomic_rollback)
+        return ((op is Op.FORK and self.protocol.atomic_fork) or (op is Op.ROLLBACK and self.protocol.atomic_rollback)
+                or (op is Op.ADMIT and self.protocol.atomic_admit))
 
     def step(self, place: Place) -> Step:
         return self.program(place.op, place.path)[place.step]
@@ -88,7 +92,9 @@ class Structure:
 
     @cached_property
     def any_atomic(self) -> bool:
-        return any(p.atomic for p in self.protocol.paths.values()) or self.protocol.atomic_fork or self.protocol.atomic_rollback
+        protocol = self.protocol
+        return (any(p.atomic for p in protocol.paths.values()) or protocol.atomic_fork or protocol.atomic_rollback
+                or (protocol.atomic_admit and bool(protocol.admit)))
 
     @cached_property
     def copy_destinations(self) -> frozenset[str]:

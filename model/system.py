@@ -16,14 +16,19 @@ from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Draft
 from cowcheck.model.condition import environment
 from cowcheck.model.errors import SpecError
-from cowcheck.model.protocol import Rule, Step
+from cowcheck.model.protocol import WAITS, Rule, Step
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_steady
+from cowcheck.model.steps import Request
 from cowcheck.model.structure import Op, Place, Structure
 
 #: the status a branch has once the last step of each operation is done
 STATUS_AFTER = {Op.APPEND: Status.RUNNING, Op.FORK: Status.RUNNING, Op.ROLLBACK: Status.RUNNING,
-                Op.FINISH: Status.FINISHED, Op.CANCEL: Status.CANCELLED}
+                Op.FINISH: Status.FINISHED, Op.CANCEL: Status.CANCELLED, Op.ADMIT: Status.RUNNING}
+#: the statuses whose branches act
+ACTIVE = (Status.RUNNING, Status.WAITING)
+#: a request's `after` is done once it is one of these
+DONE = (Status.FINISHED, Status.CANCELLED)
 #: the operations of a branch's program (finish and cancel end it)
 PROGRAM_OPS = (Op.APPEND, Op.FORK, Op.ROLLBACK)
 #: builds a named tuple from a tuple of its fields without the call through
@@ -57,6 +62,10 @@ class TransitionSystem(Protocol):
         """The copies the action launches (a protocol step: 0 or 1)."""
         ...
 
+    def hits(self, action: Action) -> int:
+        """The prompt blocks the action served from the prefix cache."""
+        ...
+
     def where(self, branch: Branch) -> str:
         """Where a branch stands, in words (deadlock witnesses, explain)."""
         ...
@@ -76,6 +85,11 @@ class ProtocolModel:
         self.source = scenario.protocol.source
         self._locking = frozenset(self.structure.locking_places)   # Places compare as plain tuples
         self._may_cancel = tuple(spec.may_cancel for spec in scenario.branches)
+        self.cache = scenario.cache
+        self.requests = tuple(Request(name, self.cache, scenario.prompt_of(i) if self.cache else ())
+                              for i, name in enumerate(self.names))
+        self._after = tuple(spec.after for spec in scenario.branches)
+        self._drafts = tuple(spec.drafts for spec in scenario.branches)
 
     # -- the TransitionSystem interface ---------------------------------------
     def init_state(self) -> State:
@@ -88,7 +102,7 @@ class ProtocolModel:
         out: list[Transition] = []
         lock = self.exclusive(state)
         for i, br in enumerate(state.branches):
-            if br.status is Status.RUNNING and (lock is None or lock == i):
+            if br.status in ACTIVE and (lock is None or lock == i):
                 self._branch_actions(state, i, br, out)
         for index in device.ready(state, self.device):
             d = Draft(state, self.reuse)
@@ -104,9 +118,19 @@ class ProtocolModel:
     def is_copy_launch(action: Action) -> int:
         return action.step.startswith(("copy ", "copy-block "))
 
+    @staticmethod
+    def hits(action: Action) -> int:
+        """The prompt blocks an action served from the cache (touch-hits)."""
+        if action.step != "touch-hits":
+            return 0
+        hits = dict(action.binds)["hits"]
+        return len(hits) if isinstance(hits, tuple) else 0
+
     def where(self, br: Branch) -> str:
         if br.status is Status.UNBORN:
             return "unborn (its parent has not forked it)"
+        if br.status is Status.WAITING and br.op is None:
+            return "waiting for admission"
         place = self.place(br)
         if place is None:
             return "between operations"
@@ -133,6 +157,11 @@ class ProtocolModel:
         return None
 
     def _branch_actions(self, state: State, i: int, br: Branch, out: list[Transition]) -> None:
+        if br.op is None and br.status is Status.WAITING:
+            self._admit(state, i, br, out)
+            if self._may_cancel[i]:
+                self._step(state, i, br, Op.CANCEL, self.protocol.cancel, 0, out)
+            return
         if br.op is None:
             ops = self.operations[i]
             if br.done < len(ops):
@@ -152,6 +181,38 @@ class ProtocolModel:
         if self._may_cancel[i] and self.structure.cancellable(Place(br.op, br.path, br.step)):
             self._step(state, i, br, Op.CANCEL, self.protocol.cancel, 0, out)
 
+    def _admit(self, state: State, i: int, br: Branch, out: list[Transition]) -> None:
+        """A waiting request's admission starts once its `after` request is
+        done; an atomic one only when its steps up to its first wait can
+        all run now, one after another (V1 checks capacity before it
+        touches or allocates anything: a request it cannot admit stays
+        waiting and holds nothing)."""
+        after = self._after[i]
+        if after is not None and state.branches[after].status not in DONE:
+            return
+        admit = self.protocol.admit
+        if self.protocol.atomic_admit and not self._admissible(state, i, br, admit):
+            return
+        self._step(state, i, br, Op.ADMIT, admit, 0, out)
+
+    def _admissible(self, state: State, i: int, br: Branch, admit: tuple[Step, ...]) -> bool:
+        """Whether the admission's steps up to its first wait are each
+        enabled in turn (each applied with its first choice: whether an
+        allocation is enabled depends only on how many blocks are free)."""
+        for step in admit:
+            if step.op in WAITS:
+                return True
+            options = steps.choices(state, i, step, self.reuse, self.source, self.requests[i])
+            if not options:
+                return False
+            d = Draft(state, self.reuse)
+            after, _ = steps.apply(d, i, br, step, options[0], self.B, self.requests[i], self.source)
+            if after is None:
+                return True     # a kernel-table-miss: the admission starts, and its prefill reports it
+            br = d.branches[i] = after
+            state = d.freeze()
+        return True
+
     def _decide(self, state: State, i: int, br: Branch, out: list[Transition]) -> None:
         fill = br.pos % self.B
         boundary = fill == 0
@@ -170,7 +231,9 @@ class ProtocolModel:
         each j its own successor, and binds `rejected`."""
         for accepted in range(drafts + 1):
             rejected = drafts - accepted
-            after = _new(Branch, br[:3] + (Op.ROLLBACK, None, 0) + br[6:12] + (rejected,))
+            # the accepted drafts are verified now (cache scenarios keep the count)
+            verified = br.pos - rejected if self.cache else br.verified
+            after = _new(Branch, br[:3] + (Op.ROLLBACK, None, 0) + br[6:12] + (rejected, verified) + br[14:])
             if not self.protocol.rollback:       # an empty [rollback]: the operation ends here
                 after = self._end(after, Op.ROLLBACK)
             branches = state.branches[:i] + (after,) + state.branches[i + 1:]
@@ -194,16 +257,18 @@ class ProtocolModel:
     def _step(self, state: State, i: int, br: Branch, op: Op, program: tuple[Step, ...], k: int,
               out: list[Transition]) -> None:
         step = program[k]
-        options = steps.choices(state, i, step, self.reuse, self.source)
+        options = steps.choices(state, i, step, self.reuse, self.source, self.requests[i])
         if not options:
             return
         child = self.operations[i][br.done].arg if op is Op.FORK else None
-        if op is not br.op:  # starting finish, cancel or fork (a cancel abandons the append, keeping its locals)
-            br = _new(Branch, (br.status, br.pos, br.done, op, None, 0) + br[6:])
+        draft = op is Op.APPEND and self._drafts[i][br.done]
+        if op is not br.op:  # starting finish, cancel, fork or admit (a cancel abandons the append, keeping its locals)
+            status = Status.RUNNING if op is Op.ADMIT else br.status
+            br = _new(Branch, (status, br.pos, br.done, op, None, 0) + br[6:])
         name, last = self.names[i], k + 1 == len(program)
         for choice in options:
             d = Draft(state, self.reuse)
-            after, binds = steps.apply(d, i, br, step, choice, self.B, name, self.source, child)
+            after, binds = steps.apply(d, i, br, step, choice, self.B, self.requests[i], self.source, child, draft)
             action = _new(Action, (name, op, step.text, binds))
             if after is None:
                 out.append(_new(Transition, (action, None, tuple(d.facts))))
@@ -222,4 +287,5 @@ class ProtocolModel:
         """The branch once operation `op` is done: locals cleared, and the
         program moved on (or the branch finished or cancelled)."""
         done = br.done + (op in PROGRAM_OPS)
-        return _new(Branch, (STATUS_AFTER[op], br.pos, done, None, None, 0, None, None, br.working, br.published, br.writes, br.seq, None))
+        return _new(Branch, (STATUS_AFTER[op], br.pos, done, None, None, 0, None, None, br.working, br.published, br.writes,
+                             br.seq, None, br.verified, ()))

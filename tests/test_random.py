@@ -43,7 +43,7 @@ def test_cow_never_breaks_an_invariant(scenario):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenarios(protocols=tuple(builtin_names()), max_block=3, max_prompt=5, max_branches=3, max_appends=2,
+@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_appends=2,
                  reuses=("lifo", "fifo", "any")))
 def test_depth_first_agrees_with_breadth_first(scenario):
     bfs = check(scenario, max_states=4_000, symmetry=False)

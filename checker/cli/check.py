@@ -201,15 +201,17 @@ def list_() -> None:
     protocols.add_column(style="bold", no_wrap=True)
     protocols.add_column()
     for name in builtin_names():
-        description = " ".join(load_builtin(name).description.split())
-        protocols.add_row(name, description.split(". ")[0].rstrip(".") + ".")
+        protocol = load_builtin(name)
+        description = " ".join(protocol.description.split())
+        protocols.add_row(name, description.split(". ")[0].rstrip(".") + "." + (" (cache scenarios)" if protocol.cache_only else ""))
     console.print(protocols)
     console.print()
     table = Table(title="invariants", title_justify="left", box=None, show_header=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(no_wrap=True)
     table.add_column()
-    for inv in invs.INVARIANTS + (invs.ALLOCATOR_ERROR,):
-        table.add_row(inv.id, inv.kind, inv.holds_when + (" (allocator code only)" if inv is invs.ALLOCATOR_ERROR else ""))
+    for inv in invs.INVARIANTS + invs.CACHE_INVARIANTS + (invs.ALLOCATOR_ERROR,):
+        note = " (allocator code only)" if inv is invs.ALLOCATOR_ERROR else " (cache scenarios only)" if inv in invs.CACHE_INVARIANTS else ""
+        table.add_row(inv.id, inv.kind, inv.holds_when + note)
     console.print(table)
 

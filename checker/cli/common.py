@@ -15,7 +15,7 @@ from rich.console import Console
 
 from cowcheck import atomic
 from cowcheck.model.errors import SpecError
-from cowcheck.model.protocol import read_toml
+from cowcheck.model.protocol import is_protocol_data, read_toml
 
 # Wide enough for the verdict table when the output is a file or a pipe.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -69,19 +69,22 @@ def writable_folder(folder: Path, flag: str) -> None:
 
 def scenario_files(paths: tuple[str, ...]) -> list[Path]:
     """Scenario files named on the command line, or found in folders. In a
-    folder, TOML files with an [append] table are protocols and those with a
-    [grid] table are grids (cowcheck sweep); both are skipped."""
+    folder, TOML files with an operation's table and no [[branch]] are
+    protocols and those with a [grid] table are grids (cowcheck sweep);
+    both are skipped."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             for candidate in sorted(path.rglob("*.toml")):
                 data = read_toml(candidate)
-                if "append" not in data and "grid" not in data:
+                if not is_protocol_data(data) and "grid" not in data:
                     out.append(candidate)
         elif path.exists():
-            if path.suffix == ".toml" and "append" in read_toml(path):
-                raise SpecError(str(path), "append", "this is a protocol file; pass a scenario, or apply it with --protocol")
+            data = read_toml(path) if path.suffix == ".toml" else {}
+            if is_protocol_data(data):
+                table = next(key for key in ("admit", "append", "cancel", "finish", "fork", "rollback") if key in data)
+                raise SpecError(str(path), table, "this is a protocol file; pass a scenario, or apply it with --protocol")
             out.append(path)
         else:
             raise SpecError(str(path), "", "file not found")

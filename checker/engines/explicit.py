@@ -55,7 +55,8 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     def search(invariants, ample, limits: SearchOptions, stop_after: Optional[frozenset[str]] = None) -> Explorer:
         reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
         explorer = Explorer(model, invariants, limits, stop_after=stop_after, gauge=allocated, steady=model.is_steady,
-                            cost=model.is_copy_launch, representative=orbits.representative if orbits else None,
+                            cost=model.is_copy_launch, hits=model.hits if scenario.cache else None,
+                            representative=orbits.representative if orbits else None,
                             mirror=orbits.unmirrored if orbits else None,
                             ample=ample if ample and ample.enabled else None, reductions=tuple(reductions),
                             encode=Compact(scenario).encode if compact else None, progress=progress)

@@ -68,6 +68,7 @@ class Exploration:
     peak: Optional[int] = None
     peak_state: Optional[int] = None
     cost_range: Optional[tuple[int, int]] = None   # (min, max) action cost over complete runs
+    hits_range: Optional[tuple[int, int]] = None   # (min, max) cache hits over complete runs (cache scenarios)
     steady_values: tuple[int, ...] = ()            # the gauge's values over steady states
     reductions: tuple[str, ...] = ()               # what shrank the stored space
     encoding: Optional[str] = None                 # how visited states are stored, when not as tuples
@@ -127,7 +128,7 @@ class Explorer:
     def __init__(self, model: TransitionSystem, invariants: tuple[Invariant, ...],
                  options: SearchOptions = SearchOptions(), *, stop_after: Optional[frozenset[str]] = None,
                  gauge: Optional[Callable] = None, steady: Optional[Callable] = None,
-                 cost: Optional[Callable] = None, representative: Optional[Callable] = None,
+                 cost: Optional[Callable] = None, hits: Optional[Callable] = None, representative: Optional[Callable] = None,
                  mirror: Optional[Callable] = None, ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None,
                  progress: Optional[Callable[["Explorer", int], None]] = None, profile: bool = False):
@@ -144,6 +145,7 @@ class Explorer:
         self.gauge = gauge
         self.steady = steady
         self.cost = cost
+        self.hits = hits
         self.representative = representative
         self.mirror = mirror
         self.ample = ample
@@ -160,6 +162,7 @@ class Explorer:
         self.edge_start = array("i")
         self.edge_dst = array("i")
         self.edge_cost = array("b")
+        self.edge_hits = array("b")            # kept only with a `hits` measure
         self.final = bytearray()
         self.result = Exploration(reductions=reductions, fingerprints=fingerprints,
                                   encoding="fixed-width" if encode is not None else None)
@@ -216,7 +219,7 @@ class Explorer:
             self.mirror = timed("canonical form", self.mirror)
         if self.ample is not None:
             self.ample = timed("partial-order", self.ample)
-        for name in ("gauge", "steady", "cost"):
+        for name in ("gauge", "steady", "cost", "hits"):
             if getattr(self, name) is not None:
                 setattr(self, name, timed("measures", getattr(self, name)))
         self._stored = timed("hashing and storage", self._stored)  # type: ignore[method-assign]
@@ -268,9 +271,10 @@ class Explorer:
             # the loop runs once per transition: what it calls is bound once here
             representative, stored, mirror, ample = self.representative, self._stored, self.mirror, self.ample
             plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
-            steady, gauge, cost, max_depth = self.steady, self.gauge, self.cost, self.options.max_depth
+            steady, gauge, cost, hits, max_depth = self.steady, self.gauge, self.cost, self.hits, self.options.max_depth
             max_states, max_seconds = self.options.max_states, self.options.max_seconds
             depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
+            edge_hits = self.edge_hits
             state_checks, action_checks, violate = judge.state, judge.action, self._violate
             while queue:
                 sid, state = queue.popleft()
@@ -314,6 +318,8 @@ class Explorer:
                         queue.append((nid, nxt))
                     edge_dst.append(nid)
                     edge_cost.append(cost(tr.action) if cost else 0)
+                    if hits is not None:
+                        edge_hits.append(hits(tr.action))
                 if not sid & 0xFFF:
                     # What is stored stays: the collector need not look at it
                     # again (its full passes would walk every stored state).
@@ -339,17 +345,19 @@ class Explorer:
         res.bytes_per_state = max(_resident_bytes() - memory, 0) / max(res.states, 1)
         res.steady_values = tuple(sorted(steady_values))
         if res.complete and self.cost is not None:
-            res.cost_range = self._cost_range()
+            res.cost_range = self._cost_range(self.edge_cost)
+        if res.complete and self.hits is not None:
+            res.hits_range = self._cost_range(self.edge_hits)
         return res
 
     # -- measures -------------------------------------------------------------
-    def _cost_range(self) -> Optional[tuple[int, int]]:
-        """The fewest and the most total cost over runs from the initial state
-        to a final state. The state graph is acyclic (every action advances a
-        branch's program or retires an in-flight op), so one pass in
-        topological order (Kahn) settles both."""
+    def _cost_range(self, cost: array) -> Optional[tuple[int, int]]:
+        """The fewest and the most total `cost` (one entry per edge) over
+        runs from the initial state to a final state. The state graph is
+        acyclic (every action advances a branch's program or retires an
+        in-flight op), so one pass in topological order (Kahn) settles both."""
         n = len(self.keys)
-        starts, dst, cost = self.edge_start, self.edge_dst, self.edge_cost
+        starts, dst = self.edge_start, self.edge_dst
         indegree = array("i", bytes(4 * n))
         for d in dst:
             indegree[d] += 1

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Callable, Iterator, Optional
 
-from cowcheck.model.block import AllocatorRaised, CopyDone, Fact, Freed, KernelDone, OutputChecked, TableMiss, Underflow
+from cowcheck.model.block import Allocated, AllocatorRaised, CopyDone, Fact, Freed, KernelDone, Keyed, OutputChecked, TableMiss, Underflow
 from cowcheck.model.errors import SpecError
 from cowcheck.model.harness import HarnessModel
 from cowcheck.model.scenario import Scenario
@@ -91,8 +91,13 @@ def tables(model: TransitionSystem, br: Branch) -> tuple[tuple[str, tuple[int, .
 
 
 # -- kernel-complete discipline --------------------------------------------
-def _target(model: TransitionSystem, kernel: Kernel) -> int:
-    return kernel.snapshot[kernel.pos // model.B]
+def _targets(model: TransitionSystem, kernel: Kernel) -> tuple[int, ...]:
+    """The blocks a kernel writes: one for a write, each block of the
+    uncached prompt for a prefill."""
+    B, snapshot = model.B, kernel.snapshot
+    if kernel.span == 1:
+        return (snapshot[kernel.pos // B],)
+    return tuple(dict.fromkeys(snapshot[p // B] for p in kernel.written))
 
 
 def _others(queue: tuple, kernel: Kernel) -> list:
@@ -103,8 +108,14 @@ def _others(queue: tuple, kernel: Kernel) -> list:
 
 
 def exclusive_write(model, before, tr, fact):
-    kernel = fact.kernel
-    target = _target(model, kernel)
+    for target in _targets(model, fact.kernel):
+        witness = _exclusive(model, before, fact.kernel, target)
+        if witness is not None:
+            return witness
+    return None
+
+
+def _exclusive(model, before, kernel, target):
     B = model.B
     for j, br in enumerate(before.branches):
         if j != kernel.branch and br.status is Status.RUNNING \
@@ -121,12 +132,12 @@ def exclusive_write(model, before, tr, fact):
 
 
 def refcount_write(model, before, tr, fact):
-    target = _target(model, fact.kernel)
-    blk = before.blocks[target]
-    if blk.refcount == 1 and blk.holds == 0:
-        return None
-    return {"block": target, "refcount": blk.refcount, "holds": blk.holds,
-            "message": f"block {target} written with refcount {blk.refcount} and holds {blk.holds} (needs 1 and 0)"}
+    for target in _targets(model, fact.kernel):
+        blk = before.blocks[target]
+        if blk.refcount != 1 or blk.holds != 0:
+            return {"block": target, "refcount": blk.refcount, "holds": blk.holds,
+                    "message": f"block {target} written with refcount {blk.refcount} and holds {blk.holds} (needs 1 and 0)"}
+    return None
 
 
 def copy_before_use(model, before, tr, fact):
@@ -152,7 +163,7 @@ def uaf_copy(model, before, tr, fact):
 
 def uaf_kernel(model, before, tr, fact):
     kernel = fact.kernel
-    blocks = (_target(model, kernel),) + kernel.snapshot[:kernel.pos // model.B + 1]
+    blocks = _targets(model, kernel) + kernel.snapshot[:kernel.pos // model.B + 1]
     return _free_touch(blocks, before.free, f"branch {model.names[kernel.branch]}'s kernel for position {kernel.pos}")
 
 
@@ -249,6 +260,75 @@ INVARIANTS: tuple[Invariant, ...] = (
               "each block's refcount equals the number of running branches' working tables that map it", on_state=refcount_exact),
 )
 
+# -- prefix caching (docs/semantics.md#prefix-caching) -------------------------
+def _key_text(key: tuple) -> str:
+    return "(" + " ".join(key) + ")"
+
+
+def no_stale_key(model, before, tr, fact):
+    block = fact.block
+    key = tr.state.blocks[block].key if tr.state is not None else None
+    if key is None:
+        return None
+    return {"block": block, "key": list(key),
+            "message": f"block {block} was handed out while the cache still maps the key {_key_text(key)} to it"}
+
+
+def _immutable(block: int, key: Optional[tuple], slot: int, token: Optional[str], B: int, what: str) -> Optional[dict]:
+    if key is None:
+        return None
+    want = key[len(key) - B + slot]
+    if token == want:
+        return None
+    shown = "_" if token is None else token
+    return {"block": block, "slot": slot, "key": list(key), "expected": want, "written": token,
+            "message": f"{what} writes {shown} into slot {slot} of block {block}, which the cache holds "
+                       f"under the key {_key_text(key)} (that slot must keep {want})"}
+
+
+def cache_immutable_kernel(model, before, tr, fact):
+    kernel, B = fact.kernel, model.B
+    for p in kernel.written:
+        block = kernel.snapshot[p // B]
+        witness = _immutable(block, before.blocks[block].key, p % B, kernel.expected[p], B,
+                             f"branch {model.names[kernel.branch]}'s kernel for position {p}")
+        if witness is not None:
+            return witness
+    return None
+
+
+def cache_immutable_copy(model, before, tr, fact):
+    op, B = fact.copy, model.B
+    key, source = before.blocks[op.dst].key, before.blocks[op.src].slots
+    for slot in range(op.n):
+        witness = _immutable(op.dst, key, slot, source[slot], B, f"the copy {op.src}->{op.dst}")
+        if witness is not None:
+            return witness
+    return None
+
+
+def verified_only_cached(model, before, tr, fact):
+    br = before.branches[fact.branch]
+    if fact.length <= br.verified:
+        return None
+    return {"block": fact.block, "branch": model.names[fact.branch], "verified": br.verified, "covers": fact.length,
+            "message": f"block {fact.block} was keyed with the first {fact.length} tokens of branch "
+                       f"{model.names[fact.branch]}'s sequence, only {br.verified} of which are verified "
+                       f"(position {br.verified} is a pending draft)"}
+
+
+#: cache scenarios only (docs/semantics.md#prefix-caching)
+CACHE_INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("no-stale-key", DISCIPLINE, "each alloc, alloc-no-evict and alloc-prompt",
+              "the block handed out is not in the cache after the action", on_facts={Allocated: no_stale_key}),
+    Invariant("cache-immutable", DISCIPLINE, "each kernel-complete and copy-complete",
+              "every slot written in a keyed block gets the token its key has there",
+              on_facts={KernelDone: cache_immutable_kernel, CopyDone: cache_immutable_copy}),
+    Invariant("verified-only-cached", DISCIPLINE, "each cache-full and cache-drafts",
+              "every position a new key covers is verified (no pending draft)", on_facts={Keyed: verified_only_cached}),
+)
+
+
 def allocator_error(model, before, tr, fact):
     return {"branch": model.names[fact.branch], "call": fact.call, "error": fact.error,
             "message": f"{fact.call} raised {fact.error}"}
@@ -259,22 +339,31 @@ def allocator_error(model, before, tr, fact):
 ALLOCATOR_ERROR = Invariant("allocator-error", HARM, "each host call (engine harness)",
                             "the allocator raises nothing but out-of-blocks", on_facts={AllocatorRaised: allocator_error})
 
-BY_ID = {inv.id: inv for inv in INVARIANTS + (ALLOCATOR_ERROR,)}
+BY_ID = {inv.id: inv for inv in INVARIANTS + CACHE_INVARIANTS + (ALLOCATOR_ERROR,)}
 IDS = tuple(BY_ID)
 
 
 def for_system(invariants: tuple[Invariant, ...], system: Any) -> tuple[tuple[Invariant, ...], dict[str, tuple[str, str]]]:
     """The invariants a system is judged on, and those it cannot judge
-    (id -> (kind, why)): allocator code adds allocator-error when all the
-    built-in ones are asked for, and without an optional observer some
+    (id -> (kind, why)): a cache scenario adds the cache invariants (and
+    only it has them) when all the built-in ones are asked for; allocator
+    code adds allocator-error, and without an optional observer some
     cannot be checked."""
+    cache = system.scenario.cache
+    if invariants == INVARIANTS and cache:
+        invariants = INVARIANTS + CACHE_INVARIANTS
+    unjudged: dict[str, tuple[str, str]] = {}
+    if not cache:
+        unjudged = {inv.id: (str(inv.kind), 'only a cache scenario (cache = "prefix") has a prefix cache')
+                    for inv in invariants if inv in CACHE_INVARIANTS}
+        invariants = tuple(inv for inv in invariants if inv not in CACHE_INVARIANTS)
     if not isinstance(system, HarnessModel):
-        return invariants, {}
+        return invariants, unjudged
     unsupported = system.unsupported
     if invariants == INVARIANTS:
         invariants = INVARIANTS + (ALLOCATOR_ERROR,)
     kept = tuple(inv for inv in invariants if inv.id not in unsupported)
-    return kept, {inv.id: (str(inv.kind), unsupported[inv.id]) for inv in invariants if inv.id in unsupported}
+    return kept, {**unjudged, **{inv.id: (str(inv.kind), unsupported[inv.id]) for inv in invariants if inv.id in unsupported}}
 
 
 def select(ids: tuple[str, ...] | list[str] | None, source: str = "--invariant") -> tuple[Invariant, ...]:
@@ -283,7 +372,7 @@ def select(ids: tuple[str, ...] | list[str] | None, source: str = "--invariant")
     for i in ids:
         if i not in BY_ID:
             raise SpecError(source, "invariant", f"unknown invariant {i!r}; allowed: {', '.join(IDS)}")
-    return tuple(inv for inv in INVARIANTS + (ALLOCATOR_ERROR,) if inv.id in ids)
+    return tuple(inv for inv in INVARIANTS + CACHE_INVARIANTS + (ALLOCATOR_ERROR,) if inv.id in ids)
 
 
 def validate_expect(scenario: Scenario, harness: bool = False) -> None:

@@ -207,6 +207,7 @@ class ExplicitResult(Result):
             "peak_blocks": x.peak,
             "peak_trace": self.peak_path,
             "copies": list(x.cost_range) if x.cost_range else None,
+            "hits": list(x.hits_range) if x.hits_range else None,
             "steady_blocks": x.steady,
             "reductions": list(x.reductions),
             "encoding": x.encoding,

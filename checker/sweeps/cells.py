@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol
-from cowcheck.model.scenario import BRANCH_NAMES, Scenario
+from cowcheck.model.branches import BRANCH_NAMES
+from cowcheck.model.scenario import Scenario
 
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import FORMAT, Outcome, Summary, Verdict

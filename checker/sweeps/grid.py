@@ -32,7 +32,9 @@ from typing import Any, Iterator, Union
 from cowcheck.model.errors import SpecError
 from cowcheck.model.harness import allocator_label
 from cowcheck.model.protocol import Protocol, read_toml
-from cowcheck.model.scenario import BRANCH_NAMES, DEVICES, MAXIMA, REUSES, scenario_from_dict
+from cowcheck.model.branches import BRANCH_NAMES
+from cowcheck.model.fields import MAXIMA
+from cowcheck.model.scenario import DEVICES, REUSES, scenario_from_dict
 
 from cowcheck.sweeps.cells import INVALID, Cell, _error_data, cell_name, scenario_data
 

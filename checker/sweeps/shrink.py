@@ -25,7 +25,8 @@ from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
-from cowcheck.model.scenario import BRANCH_NAMES, BranchSpec, Scenario, branch_definition, default_pool, harness_pool, load_scenario
+from cowcheck.model.branches import BRANCH_NAMES, BranchSpec, branch_definition
+from cowcheck.model.scenario import Scenario, default_pool, harness_pool, load_scenario
 
 from cowcheck import atomic
 

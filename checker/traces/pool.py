@@ -59,9 +59,8 @@ class TokenSpace:
     def __init__(self, scenario: Scenario, head_dim: int = HEAD_DIM, seed: int = SEED):
         self.head_dim = head_dim
         self.seed = seed
-        prompt = [f"p{i}" for i in range(scenario.prompt)]
         own = [t for i in range(len(scenario.branches)) for t in scenario.own_tokens(i)]
-        self.vocabulary: list[str] = prompt + own
+        self.vocabulary: list[str] = list(dict.fromkeys(scenario.prompt_tokens + tuple(own)))
         self._vectors: dict[str, np.ndarray] = {}
         longest = max(scenario.max_pos(i) for i in range(len(scenario.branches))) + 1
         codes = self._draw("positions", longest)
@@ -173,7 +172,7 @@ class Pool:
         self.B = scenario.block_size
         self.space = space
         memory = np.zeros((scenario.pool, self.B, 2, space.head_dim), np.float32)
-        if initial is None:
+        if initial is None and not scenario.cache:
             for i in range(scenario.prompt):  # the fork: the prompt fills blocks 0 .. in order
                 memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
         else:       # where the trace's initial state has them (allocator code chooses the prompt's blocks)
@@ -201,10 +200,13 @@ class Pool:
         with self._on("copy"):
             self.memory[dst, :n] = self.memory[src, :n]
 
-    def kernel(self, token: str, pos: int, snapshot: tuple[int, ...]) -> np.ndarray:
+    def kernel(self, token: str, pos: int, snapshot: tuple[int, ...], before: tuple[tuple[int, str], ...] = ()) -> np.ndarray:
+        """Write `token` at `pos` (a prefill first writes `before`, its
+        earlier (position, token) pairs), then attend over 0 .. pos."""
         xp = self.xp
         with self._on("compute") as queue:
-            self.memory[snapshot[pos // self.B], pos % self.B] = xp.asarray(self.space.key_value(token, pos))
+            for p, t in before + ((pos, token),):
+                self.memory[snapshot[p // self.B], p % self.B] = xp.asarray(self.space.key_value(t, p))
             blocks, slots = self._gather_index(snapshot, pos + 1)
             gathered = self.memory[blocks, slots]
             out = attention(xp, xp.asarray(self.space.query(token, pos)), gathered[:, KEY], gathered[:, VALUE])
@@ -279,9 +281,13 @@ class Sequences:
     def __init__(self, scenario: Scenario):
         prompt = tuple(f"p{i}" for i in range(scenario.prompt))
         names = [scenario.branch_name(i) for i in range(len(scenario.branches))]
-        self.of: dict[str, tuple[str, ...]] = {names[i]: prompt for i in scenario.roots}   # children: from their birth
+        # children: from their birth; a cache scenario's requests: from their prefill
+        self.of: dict[str, tuple[str, ...]] = {names[i]: () if scenario.cache else prompt for i in scenario.roots}
+        self.prompts = {names[i]: scenario.prompt_of(i) for i in scenario.roots}
         self.writes = dict.fromkeys(names, 0)
-        self.kernel: dict[str, tuple[str, ...]] = {}     # token -> its kernel's expected sequence
+        #: (branch, token) -> its kernel's expected sequence (a token names a
+        #: write's kernel; a prefill is named by the prompt's last token)
+        self.kernel: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def apply(self, action: Action) -> None:
         """Follow one branch action (device completions change no sequence).
@@ -294,7 +300,10 @@ class Sequences:
             self.writes[who] += 1
             token = str(binds.get("token") or f"{who}{self.writes[who]}")
             self.of[who] += (token,)
-            self.kernel[token] = self.of[who]
+            self.kernel[who, token] = self.of[who]
+        elif action.step == "prefill" and "from" in binds:
+            self.of[who] = self.prompts[who]
+            self.kernel[who, self.of[who][-1]] = self.of[who]
         elif action.step in ("share", "fork"):
             self.of[str(binds["child"])] = self.of[who]
         elif action.step == "rewind" or (action.step == "rollback" and "rejected" in binds):
@@ -323,8 +332,10 @@ def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy
             memory.copy(binds["src"], binds["dst"], binds["n"])
         elif action.actor == DEVICE and action.op == "kernel-complete":
             branch, pos = binds["branch"], binds["pos"]
-            paged = memory.kernel(binds["token"], pos, tuple(binds["snapshot"]))
-            reference = reference_output(space, sequences.kernel[binds["token"]], pos)
+            expected = sequences.kernel[branch, binds["token"]]
+            before = tuple((p, expected[p]) for p in range(binds.get("from", pos), pos))    # a prefill's earlier positions
+            paged = memory.kernel(binds["token"], pos, tuple(binds["snapshot"]), before)
+            reference = reference_output(space, expected, pos)
             diff = float(np.max(np.abs(paged - reference)))
             result.kernels.append(KernelReplay(step, "kernel", branch, pos, diff, space.decode(paged),
                                                space.decode(reference), diff > TOLERANCE))

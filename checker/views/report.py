@@ -43,12 +43,13 @@ def show(result: Result, console: Console) -> None:
         _show_expect(result, console)
         return
     x = result.x
-    copies = f"{x.cost_range[0]}-{x.cost_range[1]}" if x.cost_range else "n/a"
+    copies = span(x.cost_range)
     steady = "n/a" if x.steady is None else str(x.steady)
+    hits = f"  [dim]hits[/] {span(x.hits_range)}" if result.scenario.cache else ""
     console.print(
         f"[dim]states[/] {x.states:,}  [dim]transitions[/] {x.transitions:,}  [dim]depth[/] {x.depth}  "
         f"[dim]time[/] {x.seconds:.2f}s  [dim]states/s[/] {x.rate:,.0f}  "
-        f"[dim]peak blocks[/] {x.peak} / steady {steady}  [dim]copies[/] {copies}"
+        f"[dim]peak blocks[/] {x.peak} / steady {steady}  [dim]copies[/] {copies}{hits}"
         + ("" if x.complete else f"  [bold yellow]partial: {escape(x.stopped or '')}[/]")
     )
     reductions = ", ".join(x.reductions) or "none"
@@ -66,23 +67,32 @@ def show(result: Result, console: Console) -> None:
     _show_expect(result, console)
 
 
+def span(values: tuple[int, int] | None) -> str:
+    """A measure's fewest-most over complete runs, or n/a."""
+    return f"{values[0]}-{values[1]}" if values else "n/a"
+
+
 def overview(results: list[Result], console: Console) -> None:
     """One row per scenario checked, so runs of one shape under several
     protocols read side by side: a rollback that never trims is safe, and
     only its peak or steady count beside cow's shows what it costs."""
     table = Table(title="scenarios", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("scenario", "protocol / allocator", "device", "verdict", "broken (shortest)", "peak", "steady", "copies"):
-        table.add_column(col, justify="right" if col in ("peak", "steady", "copies") else "left", overflow="fold")
+    measures = ("peak", "steady", "copies", "hits")
+    any_cache = any(r.scenario.cache for r in results)
+    for col in ("scenario", "protocol / allocator", "device", "verdict", "broken (shortest)") + measures[:4 if any_cache else 3]:
+        table.add_column(col, justify="right" if col in measures else "left", overflow="fold")
     for r in results:
         broken = ", ".join(f"{v.invariant} ({v.length})" for v in r.verdicts.values() if v.outcome is Outcome.VIOLATED)
-        peak = steady = copies = ""
+        peak = steady = copies = hits = ""
         if isinstance(r, ExplicitResult):
             x = r.x
             peak = str(x.peak)
             steady = "n/a" if x.steady is None else str(x.steady)
-            copies = f"{x.cost_range[0]}-{x.cost_range[1]}" if x.cost_range else "n/a"
-        table.add_row(escape(r.scenario.name), escape(r.scenario.subject), r.scenario.device,
-                      f"[{SUMMARY_STYLE[r.summary]}]{r.summary}[/]", escape(broken), peak, steady, copies)
+            copies = span(x.cost_range)
+            hits = span(x.hits_range) if r.scenario.cache else ""
+        row = [escape(r.scenario.name), escape(r.scenario.subject), r.scenario.device,
+               f"[{SUMMARY_STYLE[r.summary]}]{r.summary}[/]", escape(broken), peak, steady, copies]
+        table.add_row(*row, *([hits] if any_cache else []))
     console.print(table)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from cowcheck.model.action import DEVICE
-from cowcheck.model.scenario import BRANCH_NAMES, parse_operation
+from cowcheck.model.branches import BRANCH_NAMES, parse_operation
 from cowcheck.model.structure import Op
 
 #: the host calls of the engine harness, as an action's step names them

@@ -123,7 +123,8 @@ class Ample:
 
     def __init__(self, model: ProtocolModel, completions: bool = False):
         self.model = model
-        self.enabled = not model.structure.any_atomic
+        # not yet argued for the steps of prefix caching: off in cache scenarios
+        self.enabled = not model.structure.any_atomic and not model.cache
         self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
         self.local_steps = LOCAL_STEPS | LAUNCHES if model.device == "async" else LOCAL_STEPS
         #: settled device completions explored alone too: keeps only whether some violation is reachable

@@ -224,7 +224,7 @@ class _Context:
         if out is None:
             if self.state.branches[i].pos > self.sym.prompt:
                 disjoint = self.sym.own_set[i].isdisjoint
-                out = {b for b, (_, _, slots) in enumerate(self.state.blocks) if not disjoint(slots)}
+                out = {b for b, (_, _, slots, _) in enumerate(self.state.blocks) if not disjoint(slots)}
             else:
                 out = set()
             self._holding[i] = out
@@ -250,7 +250,7 @@ class _Context:
                     launched[op.branch] = launched.get(op.branch, ()) + (q,)
             self._launched = launched
         place = self._place.__getitem__
-        _, _, _, _, _, _, tail, new, working, published, _, _, _ = self.state.branches[i]
+        _, _, _, _, _, _, tail, new, working, published = self.state.branches[i][:10]
         return (self._launched.get(i, ()), tuple(map(place, working)), tuple(map(place, published)),
                 () if tail is None else place(tail), () if new is None else place(new),
                 tuple(sorted(map(place, self.holding(i)))))
@@ -269,7 +269,7 @@ class _Context:
                     queued.setdefault(b, []).append((q, 2, j))
         free = self.free.get
         at = queued.get
-        return [(refcount, holds, free(b, -1), tuple(at(b, ()))) for b, (refcount, holds, _) in enumerate(state.blocks)]
+        return [(refcount, holds, free(b, -1), tuple(at(b, ()))) for b, (refcount, holds, *_) in enumerate(state.blocks)]
 
     def twin_classes(self, run: list[int]) -> list[list[int]]:
         """`run` split into classes of twins (each checked against the first
@@ -302,10 +302,10 @@ class _Context:
         bx, by = branches[x], branches[y]
         if bx[:6] != by[:6] or x in kernels or y in kernels:
             return False
-        _, pos, _, _, _, _, tail_x, new_x, working_x, published_x, _, _, _ = bx
+        _, pos, _, _, _, _, tail_x, new_x, working_x, published_x = bx[:10]
         if pos == sym.prompt and bx == by:
             return True          # the same tables and no token yet: nothing to swap
-        _, _, _, _, _, _, tail_y, new_y, working_y, published_y, _, _, _ = by
+        _, _, _, _, _, _, tail_y, new_y, working_y, published_y = by[:10]
         if len(working_x) != len(working_y) or len(published_x) != len(published_y) \
                 or (tail_x is None) != (tail_y is None) or (new_x is None) != (new_y is None):
             return False
@@ -325,7 +325,7 @@ class _Context:
                 if b in queued or (b in free and not sort_free) or ((b in free) != (beta[b] in free)):
                     return False
             disjoint = moved.isdisjoint
-            for i, (_, _, _, _, _, _, tail, new, working, published, _, _, _) in enumerate(branches):
+            for i, (_, _, _, _, _, _, tail, new, working, published, *_) in enumerate(branches):
                 if i != x and i != y and not (disjoint(working) and disjoint(published)
                                               and tail not in moved and new not in moved):
                     return False        # a block that others map too
@@ -343,8 +343,8 @@ class _Context:
         get = rho.get
 
         def renamed(b: int) -> Block:
-            refcount, holds, slots = blocks[b]
-            return _new(Block, (refcount, holds, tuple(map(get, slots, slots))))  # type: ignore[arg-type]  # get(None, None) is None
+            refcount, holds, slots, key = blocks[b]
+            return _new(Block, (refcount, holds, tuple(map(get, slots, slots)), key))  # type: ignore[arg-type]  # get(None, None) is None
 
         loose: dict[bool, list[int]] = {False: [], True: []}   # unreferenced blocks, interchangeable by contents
         for b in tokened:

@@ -76,21 +76,22 @@ class Relabelling:
             for position, blk in enumerate(new_blocks):
                 slots = blk[2]
                 if not renamed.isdisjoint(slots):
-                    new_blocks[position] = _new(Block, (blk[0], blk[1], tuple(map(get, slots, slots))))  # type: ignore[arg-type]  # get(None, None) is None
+                    new_blocks[position] = _new(Block, (blk[0], blk[1], tuple(map(get, slots, slots)), blk[3]))  # type: ignore[arg-type]  # get(None, None) is None
         m = mapping.__getitem__
         branches = state.branches
         new_branches = []
         for new_index, old in enumerate(order):
             br = branches[old]
-            status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected = br
+            status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected, verified, hits = br
             # its sequence holds tokens to rename only if it moved and has written
             rename_seq = tokens is not None and new_index != old and pos != self.prompt
             if same_ids:
                 if not rename_seq:
                     new_branches.append(br)
                     continue
-                new_working, new_published, new_tail, new_new = working, published, tail, new
+                new_working, new_published, new_tail, new_new, new_hits = working, published, tail, new, hits
             else:
+                new_hits = tuple(map(m, hits)) if hits else hits
                 new_working = tuple(map(m, working))
                 new_published = new_working if published == working else tuple(map(m, published))
                 new_tail = None if tail is None else mapping[tail]
@@ -101,22 +102,22 @@ class Relabelling:
                 if renamed_seq != seq:
                     seq = renamed_seq
                     new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
-                                                      new_working, new_published, writes, seq, rejected)))
+                                                      new_working, new_published, writes, seq, rejected, verified, new_hits)))
                     continue
-            if new_working == working and new_published == published and new_tail == tail and new_new == new:
+            if new_working == working and new_published == published and new_tail == tail and new_new == new and new_hits == hits:
                 new_branches.append(br)
                 continue
             new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
-                                              new_working, new_published, writes, seq, rejected)))
+                                              new_working, new_published, writes, seq, rejected, verified, new_hits)))
         queue: list[InFlight] = []
         for inflight in state.queue:
             if type(inflight) is Copy:
                 queue.append(_new(Copy, (mapping[inflight.src], mapping[inflight.dst], inflight.n)))
             else:
-                branch, pos, token, snapshot, expected = inflight
+                branch, pos, token, snapshot, expected, span = inflight
                 if tokens is not None and new_of[branch] != branch:
                     token, expected = tokens.get(token, token), tuple(map(tokens.get, expected, expected))
-                queue.append(_new(Kernel, (new_of[branch], pos, token, tuple(map(m, snapshot)), expected)))
+                queue.append(_new(Kernel, (new_of[branch], pos, token, tuple(map(m, snapshot)), expected, span)))
         if same_ids:
             free = state.free
             new_blocks_tuple = blocks if tokens is None else tuple(new_blocks)
@@ -179,6 +180,7 @@ class Relabelling:
                 seq += published
             seq.append(br.tail)
             seq.append(br.new)
+            seq += br.hits
         for op in state.queue:
             if type(op) is Copy:
                 seq.append(op.src)
@@ -212,10 +214,10 @@ class Relabelling:
         in the order that sorting the whole list gives them)."""
         blocks, size = state.blocks, len(state.blocks)
 
-        def contents(b: int) -> tuple[int, int, tuple[str, ...]]:
+        def contents(b: int) -> tuple[int, int, tuple[str, ...], tuple[str, ...]]:
             blk = blocks[b]
             slots = blk.slots if tokens is None else tuple(map(tokens.get, blk.slots, blk.slots))  # type: ignore[arg-type]  # get(None, None) is None
-            return blk.refcount, blk.holds, tuple(t or "" for t in slots)
+            return blk.refcount, blk.holds, tuple(t or "" for t in slots), blk.key or ()
 
         free = state.free
         unnumbered_free = [b for b in free if b not in first]

@@ -102,7 +102,7 @@ def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ..
     block and no branch: status, pos, done, op, path, step, where its tail
     is in its table, and the shapes (refcount, holds, filled slots) of the
     blocks it maps; with the ids and objects of the blocks read."""
-    status, pos, done, op, path, step, tail, new, working, published, _, _, _ = br
+    status, pos, done, op, path, step, tail, new, working, published = br[:10]
     reads = working + published if new is None else working + published + (new,)
     held = tuple(map(blocks.__getitem__, reads))
     shapes = list(map(_shape, held))
@@ -127,6 +127,6 @@ def _shape(block: Block) -> Shape:
         return known[1]
     if len(_SHAPES) >= 1 << 14:
         _SHAPES.clear()
-    refcount, holds, slots = block
+    refcount, holds, slots = block[:3]
     shape = _SHAPES[id(block)] = block, (refcount, holds, len(slots) - slots.count(None))
     return shape[1]

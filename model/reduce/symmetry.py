@@ -72,7 +72,9 @@ class Symmetry(Refinement):
         self.names = [scenario.branch_name(i) for i in range(len(scenario.branches))]
         groups: dict[tuple[int, bool], list[int]] = {}
         for i, spec in enumerate(scenario.branches):
-            if spec.plain:
+            # requests of a cache scenario stay where they are for now: their
+            # prompts and keys name tokens of other requests (a coarser, sound symmetry)
+            if spec.plain and not scenario.cache:
                 groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
         self.classes = [tuple(g) for g in groups.values() if len(g) > 1] if branches else []
         # each class with the positions of its members

@@ -1,0 +1,216 @@
+"""Prefix caching (docs/semantics.md#prefix-caching): DESIGN's reference
+rows for cache scenarios reproduced exactly, with and without symmetry; the
+steps and the cache's rules on small cases a person can check by hand; and
+bad input, one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cowcheck import check
+from cowcheck.engines.invariants import CACHE_INVARIANTS, select
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scenario import load_scenario, make_scenario
+from cowcheck.model.state import Status
+from cowcheck.model.system import ProtocolModel
+
+from conftest import broken
+from test_bad_input import assert_names, error_line, invoke, write
+
+P3 = {"prompt": 3, "appends": 1}
+# name, protocol, branches, pool, {device: violated {invariant: length}}, peak, hits
+REFERENCE = [
+    ("together", "prefix-cache", [P3, P3], None, {"async": {}, "stream": {}}, 4, (0, 1)),
+    ("together", "vllm-v1", [P3, P3], None,
+     {"async": {"exclusive-write": 9, "refcount-write": 9, "faithful-output": 12},
+      "stream": {"exclusive-write": 9, "refcount-write": 9}}, 3, (1, 1)),
+    ("evict", "no-evict", [{"prompt": 3}, {"prompt": ["x0", "x1"], "appends": 1, "after": "a"}, {"prompt": 3, "after": "b"}], 2,
+     {"async": {"no-stale-key": 21, "cache-immutable": 25, "faithful-output": 36}}, 2, (1, 1)),
+    ("drafts", "cache-drafts", [{"prompt": 2, "program": ["speculate 2", "append"]},
+                                {"prompt": ["p0", "p1", "a1", "a2", "x0"], "appends": 1, "after": "a"}], None,
+     {"async": {"verified-only-cached": 21, "cache-immutable": 29, "faithful-output": 40}}, 3, (2, 2)),
+    ("cancel", "free-in-flight", [{"prompt": 3, "appends": 1, "may_cancel": True}, {"prompt": 3, "appends": 1, "after": "a"}], None,
+     {"async": {"no-use-after-free": 11, "refcount-write": 12, "exclusive-write": 15, "cache-immutable": 25, "faithful-output": 26},
+      "stream": {"no-use-after-free": 11, "refcount-write": 12, "exclusive-write": 15}}, 2, (0, 1)),
+]
+ROWS = [(name, protocol, branches, pool, device, violated, peak, hits)
+        for name, protocol, branches, pool, by_device, peak, hits in REFERENCE for device, violated in by_device.items()]
+
+
+def cache_scenario(protocol, branches, pool=None, device="async", reuse="lifo", block_size=2):
+    return make_scenario(block_size, 0, branches, protocol, device=device, reuse=reuse, pool=pool, cache=True)
+
+
+@pytest.mark.parametrize("symmetry", [True, False], ids=["symmetry", "no-symmetry"])
+@pytest.mark.parametrize("name,protocol,branches,pool,device,violated,peak,hits", ROWS,
+                         ids=[f"{r[1]}-{r[0]}-{r[4]}" for r in ROWS])
+def test_reference_row(name, protocol, branches, pool, device, violated, peak, hits, symmetry):
+    result = check(cache_scenario(protocol, branches, pool, device), symmetry=symmetry)
+    x = result.exploration
+    assert x.complete
+    assert broken(result) == violated
+    assert x.peak == peak
+    assert x.cost_range == (0, 0)
+    assert x.hits_range == hits
+    assert {inv.id for inv in CACHE_INVARIANTS} <= set(result.verdicts)
+
+
+def successors_of(scenario):
+    model = ProtocolModel(scenario)
+    return model, model.init_state()
+
+
+def take(model, state, *texts):
+    """Follow the named actions (`a: lookup`, `device: kernel-complete`)
+    from `state`, each the first successor whose action reads so."""
+    for text in texts:
+        actor, step = text.split(": ")
+        tr = next((t for t in model.successors(state) if t.action.actor == actor and t.action.step == step), None)
+        assert tr is not None, f"{text} is not enabled; enabled: {[str(t.action) for t in model.successors(state)]}"
+        state = tr.state
+    return state
+
+
+ADMIT = ("a: lookup", "a: touch-hits", "a: alloc-prompt", "a: publish", "a: prefill", "device: kernel-complete",
+         "a: wait-kernel", "a: cache-full")
+FINISH_A = ("a: check-output", "a: wait-kernel", "a: decref-all")
+
+
+def test_an_admission_fills_and_keys_its_full_blocks_only():
+    model, state = successors_of(cache_scenario("prefix-cache", [P3]))
+    assert all(br.status is Status.WAITING for br in state.branches)
+    assert state.free == tuple(range(state.blocks.__len__()))
+    state = take(model, state, *ADMIT)
+    a = state.branches[0]
+    assert (a.status, a.pos, a.verified, a.seq, a.working) == (Status.RUNNING, 3, 3, ("p0", "p1", "p2"), (0, 1))
+    assert state.blocks[0].key == ("p0", "p1") and state.blocks[0].slots == ("p0", "p1")
+    assert state.blocks[1].key is None            # partial: never keyed
+    assert state.blocks[1].slots == ("p2", None)
+
+
+def test_a_second_request_hits_and_recomputes_its_last_token():
+    model, state = successors_of(cache_scenario("prefix-cache", [{"prompt": 3}, {"prompt": 3, "after": "a"}]))
+    state = take(model, state, *ADMIT, *FINISH_A)
+    # freed last entry first: the uncached block to the front, the cached one to the back
+    assert state.free[0] == 1 and state.free[-1] == 0
+    admit_b = [t.replace("a:", "b:") for t in ADMIT]
+    trs = {}
+    for text in admit_b[:3]:
+        actor, step = text.split(": ")
+        tr = next(t for t in model.successors(state) if t.action.actor == actor and t.action.step == step)
+        trs[step], state = tr, tr.state
+    assert dict(trs["lookup"].action.binds)["hits"] == (0,)
+    assert dict(trs["alloc-prompt"].action.binds)["blocks"] == (1,)
+    b = state.branches[1]
+    assert b.working == (0, 1) and state.blocks[0].refcount == 1 and 0 not in state.free
+    assert model.hits(trs["touch-hits"].action) == 1
+
+
+def test_a_prompt_of_at_most_one_block_never_hits():
+    model, state = successors_of(cache_scenario("prefix-cache", [{"prompt": 2}, {"prompt": 2, "after": "a"}]))
+    state = take(model, state, *ADMIT, *FINISH_A)
+    assert state.blocks[0].key == ("p0", "p1")
+    tr = next(t for t in model.successors(state) if t.action.step == "lookup")
+    assert dict(tr.action.binds)["hits"] == ()
+
+
+def test_a_full_duplicate_stays_unkeyed():
+    """Two requests with one prompt admitted before either keys: each fills
+    its own first block, and the second to key it finds the key taken."""
+    result = check(cache_scenario("prefix-cache", [{"prompt": 4}, {"prompt": 4}]))
+    assert broken(result) == {}
+    assert result.exploration.hits_range == (0, 1)   # block-aligned: the last block is recomputed
+
+
+def test_an_allocation_evicts_the_cached_block_it_reuses():
+    model, state = successors_of(cache_scenario("prefix-cache", [{"prompt": 3}, {"prompt": ["x0", "x1", "x2"], "after": "a"}], pool=2))
+    state = take(model, state, *ADMIT, *FINISH_A)
+    state = take(model, state, "b: lookup", "b: touch-hits")
+    tr = next(t for t in model.successors(state) if t.action.step == "alloc-prompt")
+    assert dict(tr.action.binds)["evicted"] == (0,)
+    assert all(blk.key is None for blk in tr.state.blocks)
+
+
+def test_an_atomic_admission_waits_holding_nothing_when_the_pool_is_short():
+    model, state = successors_of(cache_scenario("prefix-cache", [{"prompt": 3}, {"prompt": ["x0", "x1", "x2"]}], pool=2))
+    state = take(model, state, "a: lookup")
+    # a holds the scheduler inside its admission; once a has both blocks, b cannot start
+    state = take(model, state, "a: touch-hits", "a: alloc-prompt")
+    assert not [t for t in model.successors(state) if t.action.actor == "b"]
+
+
+def test_cache_invariants_are_not_listed_for_scenarios_without_a_cache():
+    result = check(make_scenario(2, 3, [1, 1]))
+    assert not {inv.id for inv in CACHE_INVARIANTS} & set(result.verdicts)
+    asked = check(make_scenario(2, 3, [1, 1]), invariants=select(["no-stale-key"]))
+    assert asked.verdicts["no-stale-key"].outcome == "unsupported"
+
+
+SHIPPED = sorted(p for p in (Path(__file__).resolve().parent.parent / "specs" / "scenarios").glob("*.toml")
+                 if load_scenario(p).cache)
+
+
+def test_cow_keeps_its_own_tables_in_a_cache_scenario():
+    scenario = cache_scenario("cow", [P3, P3])
+    assert scenario.protocol.admit        # prefix-cache's admission
+    assert [s.text for s in scenario.protocol.paths["in-place"].steps] == ["write", "wait-kernel"]
+    assert broken(check(scenario)) == {}
+
+
+# -- bad input --------------------------------------------------------------------
+CACHE = 'block_size = 2\ncache = "prefix"\n'
+REQ = '[[branch]]\nprompt = 3\nappends = 1\n'
+BAD = {
+    "cache-unknown": ('block_size = 2\nprompt = 3\ncache = "radix"\n' + REQ, ["cache", "radix", "allowed", "none", "prefix"]),
+    "prompt-without-cache": ('block_size = 2\nprompt = 3\n[[branch]]\nprompt = 2\n', ["branch[0].prompt", "cache scenario"]),
+    "after-without-cache": ('block_size = 2\nprompt = 3\n[[branch]]\nappends = 1\n[[branch]]\nafter = "a"\n',
+                            ["branch[1].after", "cache scenario"]),
+    "fork-in-cache": (CACHE + '[[branch]]\nprompt = 3\nprogram = ["fork b"]\n[[branch]]\nprompt = 3\n',
+                      ["branch[0].program[0]", "fork", "cache scenario", "allowed"]),
+    "parent-in-cache": (CACHE + REQ + '[[branch]]\nprompt = 3\nparent = "a"\n', ["branch[1].parent", "cache scenario"]),
+    "after-unknown": (CACHE + REQ + '[[branch]]\nprompt = 3\nafter = "z"\n', ["branch[1].after", "'z'", "allowed"]),
+    "after-itself": (CACHE + REQ + '[[branch]]\nprompt = 3\nafter = "b"\n', ["branch[1].after", "itself"]),
+    "after-cycle": (CACHE + '[[branch]]\nprompt = 3\nafter = "b"\n[[branch]]\nprompt = 3\nafter = "a"\n', ["after", "cycle"]),
+    "prompt-missing": (CACHE + '[[branch]]\nappends = 1\n', ["branch[0].prompt", "at least one token"]),
+    "prompt-zero": (CACHE + '[[branch]]\nprompt = 0\n', ["branch[0].prompt", "at least one token"]),
+    "prompt-empty-list": (CACHE + '[[branch]]\nprompt = []\n', ["branch[0].prompt", "1 to"]),
+    "prompt-wrong-type": (CACHE + '[[branch]]\nprompt = "p0 p1"\n', ["branch[0].prompt", "integer", "list of token names"]),
+    "prompt-empty-token": (CACHE + '[[branch]]\nprompt = ["p0", ""]\n', ["branch[0].prompt[1]", "non-empty"]),
+    "prompt-non-string-token": (CACHE + '[[branch]]\nprompt = ["p0", 1]\n', ["branch[0].prompt[1]", "non-empty name"]),
+    "pool-below-a-prompt": (CACHE + 'pool = 1\n' + REQ, ["pool", "1 blocks", "largest request's prompt", "at least 2"]),
+    "cache-step-without-cache": ('block_size = 2\nprompt = 3\nprotocol = "vllm-v1"\n' + REQ.replace("prompt = 3\n", ""),
+                                 ["protocol", "cache-full", "cache scenario"]),
+    "no-append-without-cache": ('block_size = 2\nprompt = 3\nprotocol = "free-in-flight"\n[[branch]]\nappends = 1\n',
+                                ["free-in-flight.toml", "append", "missing"]),
+}
+PROTOCOL_BAD = {
+    "lookup-outside-admit": ('[append]\nrules = [{ when = "true", path = "p" }]\npaths.p = ["lookup", "write", "wait-kernel"]\n',
+                             ["append.paths.p[0]", "lookup", "only in [admit]"]),
+    "prefill-in-finish": ('[finish]\nsteps = ["prefill"]\n', ["finish.steps[0]", "prefill", "only in [admit]"]),
+    "empty-admit": ('[admit]\nsteps = []\n', ["admit.steps", "non-empty"]),
+    "admit-without-prefill": ('[admit]\nsteps = ["lookup", "touch-hits", "alloc-prompt", "publish"]\n', ["admit.steps", "prefill"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_cache_scenario(tmp_path, case):
+    text, needles = BAD[case]
+    path = write(tmp_path / f"{case}.toml", text)
+    line = error_line(invoke("check", path, "--out", tmp_path / "cx"))
+    assert_names(line, *needles)
+
+
+@pytest.mark.parametrize("case", list(PROTOCOL_BAD))
+def test_bad_cache_protocol(tmp_path, case):
+    text, needles = PROTOCOL_BAD[case]
+    write(tmp_path / "mine.toml", text)
+    path = write(tmp_path / "s.toml", CACHE + 'protocol = "mine.toml"\n' + REQ)
+    line = error_line(invoke("check", path, "--out", tmp_path / "cx"))
+    assert_names(line, "mine.toml", *needles)
+
+
+def test_make_scenario_refuses_like_a_file():
+    with pytest.raises(SpecError):
+        make_scenario(2, 3, [{"appends": 1, "after": "a"}])

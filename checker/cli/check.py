@@ -174,7 +174,10 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
                       + (f"; [bold red]not met: {escape(', '.join(r.scenario.name for r in unmet))}[/]" if unmet else "")
                       + f" [dim]({tally})[/]")
         if html_dir:
-            write_check_pages(results, Path(html_dir))
+            skipped: list[SpecError] = []
+            write_check_pages(results, Path(html_dir), skipped)
+            for error in skipped:
+                err_console.print(f"[yellow]no page[/]: {escape(str(error))}", soft_wrap=True)
         if json_path:
             emit_json([r.to_json() for r in results], json_path)
     if interrupted:

@@ -144,3 +144,13 @@ def test_the_check_pages_skip_a_counterexample_that_cannot_be_drawn(tmp_path):
     pages = write_check_pages([result], tmp_path / "site", skipped)
     assert [p.name for p in pages] == ["index.html"]
     assert skipped and "no longer there" in str(skipped[0])
+
+
+def test_a_refused_atomic_write_names_the_target_not_the_temporary_file(tmp_path):
+    """Item 16: the error of a write that fails names the user's path."""
+    target = tmp_path / "taken"
+    (target / "inside").mkdir(parents=True)       # a non-empty folder where the file must go
+    with pytest.raises(OSError) as raised:
+        atomic.write_text(target, "{}\n")
+    assert raised.value.filename == str(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["taken"]       # no temporary file left

@@ -124,7 +124,35 @@ def test_the_command_line_takes_allocator_from_the_scenario_and_as_an_override(t
     plain.write_text('device = "async"\n' + TWO)
     override = CliRunner().invoke(main, ["check", str(plain), "--allocator", f"{ADAPTERS}:manager", "--out", str(tmp_path / "o")])
     assert override.exit_code == 1 and "allocator" in override.output
-    assert any(p.name.startswith("plain~toy_allocators.manager-async-lifo") for p in (tmp_path / "o").iterdir())
+    assert any(p.name.startswith("plain~toy_allocators.manager-async.") for p in (tmp_path / "o").iterdir())
+
+
+@pytest.mark.parametrize("override", [["--allocator", f"{ADAPTERS}:manager"], []])
+def test_reuse_is_refused_for_allocator_code_in_one_line(tmp_path, override):
+    """Item 15: allocator code takes free blocks in its own order, so --reuse
+    (given with --allocator, or for a scenario of allocator code) is refused."""
+    path = scenario_file(tmp_path, f"{ADAPTERS}:manager")
+    result = CliRunner().invoke(main, ["check", str(path), "--reuse", "fifo", "--out", str(tmp_path / "cx")] + override)
+    line = error_line(result)
+    assert line.startswith("cowcheck: error: --reuse: ") and "its own order" in line and "protocol files only" in line
+    assert not (tmp_path / "cx").exists()
+
+
+def test_headers_and_pages_say_the_allocator_reuses_blocks_in_its_own_order(tmp_path):
+    """Item 15: no "reuse lifo" where the allocator decides; no reuse in an override's file names."""
+    plain = tmp_path / "plain.toml"
+    plain.write_text('device = "async"\n' + TWO)
+    result = CliRunner().invoke(main, ["check", str(plain), "--allocator", f"{ADAPTERS}:manager", "--out",
+                                       str(tmp_path / "cx"), "--html", str(tmp_path / "site")])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0].startswith(f"plain~toy_allocators.manager-async  allocator {ADAPTERS}:manager  "
+                                                    "device async  reuse the allocator's  B=")
+    race = next((tmp_path / "cx").glob("*.copy-before-use.json"))
+    assert race.name == "plain~toy_allocators.manager-async.copy-before-use.json"
+    assert "reuse the allocator's" in cowcheck.explain(cowcheck.load_counterexample(race)).splitlines()[0]
+    for page in ("index.html", race.stem + ".html"):
+        text = (tmp_path / "site" / page).read_text()
+        assert "reuse the allocator&#x27;s" in text and "reuse lifo" not in text
 
 
 def test_the_z3_engines_refuse_allocator_code_in_one_line(tmp_path):

@@ -67,6 +67,13 @@ def is_harness(scenario: dict) -> bool:
     return scenario.get("allocator") is not None
 
 
+def reuse_words(reuse: str, harness: bool) -> str:
+    """The free-list order as a header gives it: allocator code takes its
+    free blocks in its own order, so `reuse` (which only a protocol file's
+    model follows) is not shown for it."""
+    return "the allocator's" if harness else reuse
+
+
 def subject(scenario: dict) -> tuple[str, str]:
     """What a scenario (JSON form) checks, as ("protocol", its name) or
     ("allocator", the code's reference)."""

@@ -84,8 +84,25 @@ def test_a_correct_allocator_holds_on_one_stream_and_its_copies_race_on_an_async
 def test_without_observers_some_invariants_are_not_checked():
     result = cowcheck.check(make_scenario(2, 3, [1, 1], device="stream"), allocator=blind)
     unchecked = {k for k, v in result.verdicts.items() if v.outcome is Outcome.UNSUPPORTED}
-    assert unchecked == {"refcount-write", "refcount-exact", "no-leak", "no-use-after-free"}
+    assert unchecked == {"refcount-write", "refcount-exact", "no-leak", "no-use-after-free", "no-underflow"}
     assert all("not checked" in result.verdicts[k].note for k in unchecked)
+
+
+def test_no_underflow_is_not_checked_through_the_harness_and_allocator_error_stands_in(tmp_path):
+    """Item 14: the harness never sees a decrement, so no-underflow is not
+    reported as holding; a "holds" or "safe" expect is still met through
+    allocator-error, and one without allocator-error cannot be confirmed."""
+    result = cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=manager)
+    verdict = result.verdicts["no-underflow"]
+    assert verdict.outcome is Outcome.UNSUPPORTED and "allocator-error stands in" in verdict.note
+    assert result.verdicts["allocator-error"].outcome is Outcome.HOLDS
+    path = scenario_file(tmp_path, f"{ADAPTERS}:manager")
+    path.write_text('expect = "holds"\n' + path.read_text())
+    row = CliRunner().invoke(main, ["check", str(path), "--out", str(tmp_path / "cx")])
+    assert row.exit_code == 0 and "expect met: holds" in row.output, row.output
+    assert [line for line in row.output.splitlines() if line.startswith("no-underflow")][0].split("│")[2].strip() == "unsupported"
+    alone = cowcheck.check(cowcheck.load_scenario(path), invariants=(cowcheck.INVARIANTS[1],))
+    assert not alone.expect_met and "cannot check no-underflow" in alone.expectation_failures[0]
 
 
 def test_programs_forks_and_speculation_run_through_the_harness():

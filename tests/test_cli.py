@@ -216,7 +216,7 @@ def test_replay_json_flag(tmp_path):
 
 def test_max_states_gives_a_partial_result(tmp_path):
     path = scenario(tmp_path, "cow-capped")
-    data, result = check_json(tmp_path, path, "--max-states", "10")
+    data, result = check_json(tmp_path, path, "--max-states", "10", expect_exit=3)
     (entry,) = data
     assert entry["complete"] is False
     assert entry["states"] <= 10
@@ -228,7 +228,7 @@ def test_max_states_gives_a_partial_result(tmp_path):
 
 def test_max_depth_gives_a_partial_result(tmp_path):
     path = scenario(tmp_path, "cow-shallow")
-    data, result = check_json(tmp_path, path, "--max-depth", "2")
+    data, result = check_json(tmp_path, path, "--max-depth", "2", expect_exit=3)
     (entry,) = data
     assert entry["complete"] is False
     assert entry["depth"] <= 2
@@ -236,6 +236,28 @@ def test_max_depth_gives_a_partial_result(tmp_path):
     assert "--max-depth 2" in entry["stopped"]
     assert all(v["holds"] is None for v in entry["verdicts"].values())
     assert "partial" in result.output
+
+
+@pytest.mark.parametrize("bound", [["--max-states", "10"], ["--max-depth", "2"], ["--max-memory", "1"]])
+@pytest.mark.parametrize("override", [[], ["--device", "stream"]])
+def test_a_partial_run_without_expect_is_never_counted_safe(tmp_path, bound, override):
+    """Item 13: with no `expect` (none given, or dropped by an override), a
+    partial run neither meets its expect nor counts as safe: it has its own
+    category in the closing line and exit status 3, not 0."""
+    path = scenario(tmp_path, "cow-unjudged")
+    _, result = check_json(tmp_path, path, *bound, *override, expect_exit=3)
+    closing = flat(result.output.split("scenario(s) checked")[-1])
+    assert "partial, so not judged: cow-unjudged" in closing
+    assert "0 safe and disciplined" in closing and "1 partial" in closing
+    if not override:
+        assert "0 met their expect" in closing
+
+
+def test_a_partial_run_that_finds_its_expected_violation_meets_it(tmp_path):
+    """A "violates" expect is met by finding the violation, partial run or not."""
+    path = scenario(tmp_path, "spare-first", protocol="spare-capacity", expect="violates faithful-output")
+    data, result = check_json(tmp_path, path, "--first", "--invariant", "faithful-output", expect_exit=0)
+    assert data[0]["complete"] is False and "1 met their expect" in flat(result.output)
 
 
 def test_partial_run_cannot_meet_holds(tmp_path):
@@ -246,7 +268,7 @@ def test_partial_run_cannot_meet_holds(tmp_path):
 
 def test_first_stops_at_the_first_violation(tmp_path):
     path = scenario(tmp_path, "spare", protocol="spare-capacity")
-    data, _ = check_json(tmp_path, path, "--first")
+    data, _ = check_json(tmp_path, path, "--first", expect_exit=3)     # a discipline break: safety not settled
     (entry,) = data
     broken = [k for k, v in entry["verdicts"].items() if v["holds"] is False]
     assert len(broken) == 1, broken

@@ -19,7 +19,7 @@ from cowcheck import api, interrupts
 from cowcheck.cli.common import console, emit_json, err_console, fail, scenario_files, writable_file, writable_folder
 from cowcheck.engines import invariants as invs
 from cowcheck.engines.options import SearchOptions
-from cowcheck.engines.results import Result, Summary
+from cowcheck.engines.results import PARTIAL, Result, Summary
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
 from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
@@ -159,20 +159,24 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
     """The closing summary and the JSON and HTML of what was checked, with
     further interrupts held off until they are written. Returns the exit status."""
     with interrupts.held():     # a further Ctrl-C waits until the results are written whole
-        by_summary = Counter(r.summary for r in results)
-        tally = ", ".join(f"{by_summary[s]} {s}" for s in Summary)
+        by_category = Counter(r.category for r in results)
+        tally = ", ".join(f"{by_category[c]} {c}" for c in (*map(str, Summary), PARTIAL))
+        partial = [r for r in results if r.undecided]
+        undecided = (f"; [bold yellow]partial, so not judged: {escape(', '.join(r.scenario.name for r in partial))}[/]"
+                     if partial else "")
         if len(results) > 1:
             overview(results, out)
         if interrupted:
             out.print(f"[bold yellow]interrupted[/]: {interrupted_line(results)}")
         if overridden:
-            out.print(f"[bold]{len(results)} scenario(s) checked[/] under the override: {tally} "
+            out.print(f"[bold]{len(results)} scenario(s) checked[/] under the override: {tally}{undecided} "
                       "[dim](the files' expect does not apply to an override)[/]")
         else:
             unmet = [r for r in results if not r.expect_met]
-            out.print(f"[bold]{len(results)} scenario(s) checked[/], {len(results) - len(unmet)} met their expect"
+            met = len(results) - len(unmet) - len(partial)
+            out.print(f"[bold]{len(results)} scenario(s) checked[/], {met} met their expect"
                       + (f"; [bold red]not met: {escape(', '.join(r.scenario.name for r in unmet))}[/]" if unmet else "")
-                      + f" [dim]({tally})[/]")
+                      + f"{undecided} [dim]({tally})[/]")
         if html_dir:
             skipped: list[SpecError] = []
             write_check_pages(results, Path(html_dir), skipped)
@@ -182,9 +186,15 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
             emit_json([r.to_json() for r in results], json_path)
     if interrupted:
         return interrupts.exit_status()
-    if overridden:
-        return 1 if any(r.summary is Summary.UNSAFE for r in results) else 0
-    return 1 if any(not r.expect_met for r in results) else 0
+    failed = any(r.summary is Summary.UNSAFE for r in results) if overridden else any(not r.expect_met for r in results)
+    if failed:
+        return 1
+    return PARTIAL_STATUS if any(r.undecided for r in results) else 0
+
+
+#: the exit status of a run that failed nothing but was partial (a bound
+#: stopped a scenario that had no verdict to find): not success
+PARTIAL_STATUS = 3
 
 
 

@@ -36,6 +36,11 @@ class Summary(StrEnum):
     DISCIPLINED = "safe and disciplined"
 
 
+#: the closing line's category of a partial run without harm (not a Summary:
+#: the summary of a partial run is "so far")
+PARTIAL = "partial"
+
+
 class Engine(StrEnum):
     EXPLICIT = "explicit"
     BMC = "bmc"
@@ -148,6 +153,20 @@ class Result:
     @property
     def expect_met(self) -> bool:
         return not self.expectation_failures
+
+    @property
+    def undecided(self) -> bool:
+        """A partial run with no harm found and no `expect` to judge it by
+        (none given, or dropped by an override): it proves nothing, so it
+        never counts as safe, nor as having met an absent `expect`. (With an
+        `expect`, a partial run meets only "violates" items, by finding them.)"""
+        return self.partial and self.summary is not Summary.UNSAFE and not self.scenario.expect
+
+    @property
+    def category(self) -> str:
+        """Where the closing line counts it: its summary, or "partial" when
+        the run stopped before it could say more than "safe so far"."""
+        return PARTIAL if self.partial and self.summary is not Summary.UNSAFE else str(self.summary)
 
     @property
     def interrupted(self) -> bool:

@@ -494,3 +494,13 @@ def test_the_readme_override_examples_behave_as_it_says(tmp_path):
     assert f"1 unsafe, 0 safe but undisciplined, {scenarios - 1} safe and disciplined" in " ".join(every.stdout.split())
     written = {p.parent for p in tmp_path.rglob("*.json")}
     assert written == {tmp_path / "counterexamples" / "overrides"}
+
+
+def test_a_z3_engine_never_writes_where_the_committed_counterexamples_are(tmp_path):
+    """Item 11: only the explorer's run writes counterexamples/ by default; BMC
+    (another trace of the same length) writes where an override does."""
+    path = scenario(tmp_path, "spare-bmc", protocol="spare-capacity")
+    result = invoke("check", path, "--engine", "bmc", "--depth", "3", "--invariant", "exclusive-write")
+    assert "VIOLATED" in result.output, result.output
+    assert [p.name for p in (tmp_path / "counterexamples").iterdir()] == ["overrides"]
+    assert (tmp_path / "counterexamples" / "overrides" / "spare-bmc.exclusive-write.json").is_file()

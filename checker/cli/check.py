@@ -85,7 +85,7 @@ class Progress:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Where counterexample files are written [default: counterexamples, or counterexamples/overrides "
-                   "with --protocol, --device or --reuse].")
+                   "with --protocol, --allocator, --device, --reuse or --engine bmc|kind].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
 def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, engine, depth, symmetry,
@@ -98,7 +98,7 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
     overridden = bool(protocol or device or reuse or allocator)
     options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
                             compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory)
-    out_dir = Path(out_dir or (OVERRIDE_OUT if overridden else DEFAULT_OUT))
+    out_dir = Path(out_dir or default_out(overridden, engine))
     try:
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None
@@ -151,6 +151,14 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
 
 
 DEFAULT_OUT, OVERRIDE_OUT = Path("counterexamples"), Path("counterexamples") / "overrides"
+
+
+def default_out(overridden: bool, engine: str) -> Path:
+    """Where counterexamples go without --out. The committed files in
+    counterexamples/ are the explorer's, on the scenarios as written; a z3
+    engine finds a shortest trace too, but not always the same one, so it
+    writes where an override does and never rewrites a committed file."""
+    return OVERRIDE_OUT if overridden or engine != "explicit" else DEFAULT_OUT
 
 
 

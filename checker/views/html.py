@@ -22,7 +22,7 @@ from importlib import resources
 from typing import Optional
 
 from cowcheck.engines.results import Summary
-from cowcheck.views.words import action_words, describe, doing, initial_words, is_harness, is_plain, program_summary, reuse_words
+from cowcheck.views.words import action_words, describe, doing, initial_words, is_harness, is_plain, program_summary, reuse_words, token
 from cowcheck.engines.invariants import BY_ID
 
 #: What the header says of allocator code, in place of a protocol's description.
@@ -90,7 +90,7 @@ def _marked(witness: dict, block_size: int) -> dict:
         position = witness["position"]
         if position // block_size < len(table):
             return {"block": table[position // block_size], "slot": position % block_size,
-                    "label": f"expected {witness['expected']}, read {witness['read']}"}
+                    "label": f"expected {token(witness['expected'])}, read {token(witness['read'])}"}
     if isinstance(witness.get("block"), int):
         return {"block": witness["block"], "label": "the violation is about this block"}
     return {}

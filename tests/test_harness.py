@@ -209,3 +209,25 @@ def test_the_manual_adapter_runs_as_written(tmp_path, monkeypatch):
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr
+
+
+def test_the_non_determinism_error_names_the_step_the_call_and_what_differs(monkeypatch):
+    """Item 19: code that turns non-deterministic between the search and the
+    rebuilding of its shortest trace is one line naming where and how."""
+    from cowcheck.engines.explorer import Explorer
+    from toy_allocators import Flaky
+    search = Explorer.run
+
+    def then_arm(self):
+        search(self)
+        Flaky.armed[0] = True           # state outside the pickle changes after the search
+    monkeypatch.setattr(Explorer, "run", then_arm)
+    try:
+        with pytest.raises(cowcheck.SpecError) as raised:
+            cowcheck.check(make_scenario(2, 3, [2, 2], device="async"), allocator=flaky)
+    finally:
+        Flaky.armed[0] = False
+    message = str(raised.value)
+    assert "not deterministic" in message and "rebuilding a trace, at step" in message
+    assert "by branch " in message and "append" in message and "now gives another" in message
+    assert "allocator state (its pickle)" in message

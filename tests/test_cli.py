@@ -504,3 +504,39 @@ def test_a_z3_engine_never_writes_where_the_committed_counterexamples_are(tmp_pa
     assert "VIOLATED" in result.output, result.output
     assert [p.name for p in (tmp_path / "counterexamples").iterdir()] == ["overrides"]
     assert (tmp_path / "counterexamples" / "overrides" / "spare-bmc.exclusive-write.json").is_file()
+
+
+def test_junit_xml_has_a_case_per_scenario_and_per_invariant(tmp_path):
+    """Item 28: CI systems read JUnit XML: a failure per broken invariant,
+    its message naming the counterexample file, its text the explanation."""
+    import xml.etree.ElementTree as ET
+    racy = scenario(tmp_path, "spare", protocol="spare-capacity")
+    expected = scenario(tmp_path, "spare-expected", protocol="spare-capacity", expect="violates faithful-output")
+    wrong = scenario(tmp_path, "spare-wrong", protocol="spare-capacity", expect="holds")
+    result = invoke("check", racy, expected, wrong, "--out", tmp_path / "cx", "--junit-xml", tmp_path / "ci" / "junit.xml")
+    assert result.exit_code == 1, result.output          # spare-wrong's expect is not met
+    root = ET.parse(tmp_path / "ci" / "junit.xml").getroot()
+    assert root.tag == "testsuites"
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"spare", "spare-expected", "spare-wrong"}
+    spare = {c.get("name"): c for c in suites["spare"].findall("testcase")}
+    assert set(spare) == {"expect", *(inv.id for inv in INVARIANTS)} and spare["expect"].find("failure") is None
+    failure = spare["faithful-output"].find("failure")
+    path = str(tmp_path / "cx" / "spare.faithful-output.json")
+    assert failure is not None and path in failure.get("message") and "broke in" in failure.get("message")
+    assert "faithful-output breaks at step" in failure.text
+    assert spare["no-leak"].find("failure") is None and spare["no-leak"].find("skipped") is None
+    assert int(suites["spare"].get("failures")) == len([c for c in spare.values() if c.find("failure") is not None])
+    mine = {c.get("name"): c for c in suites["spare-expected"].findall("testcase")}
+    assert mine["faithful-output"].find("failure") is None           # it broke, as expect says
+    assert "as the scenario's expect says" in mine["faithful-output"].find("system-out").text
+    assert mine["expect"].find("failure") is None
+    unmet = suites["spare-wrong"].find("testcase[@name='expect']/failure")
+    assert unmet is not None and "expected \"holds\"" in unmet.get("message")
+    assert int(root.get("tests")) == sum(int(s.get("tests")) for s in suites.values())
+
+
+def test_junit_xml_path_is_checked_before_exploring(tmp_path):
+    (tmp_path / "blocker").write_text("a file")
+    result = invoke("check", scenario(tmp_path, "s"), "--junit-xml", tmp_path / "blocker" / "j.xml", "--out", tmp_path / "cx")
+    assert result.exit_code == 2 and "--junit-xml" in result.output and not (tmp_path / "cx").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +16,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from cowcheck import api, interrupts
+from cowcheck import api, atomic, interrupts
 from cowcheck.cli.common import console, emit_json, err_console, fail, scenario_files, writable_file, writable_folder
 from cowcheck.engines import invariants as invs
 from cowcheck.engines.options import SearchOptions
@@ -26,6 +27,7 @@ from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
 from cowcheck.traces import output
 from cowcheck.traces.output import write_result
 from cowcheck.views.pages import write_check_pages
+from cowcheck.views.junit import junit_xml
 from cowcheck.views.report import overview, show
 
 
@@ -83,13 +85,15 @@ class Progress:
 @click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
 @click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
+@click.option("--junit-xml", "junit_path", type=click.Path(dir_okay=False),
+              help="Also write the results as JUnit XML to this file: a test case per scenario and per invariant.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Where counterexample files are written [default: counterexamples, or counterexamples/overrides "
                    "with --protocol, --allocator, --device, --reuse or --engine bmc|kind].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
 def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, engine, depth, symmetry,
-          por, compact, fingerprints, json_path, out_dir, html_dir) -> None:
+          por, compact, fingerprints, json_path, junit_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input, 130 when interrupted (143 on
@@ -109,6 +113,7 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
             scenarios.append(scenario)
         output.refuse_collisions(scenarios, out_dir)
         writable_file(json_path, "--json")
+        writable_file(junit_path, "--junit-xml")
         writable_folder(out_dir, "--out")
         if html_dir:
             writable_folder(Path(html_dir), "--html")
@@ -141,7 +146,7 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
     except SpecError as error:
         fail(error)
     try:
-        status = _finish(results, out, json_path, html_dir, overridden, interrupted)
+        status = _finish(results, out, Outputs(json_path, junit_path, html_dir), overridden, interrupted)
     except OSError as error:
         refused = refused or error
     if refused is not None:
@@ -162,8 +167,15 @@ def default_out(overridden: bool, engine: str) -> Path:
 
 
 
-def _finish(results: list[Result], out: Console, json_path: Optional[str], html_dir: Optional[str],
-            overridden: bool, interrupted: bool) -> int:
+@dataclass(frozen=True)
+class Outputs:
+    """The files a check writes besides its counterexamples, when asked."""
+    json: Optional[str] = None
+    junit_xml: Optional[str] = None
+    html: Optional[str] = None
+
+
+def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: bool, interrupted: bool) -> int:
     """The closing summary and the JSON and HTML of what was checked, with
     further interrupts held off until they are written. Returns the exit status."""
     with interrupts.held():     # a further Ctrl-C waits until the results are written whole
@@ -185,13 +197,15 @@ def _finish(results: list[Result], out: Console, json_path: Optional[str], html_
             out.print(f"[bold]{len(results)} scenario(s) checked[/], {met} met their expect"
                       + (f"; [bold red]not met: {escape(', '.join(r.scenario.name for r in unmet))}[/]" if unmet else "")
                       + f"{undecided} [dim]({tally})[/]")
-        if html_dir:
+        if outputs.html:
             skipped: list[SpecError] = []
-            write_check_pages(results, Path(html_dir), skipped)
+            write_check_pages(results, Path(outputs.html), skipped)
             for error in skipped:
                 err_console.print(f"[yellow]no page[/]: {escape(str(error))}", soft_wrap=True)
-        if json_path:
-            emit_json([r.to_json() for r in results], json_path)
+        if outputs.json:
+            emit_json([r.to_json() for r in results], outputs.json)
+        if outputs.junit_xml:
+            atomic.write_text(Path(outputs.junit_xml), junit_xml(results, overridden))
     if interrupted:
         return interrupts.exit_status()
     failed = any(r.summary is Summary.UNSAFE for r in results) if overridden else any(not r.expect_met for r in results)

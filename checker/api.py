@@ -65,16 +65,22 @@ def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None
     """The scenario under another protocol (or allocator code, a
     "module:factory" reference, a path resolved from the working folder),
     device model or reuse order. It is renamed
-    (`name~protocol-device-reuse`), so its counterexample files never
-    overwrite those of the scenario as written, and its `expect` is
-    dropped: it was written for what the file checks, not for the override."""
+    (`name~protocol-device-reuse`, or `name~allocator-device` for allocator
+    code), so its counterexample files never overwrite those of the scenario
+    as written, and its `expect` is dropped: it was written for what the
+    file checks, not for the override. A reuse order for allocator code is
+    refused: the code takes free blocks in its own order."""
     if protocol is None and device is None and reuse is None and allocator is None:
         return scenario
     changed = scenario.with_overrides(resolve_protocol(protocol) if protocol is not None else None, device, reuse)
     if allocator is not None:
         changed, _ = with_allocator(changed, allocator, base=Path.cwd())
-    what = allocator_label(changed.allocator) if changed.allocator is not None else changed.protocol.name
-    return _replace(changed, name=f"{changed.name}~{what}-{changed.device}-{changed.reuse}", expect=())
+    if changed.allocator is not None:
+        if reuse is not None:
+            what = "not with --allocator: allocator code" if allocator is not None else f"{scenario.source} checks allocator code, which"
+            raise SpecError("--reuse", "", f"{what} takes free blocks in its own order; --reuse applies to protocol files only")
+        return _replace(changed, name=f"{changed.name}~{allocator_label(changed.allocator)}-{changed.device}", expect=())
+    return _replace(changed, name=f"{changed.name}~{changed.protocol.name}-{changed.device}-{changed.reuse}", expect=())
 
 
 def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICIT,

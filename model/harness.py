@@ -84,16 +84,24 @@ def allocator_label(ref: str) -> str:
     return f"{stem}.{name}" if stem else name
 
 
+def allocator_file(ref: str, base: Path) -> Optional[Path]:
+    """The file a `path/file.py:factory` reference names, resolved from
+    `base`; None for a `module:factory` one (it is imported by name)."""
+    where = ref.rpartition(":")[0]
+    return (Path(base) / where).resolve() if where.endswith(".py") or "/" in where else None
+
+
 def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]:
     """`module:factory` (imported) or `path/file.py:factory` (relative to
     `base`, the scenario's folder)."""
     where, _, name = ref.rpartition(":")
     if not where or not name:
         raise SpecError(source, "allocator", f"must be \"module:factory\" or \"path/to/file.py:factory\", got {ref!r}")
-    if where.endswith(".py") or "/" in where:
-        path = (base / where).resolve()
+    path = allocator_file(ref, base)
+    if path is not None:
         if not path.is_file():
-            raise SpecError(source, "allocator", f"{ref!r}: file {str(path)!r} not found (a path is relative to the scenario's folder)")
+            raise SpecError(source, "allocator", f"{ref!r}: file {str(path)!r} not found (a path is relative to the scenario's folder; "
+                              "given with --allocator, to the working folder)")
         # registered under a stable name, so the adapter's classes pickle
         module_name = "cowcheck_allocator_" + "".join(c if c.isalnum() else "_" for c in str(path))
         module = sys.modules.get(module_name)

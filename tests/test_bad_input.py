@@ -138,9 +138,11 @@ def test_invalid_toml_syntax(tmp_path):
     assert_names(line, "broken.toml", "invalid TOML", "line 1")
 
 
-def test_missing_scenario_file(tmp_path):
-    line = error_line(invoke("check", tmp_path / "nowhere.toml", "--out", tmp_path / "cx"))
-    assert_names(line, "nowhere.toml", "not found")
+@pytest.mark.parametrize("name", ["nowhere.toml", "nowhere", "no/such/folder/"])
+def test_missing_scenario_file(tmp_path, name):
+    """Item 26: a path that is not there is "no such file or folder", not "no scenario files found"."""
+    line = error_line(invoke("check", tmp_path / name, "--out", tmp_path / "cx"))
+    assert_names(line, str(tmp_path / name).rstrip("/"), "no such file or folder")
 
 
 def test_protocol_path_that_does_not_exist(tmp_path):
@@ -378,9 +380,37 @@ def test_real_executable_bad_input(tmp_path, case):
 
 def test_check_refuses_a_json_path_it_cannot_write_before_exploring(tmp_path):
     scenario = write(tmp_path / "ok.toml", GOOD)
-    line = error_line(invoke("check", scenario, "--json", tmp_path / "missing" / "out.json", "--out", tmp_path / "cx"))
-    assert_names(line, "--json", "missing", "does not exist")
+    blocker = write(tmp_path / "blocker", "a file, not a folder")
+    line = error_line(invoke("check", scenario, "--json", blocker / "out.json", "--out", tmp_path / "cx"))
+    assert_names(line, "--json", "blocker", "not a folder")
     assert not (tmp_path / "cx").exists()          # refused before anything ran
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir() or not Path("/sys/kernel").is_dir(), reason="needs Linux /proc and /sys")
+@pytest.mark.parametrize("flag, path", [("--json", "/proc/cowcheck.json"), ("--json", "/sys/cowcheck/r.json"),
+                                        ("--out", "/proc/cowcheck-cx"), ("--html", "/sys/cowcheck-pages")])
+def test_check_refuses_a_path_the_system_refuses_before_exploring(tmp_path, flag, path):
+    """Item 16: /proc and /sys pass the permission bits (and root passes
+    everything), so the check creates and removes a folder where the output
+    goes; the line names the user's path, never a temporary file."""
+    scenario = write(tmp_path / "ok.toml", GOOD)
+    args = ["check", scenario, flag, path] + ([] if flag == "--out" else ["--out", tmp_path / "cx"])
+    result = invoke(*args)
+    line = error_line(result)
+    assert_names(line, flag, path, "cannot write")
+    assert ".tmp" not in line and "probe" not in line
+    assert "invariant" not in result.output and not (tmp_path / "cx").exists()     # before exploring
+
+
+def test_a_missing_folder_is_created_for_every_output(tmp_path):
+    """Item 17: one rule: the folders on the way to any output are created."""
+    scenario = write(tmp_path / "ok.toml", GOOD)
+    result = invoke("check", scenario, "--json", tmp_path / "j" / "k" / "r.json", "--out", tmp_path / "o" / "cx",
+                    "--html", tmp_path / "h" / "site")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "j/k/r.json").is_file() and (tmp_path / "o/cx").is_dir() and (tmp_path / "h/site/index.html").is_file()
+    assert invoke("lab", "--html", tmp_path / "l" / "m" / "lab.html").exit_code == 0
+    assert (tmp_path / "l/m/lab.html").is_file()
 
 
 @pytest.mark.parametrize("command", [["html", "-o", "{blocker}/page.html"], ["graph", "-o", "{blocker}/g.svg"],

@@ -216,7 +216,7 @@ def test_replay_json_flag(tmp_path):
 
 def test_max_states_gives_a_partial_result(tmp_path):
     path = scenario(tmp_path, "cow-capped")
-    data, result = check_json(tmp_path, path, "--max-states", "10")
+    data, result = check_json(tmp_path, path, "--max-states", "10", expect_exit=3)
     (entry,) = data
     assert entry["complete"] is False
     assert entry["states"] <= 10
@@ -228,7 +228,7 @@ def test_max_states_gives_a_partial_result(tmp_path):
 
 def test_max_depth_gives_a_partial_result(tmp_path):
     path = scenario(tmp_path, "cow-shallow")
-    data, result = check_json(tmp_path, path, "--max-depth", "2")
+    data, result = check_json(tmp_path, path, "--max-depth", "2", expect_exit=3)
     (entry,) = data
     assert entry["complete"] is False
     assert entry["depth"] <= 2
@@ -236,6 +236,28 @@ def test_max_depth_gives_a_partial_result(tmp_path):
     assert "--max-depth 2" in entry["stopped"]
     assert all(v["holds"] is None for v in entry["verdicts"].values())
     assert "partial" in result.output
+
+
+@pytest.mark.parametrize("bound", [["--max-states", "10"], ["--max-depth", "2"], ["--max-memory", "1"]])
+@pytest.mark.parametrize("override", [[], ["--device", "stream"]])
+def test_a_partial_run_without_expect_is_never_counted_safe(tmp_path, bound, override):
+    """Item 13: with no `expect` (none given, or dropped by an override), a
+    partial run neither meets its expect nor counts as safe: it has its own
+    category in the closing line and exit status 3, not 0."""
+    path = scenario(tmp_path, "cow-unjudged")
+    _, result = check_json(tmp_path, path, *bound, *override, expect_exit=3)
+    closing = flat(result.output.split("scenario(s) checked")[-1])
+    assert "partial, so not judged: cow-unjudged" in closing
+    assert "0 safe and disciplined" in closing and "1 partial" in closing
+    if not override:
+        assert "0 met their expect" in closing
+
+
+def test_a_partial_run_that_finds_its_expected_violation_meets_it(tmp_path):
+    """A "violates" expect is met by finding the violation, partial run or not."""
+    path = scenario(tmp_path, "spare-first", protocol="spare-capacity", expect="violates faithful-output")
+    data, result = check_json(tmp_path, path, "--first", "--invariant", "faithful-output", expect_exit=0)
+    assert data[0]["complete"] is False and "1 met their expect" in flat(result.output)
 
 
 def test_partial_run_cannot_meet_holds(tmp_path):
@@ -246,7 +268,7 @@ def test_partial_run_cannot_meet_holds(tmp_path):
 
 def test_first_stops_at_the_first_violation(tmp_path):
     path = scenario(tmp_path, "spare", protocol="spare-capacity")
-    data, _ = check_json(tmp_path, path, "--first")
+    data, _ = check_json(tmp_path, path, "--first", expect_exit=3)     # a discipline break: safety not settled
     (entry,) = data
     broken = [k for k, v in entry["verdicts"].items() if v["holds"] is False]
     assert len(broken) == 1, broken
@@ -472,3 +494,49 @@ def test_the_readme_override_examples_behave_as_it_says(tmp_path):
     assert f"1 unsafe, 0 safe but undisciplined, {scenarios - 1} safe and disciplined" in " ".join(every.stdout.split())
     written = {p.parent for p in tmp_path.rglob("*.json")}
     assert written == {tmp_path / "counterexamples" / "overrides"}
+
+
+def test_a_z3_engine_never_writes_where_the_committed_counterexamples_are(tmp_path):
+    """Item 11: only the explorer's run writes counterexamples/ by default; BMC
+    (another trace of the same length) writes where an override does."""
+    path = scenario(tmp_path, "spare-bmc", protocol="spare-capacity")
+    result = invoke("check", path, "--engine", "bmc", "--depth", "3", "--invariant", "exclusive-write")
+    assert "VIOLATED" in result.output, result.output
+    assert [p.name for p in (tmp_path / "counterexamples").iterdir()] == ["overrides"]
+    assert (tmp_path / "counterexamples" / "overrides" / "spare-bmc.exclusive-write.json").is_file()
+
+
+def test_junit_xml_has_a_case_per_scenario_and_per_invariant(tmp_path):
+    """Item 28: CI systems read JUnit XML: a failure per broken invariant,
+    its message naming the counterexample file, its text the explanation."""
+    import xml.etree.ElementTree as ET
+    racy = scenario(tmp_path, "spare", protocol="spare-capacity")
+    expected = scenario(tmp_path, "spare-expected", protocol="spare-capacity", expect="violates faithful-output")
+    wrong = scenario(tmp_path, "spare-wrong", protocol="spare-capacity", expect="holds")
+    result = invoke("check", racy, expected, wrong, "--out", tmp_path / "cx", "--junit-xml", tmp_path / "ci" / "junit.xml")
+    assert result.exit_code == 1, result.output          # spare-wrong's expect is not met
+    root = ET.parse(tmp_path / "ci" / "junit.xml").getroot()
+    assert root.tag == "testsuites"
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"spare", "spare-expected", "spare-wrong"}
+    spare = {c.get("name"): c for c in suites["spare"].findall("testcase")}
+    assert set(spare) == {"expect", *(inv.id for inv in INVARIANTS)} and spare["expect"].find("failure") is None
+    failure = spare["faithful-output"].find("failure")
+    path = str(tmp_path / "cx" / "spare.faithful-output.json")
+    assert failure is not None and path in failure.get("message") and "broke in" in failure.get("message")
+    assert "faithful-output breaks at step" in failure.text
+    assert spare["no-leak"].find("failure") is None and spare["no-leak"].find("skipped") is None
+    assert int(suites["spare"].get("failures")) == len([c for c in spare.values() if c.find("failure") is not None])
+    mine = {c.get("name"): c for c in suites["spare-expected"].findall("testcase")}
+    assert mine["faithful-output"].find("failure") is None           # it broke, as expect says
+    assert "as the scenario's expect says" in mine["faithful-output"].find("system-out").text
+    assert mine["expect"].find("failure") is None
+    unmet = suites["spare-wrong"].find("testcase[@name='expect']/failure")
+    assert unmet is not None and "expected \"holds\"" in unmet.get("message")
+    assert int(root.get("tests")) == sum(int(s.get("tests")) for s in suites.values())
+
+
+def test_junit_xml_path_is_checked_before_exploring(tmp_path):
+    (tmp_path / "blocker").write_text("a file")
+    result = invoke("check", scenario(tmp_path, "s"), "--junit-xml", tmp_path / "blocker" / "j.xml", "--out", tmp_path / "cx")
+    assert result.exit_code == 2 and "--junit-xml" in result.output and not (tmp_path / "cx").exists()

@@ -94,3 +94,63 @@ def test_the_scenario_header_is_one_line_in_a_file_or_pipe(tmp_path):
     result = CliRunner().invoke(main, ["check", str(long), "--out", str(tmp_path / "cx")])
     header = result.output.splitlines()[0]
     assert header.startswith(long.stem) and header.endswith("branches=2"), result.output[:500]
+
+
+def _my_allocator(folder: Path, body: str = "from cowcheck.specs.allocators.engine import correct as factory\n") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "my_alloc.py").write_text(body)
+    return folder / "my_alloc.py"
+
+
+def test_a_counterexample_of_allocator_code_from_a_file_reopens_from_anywhere(tmp_path, monkeypatch):
+    """Items 1 and 2: `check --allocator FILE.py:factory` (the README's form,
+    relative to the working folder) writes counterexamples that explain,
+    replay, html and graph read from any folder, and its --html pages are
+    written, not a traceback; once the file is gone, one line says so."""
+    from click.testing import CliRunner
+    from cowcheck.cli import main
+    work = tmp_path / "work"
+    allocator = _my_allocator(work)
+    monkeypatch.chdir(work)
+    run = CliRunner().invoke(main, ["check", str(ROOT / "specs/scenarios/cow-two-writers.toml"), "--allocator",
+                                    "my_alloc.py:factory", "--out", "cx", "--html", "pages"])
+    assert run.exit_code == 1 and isinstance(run.exception, SystemExit), run.output    # no traceback
+    race = next((work / "cx").glob("*.faithful-output.json"))
+    assert (work / "pages" / (race.stem + ".html")).is_file() and (work / "pages" / "index.html").is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for args in (["explain", str(race)], ["replay", str(race), "--pool", "none"], ["html", str(race), "-o", "p.html"],
+                 ["graph", str(race), "-o", "g.svg"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+    allocator.unlink()
+    gone = CliRunner().invoke(main, ["explain", str(race)])
+    assert gone.exit_code == 2 and "no longer there" in gone.output and str(allocator) in gone.output, gone.output
+    assert len(gone.output.strip().splitlines()) == 1
+
+
+def test_the_check_pages_skip_a_counterexample_that_cannot_be_drawn(tmp_path):
+    """Item 2: the page writer catches a load error; the other pages and the index are still written."""
+    import cowcheck
+    from cowcheck.traces.output import write_result
+    from cowcheck.views.pages import write_check_pages
+    allocator = _my_allocator(tmp_path / "code")
+    scenario = cowcheck.load_scenario(ROOT / "specs/scenarios/cow-two-writers.toml")
+    result = cowcheck.check(scenario, allocator=f"{allocator}:factory", invariants=(cowcheck.INVARIANTS[0],))
+    write_result(result, tmp_path / "cx")
+    allocator.unlink()
+    skipped: list = []
+    pages = write_check_pages([result], tmp_path / "site", skipped)
+    assert [p.name for p in pages] == ["index.html"]
+    assert skipped and "no longer there" in str(skipped[0])
+
+
+def test_a_refused_atomic_write_names_the_target_not_the_temporary_file(tmp_path):
+    """Item 16: the error of a write that fails names the user's path."""
+    target = tmp_path / "taken"
+    (target / "inside").mkdir(parents=True)       # a non-empty folder where the file must go
+    with pytest.raises(OSError) as raised:
+        atomic.write_text(target, "{}\n")
+    assert raised.value.filename == str(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["taken"]       # no temporary file left

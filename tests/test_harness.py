@@ -84,8 +84,25 @@ def test_a_correct_allocator_holds_on_one_stream_and_its_copies_race_on_an_async
 def test_without_observers_some_invariants_are_not_checked():
     result = cowcheck.check(make_scenario(2, 3, [1, 1], device="stream"), allocator=blind)
     unchecked = {k for k, v in result.verdicts.items() if v.outcome is Outcome.UNSUPPORTED}
-    assert unchecked == {"refcount-write", "refcount-exact", "no-leak", "no-use-after-free"}
+    assert unchecked == {"refcount-write", "refcount-exact", "no-leak", "no-use-after-free", "no-underflow"}
     assert all("not checked" in result.verdicts[k].note for k in unchecked)
+
+
+def test_no_underflow_is_not_checked_through_the_harness_and_allocator_error_stands_in(tmp_path):
+    """Item 14: the harness never sees a decrement, so no-underflow is not
+    reported as holding; a "holds" or "safe" expect is still met through
+    allocator-error, and one without allocator-error cannot be confirmed."""
+    result = cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=manager)
+    verdict = result.verdicts["no-underflow"]
+    assert verdict.outcome is Outcome.UNSUPPORTED and "allocator-error stands in" in verdict.note
+    assert result.verdicts["allocator-error"].outcome is Outcome.HOLDS
+    path = scenario_file(tmp_path, f"{ADAPTERS}:manager")
+    path.write_text('expect = "holds"\n' + path.read_text())
+    row = CliRunner().invoke(main, ["check", str(path), "--out", str(tmp_path / "cx")])
+    assert row.exit_code == 0 and "expect met: holds" in row.output, row.output
+    assert [line for line in row.output.splitlines() if line.startswith("no-underflow")][0].split("│")[2].strip() == "unsupported"
+    alone = cowcheck.check(cowcheck.load_scenario(path), invariants=(cowcheck.INVARIANTS[1],))
+    assert not alone.expect_met and "cannot check no-underflow" in alone.expectation_failures[0]
 
 
 def test_programs_forks_and_speculation_run_through_the_harness():
@@ -124,7 +141,35 @@ def test_the_command_line_takes_allocator_from_the_scenario_and_as_an_override(t
     plain.write_text('device = "async"\n' + TWO)
     override = CliRunner().invoke(main, ["check", str(plain), "--allocator", f"{ADAPTERS}:manager", "--out", str(tmp_path / "o")])
     assert override.exit_code == 1 and "allocator" in override.output
-    assert any(p.name.startswith("plain~toy_allocators.manager-async-lifo") for p in (tmp_path / "o").iterdir())
+    assert any(p.name.startswith("plain~toy_allocators.manager-async.") for p in (tmp_path / "o").iterdir())
+
+
+@pytest.mark.parametrize("override", [["--allocator", f"{ADAPTERS}:manager"], []])
+def test_reuse_is_refused_for_allocator_code_in_one_line(tmp_path, override):
+    """Item 15: allocator code takes free blocks in its own order, so --reuse
+    (given with --allocator, or for a scenario of allocator code) is refused."""
+    path = scenario_file(tmp_path, f"{ADAPTERS}:manager")
+    result = CliRunner().invoke(main, ["check", str(path), "--reuse", "fifo", "--out", str(tmp_path / "cx")] + override)
+    line = error_line(result)
+    assert line.startswith("cowcheck: error: --reuse: ") and "its own order" in line and "protocol files only" in line
+    assert not (tmp_path / "cx").exists()
+
+
+def test_headers_and_pages_say_the_allocator_reuses_blocks_in_its_own_order(tmp_path):
+    """Item 15: no "reuse lifo" where the allocator decides; no reuse in an override's file names."""
+    plain = tmp_path / "plain.toml"
+    plain.write_text('device = "async"\n' + TWO)
+    result = CliRunner().invoke(main, ["check", str(plain), "--allocator", f"{ADAPTERS}:manager", "--out",
+                                       str(tmp_path / "cx"), "--html", str(tmp_path / "site")])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0].startswith(f"plain~toy_allocators.manager-async  allocator {ADAPTERS}:manager  "
+                                                    "device async  reuse the allocator's  B=")
+    race = next((tmp_path / "cx").glob("*.copy-before-use.json"))
+    assert race.name == "plain~toy_allocators.manager-async.copy-before-use.json"
+    assert "reuse the allocator's" in cowcheck.explain(cowcheck.load_counterexample(race)).splitlines()[0]
+    for page in ("index.html", race.stem + ".html"):
+        text = (tmp_path / "site" / page).read_text()
+        assert "reuse the allocator&#x27;s" in text and "reuse lifo" not in text
 
 
 def test_the_z3_engines_refuse_allocator_code_in_one_line(tmp_path):
@@ -164,3 +209,25 @@ def test_the_manual_adapter_runs_as_written(tmp_path, monkeypatch):
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr
+
+
+def test_the_non_determinism_error_names_the_step_the_call_and_what_differs(monkeypatch):
+    """Item 19: code that turns non-deterministic between the search and the
+    rebuilding of its shortest trace is one line naming where and how."""
+    from cowcheck.engines.explorer import Explorer
+    from toy_allocators import Flaky
+    search = Explorer.run
+
+    def then_arm(self):
+        search(self)
+        Flaky.armed[0] = True           # state outside the pickle changes after the search
+    monkeypatch.setattr(Explorer, "run", then_arm)
+    try:
+        with pytest.raises(cowcheck.SpecError) as raised:
+            cowcheck.check(make_scenario(2, 3, [2, 2], device="async"), allocator=flaky)
+    finally:
+        Flaky.armed[0] = False
+    message = str(raised.value)
+    assert "not deterministic" in message and "rebuilding a trace, at step" in message
+    assert "by branch " in message and "append" in message and "now gives another" in message
+    assert "allocator state (its pickle)" in message

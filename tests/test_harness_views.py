@@ -337,3 +337,15 @@ def test_the_stepper_shows_allocator_error(browser, tmp_path, error):
         assert "free('b') raised AssertionError: Double free! block 1" in panel
         assert "the allocator raises nothing but out-of-blocks" in panel
         screenshot(page, "stepper-harness-allocator-error")
+
+
+def test_a_kernel_that_reads_an_empty_slot_reads_underscore_not_none():
+    """Item 20: an empty slot is `_` in the narration and on the page, as everywhere else."""
+    scenario = make_scenario(4, 6, [1, 1], device="async")
+    result = cowcheck.check(scenario, allocator="cowcheck.specs.allocators.engine:correct")
+    cx = result.verdicts["faithful-output"].counterexample
+    assert cx.witness["read"] is None               # the copy of the tail had not landed
+    text = cowcheck.explain(cx)
+    assert "and read _ (expected" in text and "None" not in text
+    page = cowcheck.page(cx, pool=False)
+    assert "read None" not in page and "read _" in page

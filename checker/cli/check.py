@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -15,17 +16,18 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from cowcheck import api, interrupts
+from cowcheck import api, atomic, interrupts
 from cowcheck.cli.common import console, emit_json, err_console, fail, scenario_files, writable_file, writable_folder
 from cowcheck.engines import invariants as invs
 from cowcheck.engines.options import SearchOptions
-from cowcheck.engines.results import Result, Summary
+from cowcheck.engines.results import PARTIAL, Result, Summary
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
 from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
 from cowcheck.traces import output
 from cowcheck.traces.output import write_result
 from cowcheck.views.pages import write_check_pages
+from cowcheck.views.junit import junit_xml
 from cowcheck.views.report import overview, show
 
 
@@ -83,13 +85,15 @@ class Progress:
 @click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
 @click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
+@click.option("--junit-xml", "junit_path", type=click.Path(dir_okay=False),
+              help="Also write the results as JUnit XML to this file: a test case per scenario and per invariant.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Where counterexample files are written [default: counterexamples, or counterexamples/overrides "
-                   "with --protocol, --device or --reuse].")
+                   "with --protocol, --allocator, --device, --reuse or --engine bmc|kind].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
 def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, engine, depth, symmetry,
-          por, compact, fingerprints, json_path, out_dir, html_dir) -> None:
+          por, compact, fingerprints, json_path, junit_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input, 130 when interrupted (143 on
@@ -98,7 +102,7 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
     overridden = bool(protocol or device or reuse or allocator)
     options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
                             compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory)
-    out_dir = Path(out_dir or (OVERRIDE_OUT if overridden else DEFAULT_OUT))
+    out_dir = Path(out_dir or default_out(overridden, engine))
     try:
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None
@@ -109,6 +113,7 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
             scenarios.append(scenario)
         output.refuse_collisions(scenarios, out_dir)
         writable_file(json_path, "--json")
+        writable_file(junit_path, "--junit-xml")
         writable_folder(out_dir, "--out")
         if html_dir:
             writable_folder(Path(html_dir), "--html")
@@ -141,7 +146,7 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
     except SpecError as error:
         fail(error)
     try:
-        status = _finish(results, out, json_path, html_dir, overridden, interrupted)
+        status = _finish(results, out, Outputs(json_path, junit_path, html_dir), overridden, interrupted)
     except OSError as error:
         refused = refused or error
     if refused is not None:
@@ -153,35 +158,65 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
 DEFAULT_OUT, OVERRIDE_OUT = Path("counterexamples"), Path("counterexamples") / "overrides"
 
 
+def default_out(overridden: bool, engine: str) -> Path:
+    """Where counterexamples go without --out. The committed files in
+    counterexamples/ are the explorer's, on the scenarios as written; a z3
+    engine finds a shortest trace too, but not always the same one, so it
+    writes where an override does and never rewrites a committed file."""
+    return OVERRIDE_OUT if overridden or engine != "explicit" else DEFAULT_OUT
 
-def _finish(results: list[Result], out: Console, json_path: Optional[str], html_dir: Optional[str],
-            overridden: bool, interrupted: bool) -> int:
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The files a check writes besides its counterexamples, when asked."""
+    json: Optional[str] = None
+    junit_xml: Optional[str] = None
+    html: Optional[str] = None
+
+
+def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: bool, interrupted: bool) -> int:
     """The closing summary and the JSON and HTML of what was checked, with
     further interrupts held off until they are written. Returns the exit status."""
     with interrupts.held():     # a further Ctrl-C waits until the results are written whole
-        by_summary = Counter(r.summary for r in results)
-        tally = ", ".join(f"{by_summary[s]} {s}" for s in Summary)
+        by_category = Counter(r.category for r in results)
+        tally = ", ".join(f"{by_category[c]} {c}" for c in (*map(str, Summary), PARTIAL))
+        partial = [r for r in results if r.undecided]
+        undecided = (f"; [bold yellow]partial, so not judged: {escape(', '.join(r.scenario.name for r in partial))}[/]"
+                     if partial else "")
         if len(results) > 1:
             overview(results, out)
         if interrupted:
             out.print(f"[bold yellow]interrupted[/]: {interrupted_line(results)}")
         if overridden:
-            out.print(f"[bold]{len(results)} scenario(s) checked[/] under the override: {tally} "
+            out.print(f"[bold]{len(results)} scenario(s) checked[/] under the override: {tally}{undecided} "
                       "[dim](the files' expect does not apply to an override)[/]")
         else:
             unmet = [r for r in results if not r.expect_met]
-            out.print(f"[bold]{len(results)} scenario(s) checked[/], {len(results) - len(unmet)} met their expect"
+            met = len(results) - len(unmet) - len(partial)
+            out.print(f"[bold]{len(results)} scenario(s) checked[/], {met} met their expect"
                       + (f"; [bold red]not met: {escape(', '.join(r.scenario.name for r in unmet))}[/]" if unmet else "")
-                      + f" [dim]({tally})[/]")
-        if html_dir:
-            write_check_pages(results, Path(html_dir))
-        if json_path:
-            emit_json([r.to_json() for r in results], json_path)
+                      + f"{undecided} [dim]({tally})[/]")
+        if outputs.html:
+            skipped: list[SpecError] = []
+            write_check_pages(results, Path(outputs.html), skipped)
+            for error in skipped:
+                err_console.print(f"[yellow]no page[/]: {escape(str(error))}", soft_wrap=True)
+        if outputs.json:
+            emit_json([r.to_json() for r in results], outputs.json)
+        if outputs.junit_xml:
+            atomic.write_text(Path(outputs.junit_xml), junit_xml(results, overridden))
     if interrupted:
         return interrupts.exit_status()
-    if overridden:
-        return 1 if any(r.summary is Summary.UNSAFE for r in results) else 0
-    return 1 if any(not r.expect_met for r in results) else 0
+    failed = any(r.summary is Summary.UNSAFE for r in results) if overridden else any(not r.expect_met for r in results)
+    if failed:
+        return 1
+    return PARTIAL_STATUS if any(r.undecided for r in results) else 0
+
+
+#: the exit status of a run that failed nothing but was partial (a bound
+#: stopped a scenario that had no verdict to find): not success
+PARTIAL_STATUS = 3
 
 
 

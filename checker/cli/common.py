@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -42,28 +43,36 @@ def emit_json(data: Any, json_path: str) -> None:
 
 
 def writable_file(path: Optional[str], flag: str) -> None:
-    """Refuse an output file that cannot be written before a long run, not after it."""
+    """Refuse an output file that cannot be written before a long run, not
+    after it. Missing folders on the way are fine: they are created when the
+    file is written (the rule for every output, docs/reference/commands.md)."""
     if not path or path == "-":
         return
     target = Path(path)
-    if not target.parent.resolve().is_dir():
-        raise SpecError(flag, "", f"cannot write {path}: folder {target.parent} does not exist")
     if target.is_dir():
         raise SpecError(flag, "", f"cannot write {path}: it is a folder")
-    if not os.access(target.parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+    writable_folder(target.parent, flag, path)
+    if target.exists() and not os.access(target, os.W_OK):
         raise SpecError(flag, "", f"cannot write {path}: permission denied")
 
 
 
-def writable_folder(folder: Path, flag: str) -> None:
-    """An output folder must be one, or creatable, and writable."""
-    existing = folder
-    while not existing.exists():
+def writable_folder(folder: Path, flag: str, output: Optional[str] = None) -> None:
+    """An output folder must be one, or creatable, and writable: proved by
+    creating and removing a folder in its nearest existing ancestor, the one
+    test the system answers truthfully (permission bits say yes to /proc and
+    /sys, and to everything for root). Errors name the user's path (`output`,
+    default the folder), never the probe."""
+    named = output or str(folder)
+    existing = Path(folder)
+    while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise SpecError(flag, "", f"cannot write into {folder}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SpecError(flag, "", f"cannot write into {folder}: permission denied")
+        raise SpecError(flag, "", f"cannot write {named}: {existing} is not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".cowcheck-probe-"))
+    except OSError as error:
+        raise SpecError(flag, "", f"cannot write {named}: the system refuses ({error.strerror or error})") from None
 
 
 
@@ -87,7 +96,7 @@ def scenario_files(paths: tuple[str, ...]) -> list[Path]:
                 raise SpecError(str(path), table, "this is a protocol file; pass a scenario, or apply it with --protocol")
             out.append(path)
         else:
-            raise SpecError(str(path), "", "file not found")
+            raise SpecError(str(path), "", "no such file or folder")
     if not out:
         raise SpecError(", ".join(paths), "", "no scenario files found")
     return out

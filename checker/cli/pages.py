@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cowcheck import atomic
-from cowcheck.cli.common import fail
+from cowcheck.cli.common import fail, writable_file
 from cowcheck.model.errors import SpecError
 from cowcheck.views.graph import FORMATS, render
 from cowcheck.views.html import stepper_html
@@ -24,12 +24,12 @@ from cowcheck.views.pages import decoded_on_pool, load_for_page
               help="Also replay the trace on a real KV pool and show each kernel's decoded token, or not.")
 def html(file, output, pool) -> None:
     """Write a self-contained HTML page that steps through a counterexample."""
+    out = Path(output) if output else Path(Path(file).stem + ".html")
     try:
+        writable_file(str(out), "--output")
         cx, data = load_for_page(Path(file))
     except SpecError as error:
         fail(error)
-    out = Path(output) if output else Path(Path(file).stem + ".html")
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out, stepper_html(data, None if pool == "none" else decoded_on_pool(cx)))
     click.echo(f"wrote {out} ({cx.length} steps)")
 
@@ -44,6 +44,7 @@ def graph(file, step, output) -> None:
     with their refcounts, working and published table edges, copies and
     kernels in flight."""
     try:
+        writable_file(output, "--output")
         cx, data = load_for_page(Path(file))
         out = render(data, cx.length if step is None else step, Path(output))
     except SpecError as error:
@@ -61,7 +62,10 @@ def lab(capacity, stride, time_, html_path) -> None:
     """The cache lab: an LRU cache of capacity C fed requests (k * s) mod 16;
     after t seconds N = min(4096, 16 + floor(2t)) requests are served."""
     if html_path:
-        Path(html_path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            writable_file(html_path, "--html")
+        except SpecError as error:
+            fail(error)
         atomic.write_text(Path(html_path), lab_html(capacity, stride))
         click.echo(f"wrote {html_path}")
         return

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from cowcheck.model.action import Action
 from cowcheck.model.errors import SpecError
+from cowcheck.model.harness import allocator_file
 from cowcheck.model.scenario import Scenario, scenario_from_dict
 from cowcheck.model.state import State, state_to_json
 
@@ -79,6 +80,9 @@ class Counterexample:
             "reuse": scenario.reuse,
         }
         data["scenario"]["source"] = self.origin or scenario.source
+        base = allocator_base(scenario, self.origin)
+        if base is not None:
+            data["allocator_base"] = base
         if self.invariant:
             data.update(invariant=self.invariant, invariant_kind=self.invariant_kind, witness=self.witness)
         else:
@@ -97,6 +101,17 @@ class Counterexample:
     @staticmethod
     def load(path: Path) -> "Counterexample":
         return load(path)
+
+
+def allocator_base(scenario: Scenario, origin: str = "") -> Optional[str]:
+    """The absolute folder a path to allocator code is relative to, for the
+    file: the reference stays as the user wrote it (so it compares equal to
+    the scenario's), and the file reopens from any working folder. None
+    when there is no allocator code, or it is a module (imported by name)."""
+    if scenario.allocator is None:
+        return None
+    base = Path(scenario.allocator_base or Path(origin or scenario.source).parent).resolve()
+    return str(base) if allocator_file(scenario.allocator, base) is not None else None
 
 
 def write(path: Path, data: dict) -> Path:
@@ -134,7 +149,10 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
         for key, value in (("name", name), ("source", origin)):
             if not isinstance(value, str) or not value:
                 raise SpecError(source, f"scenario.{key}", "must be a non-empty string")
-        scenario = scenario_from_dict(sc, f"{source} (scenario)", Path(origin).parent, name)
+        base = data.get("allocator_base", str(Path(origin).parent))
+        if not isinstance(base, str) or not base:
+            raise SpecError(source, "allocator_base", "must be the folder the allocator's path is relative to")
+        scenario = scenario_from_dict(sc, f"{source} (scenario)", Path(base), name)
         kind = data["kind"]
         if kind not in ("counterexample", PEAK):
             raise SpecError(source, "kind", f"unknown kind {kind!r}; allowed: counterexample, {PEAK}")

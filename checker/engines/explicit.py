@@ -16,7 +16,7 @@ from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.system import ProtocolModel, TransitionSystem
 
-from cowcheck.engines.explorer import Exploration, Explorer
+from cowcheck.engines.explorer import Exploration, Explorer, NotRebuilt
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.invariants import Kind
@@ -90,12 +90,10 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
         does not give the same states again is not deterministic."""
         try:
             return trace()
-        except RuntimeError:
+        except NotRebuilt as error:
             if not harness:
                 raise
-            raise SpecError(scenario.allocator or "allocator", "determinism", "the allocator is not deterministic: the same "
-                            "calls from a stored state gave another state (state outside what pickle copies: a global, "
-                            "a random draw, the clock)") from None
+            raise SpecError(scenario.allocator or "allocator", "determinism", not_deterministic(error)) from None
 
     for inv in invariants:
         v = x.violations.get(inv.id)
@@ -114,3 +112,26 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     if peak_state is not None:
         peak = Counterexample.from_run(scenario, init, rebuilt(lambda: explorer.path_to(peak_state)), peak=x.peak)
     return ExplicitResult(scenario, verdicts, x.complete, x.stopped, x.seconds, exploration=x, peak_trace=peak)
+
+
+#: a state's parts, as a sentence names what a call changed
+PARTS = {"blocks": "refcounts or slots", "free": "free list", "branches": "tables", "queue": "device queue",
+         "code": "allocator state (its pickle)"}
+
+
+def not_deterministic(error: NotRebuilt) -> str:
+    """Which call broke determinism, in one line: the step where a trace
+    could not be rebuilt, the calls before it, and the call whose state now
+    differs least from the stored one, with the parts that differ."""
+    step = len(error.done) + 1
+    after = f" (after {'; '.join(map(str, error.done))})" if error.done else " (the first action)"
+    differing = [(t, [f for f in PARTS if getattr(t.state, f) != getattr(error.want, f)])
+                 for t in error.offered if t.state is not None and hasattr(error.want, "_fields")]
+    if differing:
+        tr, parts = min(differing, key=lambda pair: len(pair[1]))
+        who = "the device" if tr.action.actor == "device" else f"branch {tr.action.actor}"
+        what = f"'{tr.action}' by {who} now gives another {', '.join(PARTS[f] for f in parts)}"
+    else:
+        what = "no call gives the stored state again"
+    return (f"the allocator is not deterministic: rebuilding a trace, at step {step}{after}, {what} than the first "
+            "time (state outside what pickle copies: a global, a random draw, the clock)")

@@ -400,10 +400,12 @@ class Explorer:
         out: list[tuple[Any, Any]] = []
         for nid in self._ids_to(sid)[1:]:
             want = self.keys[nid]
-            tr = next((t for t in self.model.successors(state) if t.state is not None and self.key(t.state) == want), None)
-            if tr is None:  # only a fingerprint collision can cut the chain
-                raise RuntimeError(f"cannot rebuild the trace at step {len(out) + 1}: no successor has the stored "
-                                   f"{'fingerprint' if self.fingerprints else 'key'}; rerun without --fingerprints")
+            offered = self.model.successors(state)
+            tr = next((t for t in offered if t.state is not None and self.key(t.state) == want), None)
+            if tr is None:  # a fingerprint collision, or a model that is not deterministic
+                raise NotRebuilt(f"cannot rebuild the trace at step {len(out) + 1}: no successor has the stored "
+                                 f"{'fingerprint' if self.fingerprints else 'key'}; rerun without --fingerprints",
+                                 [action for action, _ in out], want, offered)
             assert tr.state is not None
             out.append((tr.action, tr.state))
             state = tr.state
@@ -429,6 +431,17 @@ def interrupted(interrupt: KeyboardInterrupt) -> str:
     """Why a run stopped early: Ctrl-C, or SIGTERM (delivered as an interrupt
     by the command line, cowcheck.__main__)."""
     return "interrupted (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted (Ctrl-C)"
+
+
+class NotRebuilt(RuntimeError):
+    """Re-running successors along a stored path found no state with the
+    stored key. It carries what a caller needs to say where: the actions
+    rebuilt before (`done`), the stored key (`want`) and the transitions
+    offered instead."""
+
+    def __init__(self, message: str, done: list, want: Any, offered: list):
+        super().__init__(message)
+        self.done, self.want, self.offered = done, want, offered
 
 
 class _Stop(Exception):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Optional
 
-from cowcheck.engines.invariants import Kind
+from cowcheck.engines.invariants import STANDS_IN, Kind
 from cowcheck.model.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -34,6 +34,11 @@ class Summary(StrEnum):
     UNSAFE = "unsafe"
     UNDISCIPLINED = "safe but undisciplined"
     DISCIPLINED = "safe and disciplined"
+
+
+#: the closing line's category of a partial run without harm (not a Summary:
+#: the summary of a partial run is "so far")
+PARTIAL = "partial"
 
 
 class Engine(StrEnum):
@@ -79,6 +84,13 @@ def summarize(verdicts: dict[str, Verdict]) -> Summary:
     return Summary.UNDISCIPLINED if broken else Summary.DISCIPLINED
 
 
+def _stood_in(verdict: Verdict, verdicts: dict[str, Verdict]) -> bool:
+    """Is an invariant that was not checked judged through the one that
+    stands in for it (no-underflow through allocator-error, in the harness)?"""
+    other = verdicts.get(STANDS_IN.get(verdict.invariant, ""))
+    return other is not None and other.outcome is not Outcome.UNSUPPORTED
+
+
 def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complete: bool) -> list[str]:
     """Why the scenario's `expect` is not met (empty: it is)."""
     failures = []
@@ -95,7 +107,8 @@ def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complet
             continue
         kinds = (Kind.HARM,) if item == "safe" else (Kind.HARM, Kind.DISCIPLINE)
         broken = [v.invariant for v in verdicts.values() if v.kind in kinds and v.outcome is Outcome.VIOLATED]
-        unjudged = [v.invariant for v in verdicts.values() if v.kind in kinds and v.outcome is Outcome.UNSUPPORTED]
+        unjudged = [v.invariant for v in verdicts.values()
+                    if v.kind in kinds and v.outcome is Outcome.UNSUPPORTED and not _stood_in(v, verdicts)]
         if broken:
             failures.append(f"expected \"{item}\", but {', '.join(broken)} broke")
         elif unjudged:
@@ -140,6 +153,20 @@ class Result:
     @property
     def expect_met(self) -> bool:
         return not self.expectation_failures
+
+    @property
+    def undecided(self) -> bool:
+        """A partial run with no harm found and no `expect` to judge it by
+        (none given, or dropped by an override): it proves nothing, so it
+        never counts as safe, nor as having met an absent `expect`. (With an
+        `expect`, a partial run meets only "violates" items, by finding them.)"""
+        return self.partial and self.summary is not Summary.UNSAFE and not self.scenario.expect
+
+    @property
+    def category(self) -> str:
+        """Where the closing line counts it: its summary, or "partial" when
+        the run stopped before it could say more than "safe so far"."""
+        return PARTIAL if self.partial and self.summary is not Summary.UNSAFE else str(self.summary)
 
     @property
     def interrupted(self) -> bool:

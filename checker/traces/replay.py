@@ -56,12 +56,24 @@ def judging(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> Optio
                     f"definition (cowcheck.replay(cx, invariants=...)); built-in: {', '.join(BY_ID)}")
 
 
+def _system(cx: Counterexample) -> TransitionSystem:
+    """The system a counterexample replays on; allocator code that can no
+    longer be loaded (moved, deleted) is one line saying so."""
+    try:
+        return system_for(cx.scenario)
+    except SpecError as err:
+        if err.key != "allocator":
+            raise
+        raise SpecError(cx.loaded_from or cx.scenario.name, "allocator", "the allocator code this counterexample was "
+                        f"checked with is no longer there: {err.message}") from None
+
+
 def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Optional[TransitionSystem] = None) -> Replayed:
     """Re-apply the actions from the initial state of `model` (by default
     the scenario's protocol model, or its allocator code through the
     harness) and judge the recorded invariant."""
     inv = judging(cx, invariants)
-    model = model or system_for(cx.scenario)
+    model = model or _system(cx)
     state = model.init_state()
     out = Replayed(ok=False, message="", states=[state])
     if state_to_json(state, cx.scenario) != cx.initial:

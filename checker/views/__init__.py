@@ -14,6 +14,7 @@
 - pages: what the pages are drawn from (a counterexample as the model replays
   it, its kernels' output on a KV pool) and the pages of one
   `cowcheck check --html DIR` run.
+- junit: the results as JUnit XML for CI systems (`cowcheck check --junit-xml`).
 - report: how results look in the terminal: a rich table per scenario, the
   one-line summary and the measures.
 - assets/: the scripts and styles (package data) that html inlines into

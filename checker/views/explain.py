@@ -26,7 +26,7 @@ from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.state import Block, Copy, State, state_to_json
 from cowcheck.model.system import ProtocolModel
 from cowcheck.traces.replay import Replayed, judging, replay
-from cowcheck.views.words import (_slots, _tokens, action_words, describe, doing, initial_words, is_harness, is_plain,
+from cowcheck.views.words import (_slots, _tokens, action_words, describe, doing, initial_words, is_harness, is_plain, reuse_words,
                                   program_summary, subject)
 
 
@@ -89,7 +89,7 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
     branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))
     kind, name = subject(definition)
     harness = " (through the engine harness: each host call is one action)" if is_harness(definition) else ""
-    console.print(f"[bold]{escape(s.name)}[/]: {kind} [bold]{escape(name)}[/]{harness}, device {s.device}, reuse {s.reuse}, "
+    console.print(f"[bold]{escape(s.name)}[/]: {kind} [bold]{escape(name)}[/]{harness}, device {s.device}, reuse {reuse_words(s.reuse, s.allocator is not None)}, "
                   f"B={s.block_size}, L={s.prompt}, pool {s.pool}, {len(s.branches)} branches ({escape(branches)})")
     console.print(f"This trace {what} in {cx.length} actions.\n")
     console.print("[bold]initial state[/]")

@@ -22,7 +22,7 @@ from importlib import resources
 from typing import Optional
 
 from cowcheck.engines.results import Summary
-from cowcheck.views.words import action_words, describe, doing, initial_words, is_harness, is_plain, program_summary
+from cowcheck.views.words import action_words, describe, doing, initial_words, is_harness, is_plain, program_summary, reuse_words, token
 from cowcheck.engines.invariants import BY_ID
 
 #: What the header says of allocator code, in place of a protocol's description.
@@ -90,7 +90,7 @@ def _marked(witness: dict, block_size: int) -> dict:
         position = witness["position"]
         if position // block_size < len(table):
             return {"block": table[position // block_size], "slot": position % block_size,
-                    "label": f"expected {witness['expected']}, read {witness['read']}"}
+                    "label": f"expected {token(witness['expected'])}, read {token(witness['read'])}"}
     if isinstance(witness.get("block"), int):
         return {"block": witness["block"], "label": "the violation is about this block"}
     return {}
@@ -161,7 +161,7 @@ def _stepper_body(data: dict) -> str:
     verdict_class = "verdict-bad" if "invariant" in v else "verdict-peak"
     return f"""<header>
 <h1>{escape(s['name'])} <span class="sub">{escape(v.get('invariant') or 'peak')}</span></h1>
-<p class="meta">{data.get('subject', 'protocol')} <b>{escape(data['protocol']['name'])}</b> · device {escape(s['device'])} · reuse {escape(s['reuse'])}
+<p class="meta">{data.get('subject', 'protocol')} <b>{escape(data['protocol']['name'])}</b> · device {escape(s['device'])} · reuse {escape(reuse_words(s['reuse'], bool(data.get('harness'))))}
  · B={s['block_size']} · L={s['prompt']} · pool {s['pool']} blocks · branches {escape(branches)}</p>
 <p class="description">{escape(data['protocol']['description'])}</p>
 <p class="verdict {verdict_class}" id="verdict"><span class="tag">{'VIOLATION' if 'invariant' in v else 'PEAK'}</span>
@@ -255,7 +255,7 @@ def _scenario_section(summary: dict, links: dict[str, str]) -> str:
                  "<b class=\"bad-text\">NOT met</b> (" + escape("; ".join(summary["expect_failures"])) + ")") + "</p>")
     return f"""<section class="panel scenario" id="{escape(summary['scenario'])}">
 <h2>{escape(summary['scenario'])}</h2>
-<p class="meta">{'allocator' if summary.get('allocator') else 'protocol'} <b>{escape(summary['protocol'])}</b> · device {escape(summary['device'])} · reuse {escape(summary['reuse'])}</p>
+<p class="meta">{'allocator' if summary.get('allocator') else 'protocol'} <b>{escape(summary['protocol'])}</b> · device {escape(summary['device'])} · reuse {escape(reuse_words(summary['reuse'], summary.get('allocator') is not None))}</p>
 <p class="summary">{unsafe}<b>{escape(summary['summary'])}</b></p>
 <div class="table-wrap"><table>
 <thead><tr><th scope="col">invariant</th><th scope="col">verdict</th><th scope="col">shortest</th><th scope="col">counterexample</th></tr></thead>

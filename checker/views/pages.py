@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 from cowcheck import atomic
 from cowcheck.engines import counterexample as trace
+from cowcheck.model.errors import SpecError
 from cowcheck.traces.pool import replay_on_pool
 from cowcheck.traces.replay import Replayed, load_replayed
 from cowcheck.views.html import index_html, stepper_html
@@ -52,18 +54,26 @@ def _pages_for(result) -> list[str]:
     return paths + ([result.peak_path] if getattr(result, "peak_path", None) else [])
 
 
-def write_check_pages(results: list, out_dir: Path) -> list[Path]:
+def write_check_pages(results: list, out_dir: Path, skipped: Optional[list[SpecError]] = None) -> list[Path]:
     """For one `cowcheck check` run (a list of cowcheck.engines.results.Result):
     one stepper page per counterexample file, named after it, and index.html
     with each scenario's verdict table linking to them. Returns the pages,
-    the index last."""
+    the index last. A file that cannot be drawn (its allocator code gone,
+    or not deterministic) gets no page and no link, and its one-line reason
+    goes to `skipped`: the other pages are still written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     links: dict[str, str] = {}
     written: list[Path] = []
     for result in results:
         for path in _pages_for(result):
             target = out_dir / (Path(path).stem + ".html")
-            cx, data = load_for_page(Path(path))
+            try:
+                cx, data = load_for_page(Path(path))
+            except SpecError as error:
+                if skipped is None:
+                    raise
+                skipped.append(error)
+                continue
             atomic.write_text(target, stepper_html(data, decoded_on_pool(cx)))
             links[path] = target.name
             written.append(target)

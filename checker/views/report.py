@@ -10,6 +10,7 @@ from rich.table import Table
 from cowcheck.traces.pool import PoolReplay
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import ExplicitResult, Outcome, Result, Summary
+from cowcheck.views.words import reuse_words
 
 VERDICT_STYLE = {Outcome.HOLDS: ("holds", "green"), Outcome.NOT_SEEN: ("not seen (partial)", "dim"),
                  Outcome.UNSUPPORTED: ("unsupported", "dim")}
@@ -20,7 +21,7 @@ def show(result: Result, console: Console) -> None:
     s = result.scenario
     what = "[dim]allocator[/] " if s.allocator is not None else "[dim]protocol[/] "
     title = (f"{escape(s.name)}  {what}{escape(s.subject)}  [dim]device[/] {s.device}  "
-             f"[dim]reuse[/] {s.reuse}  [dim]B[/]={s.block_size} [dim]L[/]={s.prompt} [dim]pool[/]={s.pool} "
+             f"[dim]reuse[/] {escape(reuse_words(s.reuse, s.allocator is not None))}  [dim]B[/]={s.block_size} [dim]L[/]={s.prompt} [dim]pool[/]={s.pool} "
              f"[dim]branches[/]={len(s.branches)}")
     console.print(title, soft_wrap=True)     # one line, however narrow the table under it: the terminal wraps
     table = Table(show_edge=False, pad_edge=False)

@@ -67,6 +67,13 @@ def is_harness(scenario: dict) -> bool:
     return scenario.get("allocator") is not None
 
 
+def reuse_words(reuse: str, harness: bool) -> str:
+    """The free-list order as a header gives it: allocator code takes its
+    free blocks in its own order, so `reuse` (which only a protocol file's
+    model follows) is not shown for it."""
+    return "the allocator's" if harness else reuse
+
+
 def subject(scenario: dict) -> tuple[str, str]:
     """What a scenario (JSON form) checks, as ("protocol", its name) or
     ("allocator", the code's reference)."""
@@ -135,8 +142,13 @@ def doing(protocol: Optional[dict], spec: dict, branch: dict) -> str:
 
 
 # -- what an action did ------------------------------------------------------------------
+def token(t: object) -> str:
+    """A slot's token as every view writes it: `_` for an empty slot."""
+    return "_" if t is None else str(t)
+
+
 def _slots(slots: list | tuple) -> str:
-    return "[" + " ".join(t if t is not None else "_" for t in slots) + "]"
+    return "[" + " ".join(map(token, slots)) + "]"
 
 
 def _change(before: dict, after: dict, block: int, counter: str) -> str:
@@ -400,6 +412,6 @@ def describe(witness: dict) -> str:
         where = (f"branch {witness['branch']}'s kernel for position {witness['pos']} read through snapshot {witness['snapshot']}"
                  if witness.get("via") == "kernel" else
                  f"branch {witness['branch']}'s check-output read through its working table {witness.get('table')}")
-        return (f"{where}: at position {witness['position']} it expected {witness['expected']} and read {witness['read']}"
-                f" (expected {' '.join(map(str, witness['expected_sequence']))}, read {' '.join(str(t) if t else '_' for t in witness['read_sequence'])})")
+        return (f"{where}: at position {witness['position']} it expected {token(witness['expected'])} and read {token(witness['read'])}"
+                f" (expected {' '.join(map(token, witness['expected_sequence']))}, read {' '.join(map(token, witness['read_sequence']))})")
     return witness.get("message", str(witness))

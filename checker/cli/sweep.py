@@ -50,6 +50,17 @@ class SweepProgress:
         self.bar.stop()
 
 
+def _close(runner: Runner) -> bool:
+    """Close the runner (its cluster); False when a Ctrl-C came while it
+    closed (interrupts.held keeps it until the cluster is down, then
+    delivers it)."""
+    try:
+        runner.close()
+    except KeyboardInterrupt:
+        return False
+    return True
+
+
 def show_summary(result: Sweep, out: Console) -> None:
     table = Table(title="per invariant: cells that break it, and the smallest of them", title_justify="left",
                   show_edge=False, pad_edge=False)
@@ -139,16 +150,17 @@ def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, s
             progress.close()
         shrunk = _shrink_cells(result, runner, Path(shrink_out), console) if do_shrink and not result.interrupted else []
     except SpecError as error:
-        runner.close()
+        _close(runner)
         fail(error)
     except KeyboardInterrupt:
         if result is None:
-            runner.close()
+            _close(runner)
             raise
         result.interrupted = True
         shrunk = []
     finally:
-        runner.close()
+        if not _close(runner) and result is not None:
+            result.interrupted = True
     assert result is not None
     sys.exit(_finish(result, json_path, html_path, out_dir, shrunk))
 
@@ -250,21 +262,21 @@ def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidate
                    TimeElapsedColumn(), console=err_console, transient=True)
     task = bar.add_task("candidates", total=None)
     bar.start()
+    result: Optional[Shrunk] = None
     try:
         result = run_shrink(cx, workers=workers, scheduler=scheduler, budget={"max_states": max_states, "seconds": seconds},
                             max_candidates=max_candidates, runner=runner,
                             progress=lambda done, total: bar.update(task, completed=done, total=total))
     except SpecError as error:
         bar.stop()
-        runner.close()
+        _close(runner)
         fail(error)
     except KeyboardInterrupt:
-        bar.stop()
-        runner.close()
+        result = None         # interrupted: nothing to write
+    bar.stop()
+    if not _close(runner) or result is None:
         click.echo("interrupted: nothing written", err=True)
         sys.exit(interrupts.exit_status())
-    bar.stop()
-    runner.close()
     with interrupts.held():
         write_shrunk(result, Path(out_dir))
         out = console if json_path != "-" else err_console

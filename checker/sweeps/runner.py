@@ -68,6 +68,15 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, if it is not running.
+    The first spawn starts it, and around that it blocks SIGINT and then
+    unblocks it in the thread that spawns: inside `interrupts.held`, that
+    would lift the mask the worker processes are to inherit."""
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
+
+
 class Runner:
     """Runs tasks (run_cell's input) and hands each answer to a callback as
     it arrives. workers=0: in this process, one after another; otherwise on
@@ -123,9 +132,11 @@ class Runner:
             # The workers' statistical profiler samples the running task's
             # stack every 10 ms, holding the GIL: a third slower checks.
             dask.config.set({"distributed.worker.profile.enabled": False})
-            # The workers are started with SIGINT ignored (inherited across
-            # exec): Ctrl-C in a terminal reaches the whole process group,
-            # and only this process should act on it.
+            # The workers are started with SIGINT blocked (the mask is
+            # inherited across exec): Ctrl-C in a terminal reaches the whole
+            # process group, and only this process should act on it; one
+            # that comes while they start is delivered once they have.
+            _start_resource_tracker()
             with interrupts.held(signal.SIGINT):
                 self.cluster = LocalCluster(n_workers=max(1, min(self.workers, needed)), threads_per_worker=1,
                                             processes=True, dashboard_address=None, memory_limit=0,

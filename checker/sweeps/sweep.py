@@ -155,22 +155,26 @@ def sweep(grids: Union[str, Path, Grid, list[Any]], *, workers: Optional[int] = 
             last[0], last[1] = time.perf_counter(), time.perf_counter() - now
 
     try:
-        if progress is not None:
-            for cell in cells:
-                if cell.data is not None:
-                    progress(result, cell)
-        if tasks:
-            runner.run(tasks, done)
+        try:
+            if progress is not None:
+                for cell in cells:
+                    if cell.data is not None:
+                        progress(result, cell)
+            if tasks:
+                runner.run(tasks, done)
+        finally:
+            result.seconds = time.perf_counter() - start
+            result.startup_seconds = runner.started
+            if own:
+                runner.close()        # a Ctrl-C while it closes is delivered after
     except KeyboardInterrupt:
         result.interrupted = True
-    finally:
-        result.seconds = time.perf_counter() - start
-        result.startup_seconds = runner.started
-        if own:
-            runner.close()
     if json_file is not None:
-        with interrupts.held(signal.SIGINT):
-            write_json(result, json_file)
+        try:
+            with interrupts.held(signal.SIGINT):
+                write_json(result, json_file)
+        except KeyboardInterrupt:     # it came while writing: the file is whole
+            result.interrupted = True
     return result
 
 

@@ -272,6 +272,14 @@ def test_an_unreachable_scheduler_is_one_line(small, tmp_path):
     errors = [line for line in run.stderr.splitlines() if "cowcheck: error:" in line]
     assert len(errors) == 1 and "cannot reach the Dask scheduler" in errors[0], run.stderr
     assert "Traceback" not in run.stderr
+    assert run.stderr.splitlines() == errors, "no progress bar before the error line (issue 27, item 25)"
+
+
+def test_shrink_with_an_unreachable_scheduler_is_one_line(tmp_path):
+    cx = ROOT / "counterexamples" / "premature-decrement.exclusive-write.json"
+    run = cowcheck_cmd("shrink", str(cx), "--scheduler", f"tcp://127.0.0.1:{_free_port()}", "--out", "shrunk", cwd=tmp_path)
+    assert run.returncode == 2 and "cannot reach the Dask scheduler" in run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr
 
 
 def test_a_worker_that_dies_has_its_cells_rerun(tmp_path):

@@ -50,6 +50,18 @@ class SweepProgress:
         self.bar.stop()
 
 
+def _reached(runner: Runner, needed: int) -> Runner:
+    """The runner, connected first when it runs on an existing cluster
+    (--scheduler): one that cannot be reached is its one error line, with no
+    progress bar drawn before it."""
+    if runner.scheduler is not None:
+        try:
+            runner.connect(needed)
+        except SpecError as error:
+            fail(error)
+    return runner
+
+
 def _close(runner: Runner) -> bool:
     """Close the runner (its cluster); False when a Ctrl-C came while it
     closed (interrupts.held keeps it until the cluster is down, then
@@ -140,7 +152,7 @@ def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, s
     for c in cells:
         if c.error:
             click.echo(f"cowcheck: error: {grids[0].source if len(grids) == 1 else c.grid}: cell {c.index} ({c.name}): {c.error}", err=True)
-    runner = Runner(workers, scheduler)
+    runner = _reached(Runner(workers, scheduler), len(cells))
     progress = SweepProgress(err, len(cells))
     result: Optional[Sweep] = None
     try:
@@ -257,7 +269,7 @@ def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidate
             raise SpecError("--scheduler", "", "--workers is for the embedded cluster; with --scheduler the cluster's own workers run the cells")
     except SpecError as error:
         fail(error)
-    runner = Runner(workers, scheduler)
+    runner = _reached(Runner(workers, scheduler), 1)
     bar = Progress(TextColumn("[bold]shrink[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("candidates"),
                    TimeElapsedColumn(), console=err_console, transient=True)
     task = bar.add_task("candidates", total=None)

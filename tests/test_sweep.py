@@ -282,6 +282,45 @@ def test_shrink_with_an_unreachable_scheduler_is_one_line(tmp_path):
     assert len(run.stderr.splitlines()) == 1, run.stderr
 
 
+def test_a_cluster_whose_every_worker_died_stops_with_what_finished(tmp_path):
+    """An external cluster (`dask scheduler`, one `dask worker`) whose only
+    worker is killed mid-sweep: the sweep says so in one line, writes the
+    cells that finished and exits 3 (incomplete), instead of waiting
+    forever (issue 27, item 12)."""
+    path = tmp_path / "g.toml"
+    path.write_text('[grid]\nname = "long"\nblock_size = 4\nprompt = 6\nbranches = [1, 2, 6]\nappends = [1, 4]\n')  # 6x4: minutes
+    dask = [sys.executable, "-m", "distributed.cli.dask_{}"]    # this Python's Dask, whatever the `dask` script's first line says
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    procs = [subprocess.Popen([*dask[:2], dask[2].format("scheduler"), "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+                               "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)]
+    try:
+        procs.append(subprocess.Popen([*dask[:2], dask[2].format("worker"), address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
+                                       "--no-nanny"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path))
+        from distributed import Client
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+        sweep = subprocess.Popen([sys.executable, "-m", "cowcheck", "sweep", str(path), "--scheduler", address, "--json", "r.json",
+                                  "--no-workers-timeout", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 10
+        while time.time() < deadline and not (tmp_path / "r.json").exists():
+            time.sleep(0.1)            # until a checkpoint is written, or the quick cells are surely done
+        procs[1].kill()
+        try:
+            out, err = sweep.communicate(timeout=60)
+        finally:
+            sweep.kill()
+        assert sweep.returncode == 3, out + err
+        assert "Traceback" not in err, err
+        (line,) = [line for line in out.splitlines() if line.startswith("incomplete")]
+        assert f"no worker left on {address} for 2 s" in line
+        done = json.loads((tmp_path / "r.json").read_text())
+        assert not done["complete"] and 1 <= len(done["cells"]) < 6
+    finally:
+        for proc in reversed(procs):
+            proc.kill()
+            proc.wait(timeout=20)
+
+
 def test_a_worker_that_dies_has_its_cells_rerun(tmp_path):
     path = tmp_path / "g.toml"
     path.write_text('[grid]\nname = "w"\nprotocol = ["cow", "premature-decrement"]\nblock_size = 2\nprompt = 3\n'

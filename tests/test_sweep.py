@@ -272,7 +272,25 @@ def test_an_unreachable_scheduler_is_one_line(small, tmp_path):
     errors = [line for line in run.stderr.splitlines() if "cowcheck: error:" in line]
     assert len(errors) == 1 and "cannot reach the Dask scheduler" in errors[0], run.stderr
     assert "Traceback" not in run.stderr
-    assert run.stderr.splitlines() == errors, "no progress bar before the error line (issue 27, item 25)"
+    assert run.stderr.splitlines() == ["8 cell(s) in 1 grid(s)", *errors], "no progress bar before the error line (issue 27, item 25)"
+
+
+def test_a_grid_of_a_hundred_million_cells_is_counted_and_refused(tmp_path):
+    """The count comes first, and a grid over the bound is one line and
+    exit 2, at once, instead of growing memory in silence (issue 27, item 5)."""
+    (tmp_path / "huge.toml").write_text('[grid]\nblock_size = {from = 1, to = 10}\nprompt = {from = 0, to = 59}\n'
+                                        'branches = {from = 1, to = 4}\nappends = [0, 1, 2, 3, 4]\n'
+                                        f'pool = {list(range(10, 60))}\n'
+                                        'device = ["async", "stream", "streams"]\n'
+                                        'reuse = ["lifo", "fifo", "any"]\nmay_cancel = [0, 1, 2, 3]\n'
+                                        'protocol = ["cow", "premature-decrement", "double-decrement", "holds", "fork-no-incref"]\n')
+    start = time.perf_counter()
+    run = cowcheck_cmd("sweep", "huge.toml", "--workers", "0", cwd=tmp_path, timeout=60)
+    assert time.perf_counter() - start < 30
+    lines = run.stderr.splitlines()
+    assert run.returncode == 2 and lines[0] == "108,000,000 cell(s) in 1 grid(s)", run.stderr
+    assert lines[1:] == ["cowcheck: error: huge.toml: key 'grid': 108,000,000 cells; a sweep takes at most 100,000: "
+                         "give an axis fewer values, or split the grid"]
 
 
 def test_shrink_with_an_unreachable_scheduler_is_one_line(tmp_path):

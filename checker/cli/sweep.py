@@ -156,6 +156,7 @@ def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, s
     except SpecError as error:
         fail(error)
     try:
+        err.print(f"{sum(g.size for g in grids):,} cell(s) in {len(grids)} grid(s)")   # first, before any is made
         cells = expand(grids)
     except SpecError as error:
         fail(error)

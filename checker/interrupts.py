@@ -101,19 +101,37 @@ def poll() -> None:
 
 @contextmanager
 def held(*signums: int) -> Iterator[None]:
-    """The signals (SIGINT and SIGTERM if none are named) are ignored while
-    inside: for writing a run's results, so the files come out whole, and
-    for starting worker processes, which inherit an ignored SIGINT. Only
-    the main thread can change signal handlers; elsewhere this does nothing."""
+    """The signals (SIGINT and SIGTERM if none are named) wait while inside,
+    and are delivered on leaving: for writing a run's results, so the files
+    come out whole, and for starting worker processes.
+
+    A signal inside is recorded by a handler of our own and raised again
+    (`signal.raise_signal`, through the handler that was there before) once
+    the handlers are back, so a Ctrl-C is late, never lost. (Ignoring the
+    signal, SIG_IGN, would lose it: the kernel discards an ignored signal.)
+    The signals are also blocked in this thread, and so in every thread and
+    process started inside, which inherit the mask across fork and exec:
+    Dask's worker processes, started here, never take the Ctrl-C that a
+    terminal sends to the whole process group; only this process acts on it.
+    A signal sent while blocked goes to another thread (whose handler call
+    still runs here, in the main thread, and records it) or waits pending
+    until the mask is lifted. Only the main thread can change signal
+    handlers; elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signums or (signal.SIGINT, signal.SIGTERM))]
+    chosen = signums or (signal.SIGINT, signal.SIGTERM)
+    arrived: list[int] = []
+    previous = [(s, signal.signal(s, lambda signum, frame: arrived.append(signum))) for s in chosen]
+    signal.pthread_sigmask(signal.SIG_BLOCK, chosen)
     try:
         yield
     finally:
         for s, handler in previous:
             signal.signal(s, handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, chosen)   # one that waited pending is delivered here
+        for signum in dict.fromkeys(arrived):                # each signal once, in the order it came
+            signal.raise_signal(signum)
 
 
 @contextmanager

@@ -174,3 +174,56 @@ def test_a_z3_call_cancelled_by_a_signal_is_the_interrupt():
     with pytest.raises(z3.Z3Exception, match="invalid argument"):
         with solving():
             raise z3.Z3Exception(b"invalid argument")
+
+
+# -- signals held, then delivered (issue 27, item 3) ----------------------------------------
+def _kill_once_held(signum: int = signal.SIGINT) -> None:
+    """Send `signum` to this process from a thread as soon as
+    interrupts.held has put its own handler in place (deterministic: the
+    signal arrives while it is held)."""
+    import threading
+
+    def fire() -> None:
+        while signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
+            time.sleep(0.005)
+        os.kill(os.getpid(), signum)
+    threading.Thread(target=fire, daemon=True).start()
+
+
+def test_a_signal_while_held_is_delivered_on_leaving_not_lost():
+    from cowcheck import interrupts
+    left_inside = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            left_inside = True
+    assert left_inside, "the signal was raised inside, not held"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_a_signal_from_another_thread_while_held_is_delivered_on_leaving():
+    from cowcheck import interrupts
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.held(signal.SIGINT):
+            _kill_once_held()
+            time.sleep(0.3)
+
+
+def test_ctrl_c_while_the_cluster_starts_stops_the_run_and_workers_ignore_it():
+    """The embedded cluster starts inside interrupts.held: a Ctrl-C then
+    comes out of connect() once it has started, and its worker processes
+    were started with SIGINT blocked (a terminal's Ctrl-C reaches them too)."""
+    from cowcheck.sweeps.runner import Runner
+    runner = Runner(1)
+    try:
+        _kill_once_held()
+        with pytest.raises(KeyboardInterrupt):
+            runner.connect(1)
+        pids = list(runner.client.run(os.getpid).values())
+        for pid in pids:
+            blocked = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigBlk"))
+            assert int(blocked.split()[1], 16) & (1 << (signal.SIGINT - 1)), blocked
+    finally:
+        runner.close()

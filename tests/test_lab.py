@@ -84,12 +84,23 @@ def lab_page(browser, tmp_path):  # noqa: F811  (browser is a fixture)
         yield page
 
 
+def test_the_page_opens_where_the_formula_and_the_command_say(lab_page):
+    """At t = 0, N = min(4096, 16 + 0) = 16 requests are served, on the
+    page as in `cowcheck lab` (issue 27, item 23)."""
+    page = lab_page
+    lab = run(4, 2, time=0)
+    assert (text(page, "#t"), text(page, "#n"), text(page, "#hits")) == ("0.0", str(lab.n), str(lab.total_hits))
+    assert lab.n == 16
+    page.click("#step")
+    assert (text(page, "#t"), text(page, "#n")) == ("0.5", "17")
+    page.click("#reset")
+    assert (text(page, "#t"), text(page, "#n")) == ("0.0", "16")
+
+
 def test_design_numbers_in_the_page(lab_page):
     page = lab_page
     page.fill("#capacity", "4")
     page.fill("#stride", "2")
-    for _ in range(16):
-        page.click("#step")
     assert (text(page, "#n"), text(page, "#hits16"), text(page, "#t")) == ("16", "0", "0.0")
     page.fill("#capacity", "8")          # keeps t and N, replays from an empty cache
     assert (text(page, "#n"), text(page, "#hits16"), text(page, "#t")) == ("16", "8", "0.0")
@@ -109,14 +120,14 @@ def test_play_advances_the_clock(lab_page):
     page.click("#step")                 # one more request moves t by half a second
     assert (int(text(page, "#n")), float(text(page, "#t"))) == (n + 1, (n + 1 - 16) / 2)
     page.click("#reset")
-    assert (text(page, "#n"), text(page, "#t"), text(page, "#hits")) == ("0", "0.0", "0")
+    assert (text(page, "#n"), text(page, "#t"), text(page, "#hits")) == ("16", "0.0", str(run(4, 2, time=0).total_hits))
 
 
 def test_page_agrees_with_python(lab_page):
     """Forty requests (t = 12), then several C and s: the page replays them
     from an empty cache and must count what cowcheck.views.lab counts."""
     page = lab_page
-    for _ in range(40):
+    for _ in range(40 - 16):            # the page opens with sixteen served
         page.keyboard.press("ArrowRight")
     assert (text(page, "#n"), text(page, "#t")) == ("40", "12.0")
     for capacity, stride in ((1, 0), (3, 5), (5, 3), (16, 1), (7, 4), (2, 8)):
@@ -132,13 +143,13 @@ def test_keyboard_and_bad_input(lab_page):
     page = lab_page
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
-    assert text(page, "#n") == "2"
+    assert text(page, "#n") == "18"
     page.keyboard.press(" ")
     assert page.get_attribute("#play", "aria-pressed") == "true"
     page.keyboard.press(" ")
     assert page.get_attribute("#play", "aria-pressed") == "false"
     page.keyboard.press("Home")
-    assert text(page, "#n") == "0"
+    assert text(page, "#n") == "16"
     page.fill("#capacity", "0")
     assert page.is_visible("#error") and "C must be a whole number" in text(page, "#error")
     page.fill("#capacity", "8")

@@ -272,6 +272,71 @@ def test_an_unreachable_scheduler_is_one_line(small, tmp_path):
     errors = [line for line in run.stderr.splitlines() if "cowcheck: error:" in line]
     assert len(errors) == 1 and "cannot reach the Dask scheduler" in errors[0], run.stderr
     assert "Traceback" not in run.stderr
+    assert run.stderr.splitlines() == ["8 cell(s) in 1 grid(s)", *errors], "no progress bar before the error line (issue 27, item 25)"
+
+
+def test_a_grid_of_a_hundred_million_cells_is_counted_and_refused(tmp_path):
+    """The count comes first, and a grid over the bound is one line and
+    exit 2, at once, instead of growing memory in silence (issue 27, item 5)."""
+    (tmp_path / "huge.toml").write_text('[grid]\nblock_size = {from = 1, to = 10}\nprompt = {from = 0, to = 59}\n'
+                                        'branches = {from = 1, to = 4}\nappends = [0, 1, 2, 3, 4]\n'
+                                        f'pool = {list(range(10, 60))}\n'
+                                        'device = ["async", "stream", "streams"]\n'
+                                        'reuse = ["lifo", "fifo", "any"]\nmay_cancel = [0, 1, 2, 3]\n'
+                                        'protocol = ["cow", "premature-decrement", "double-decrement", "holds", "fork-no-incref"]\n')
+    start = time.perf_counter()
+    run = cowcheck_cmd("sweep", "huge.toml", "--workers", "0", cwd=tmp_path, timeout=60)
+    assert time.perf_counter() - start < 30
+    lines = run.stderr.splitlines()
+    assert run.returncode == 2 and lines[0] == "108,000,000 cell(s) in 1 grid(s)", run.stderr
+    assert lines[1:] == ["cowcheck: error: huge.toml: key 'grid': 108,000,000 cells; a sweep takes at most 100,000: "
+                         "give an axis fewer values, or split the grid"]
+
+
+def test_shrink_with_an_unreachable_scheduler_is_one_line(tmp_path):
+    cx = ROOT / "counterexamples" / "premature-decrement.exclusive-write.json"
+    run = cowcheck_cmd("shrink", str(cx), "--scheduler", f"tcp://127.0.0.1:{_free_port()}", "--out", "shrunk", cwd=tmp_path)
+    assert run.returncode == 2 and "cannot reach the Dask scheduler" in run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+
+
+def test_a_cluster_whose_every_worker_died_stops_with_what_finished(tmp_path):
+    """An external cluster (`dask scheduler`, one `dask worker`) whose only
+    worker is killed mid-sweep: the sweep says so in one line, writes the
+    cells that finished and exits 3 (incomplete), instead of waiting
+    forever (issue 27, item 12)."""
+    path = tmp_path / "g.toml"
+    path.write_text('[grid]\nname = "long"\nblock_size = 4\nprompt = 6\nbranches = [1, 2, 6]\nappends = [1, 4]\n')  # 6x4: minutes
+    dask = [sys.executable, "-m", "distributed.cli.dask_{}"]    # this Python's Dask, whatever the `dask` script's first line says
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    procs = [subprocess.Popen([*dask[:2], dask[2].format("scheduler"), "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+                               "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)]
+    try:
+        procs.append(subprocess.Popen([*dask[:2], dask[2].format("worker"), address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
+                                       "--no-nanny"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path))
+        from distributed import Client
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+        sweep = subprocess.Popen([sys.executable, "-m", "cowcheck", "sweep", str(path), "--scheduler", address, "--json", "r.json",
+                                  "--no-workers-timeout", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 10
+        while time.time() < deadline and not (tmp_path / "r.json").exists():
+            time.sleep(0.1)            # until a checkpoint is written, or the quick cells are surely done
+        procs[1].kill()
+        try:
+            out, err = sweep.communicate(timeout=60)
+        finally:
+            sweep.kill()
+        assert sweep.returncode == 3, out + err
+        assert "Traceback" not in err, err
+        (line,) = [line for line in out.splitlines() if line.startswith("incomplete")]
+        assert f"no worker left on {address} for 2 s" in line
+        done = json.loads((tmp_path / "r.json").read_text())
+        assert not done["complete"] and 1 <= len(done["cells"]) < 6
+    finally:
+        for proc in reversed(procs):
+            proc.kill()
+            proc.wait(timeout=20)
 
 
 def test_a_worker_that_dies_has_its_cells_rerun(tmp_path):

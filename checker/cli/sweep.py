@@ -22,9 +22,11 @@ from cowcheck.sweeps.page import write_sweep_pages
 from cowcheck.sweeps.shrink import DEFAULT_BUDGET, DEFAULT_MAX_CANDIDATES, Shrunk, write_shrunk
 from cowcheck.sweeps.cells import FAILED, INVALID, PARTIAL, Cell, size_key
 from cowcheck.sweeps.grid import expand, grid_files, load_grid
-from cowcheck.sweeps.runner import Runner
+from cowcheck.sweeps.runner import NO_WORKERS_SECONDS, NoWorkers, Runner
 from cowcheck.sweeps.sweep import Sweep, sweep as run_sweep
 
+#: the exit status of a run the cluster left unfinished (no worker left)
+INCOMPLETE_STATUS = 3
 VERDICT_STYLE = {"unsafe": "bold red", "safe but undisciplined": "yellow", "safe and disciplined": "green",
                  PARTIAL: "dim", INVALID: "bold magenta", FAILED: "bold magenta", "not run": "dim"}
 
@@ -48,6 +50,35 @@ class SweepProgress:
 
     def close(self) -> None:
         self.bar.stop()
+
+
+_NO_WORKERS_OPTION = click.option(
+    "--no-workers-timeout", "no_workers", type=click.FloatRange(min=0, min_open=True), default=NO_WORKERS_SECONDS,
+    show_default=True, metavar="SECONDS",
+    help="Stop (exit 3, with what finished) when the cluster has had no worker for this long.")
+
+
+def _reached(runner: Runner, needed: int) -> Runner:
+    """The runner, connected first when it runs on an existing cluster
+    (--scheduler): one that cannot be reached is its one error line, with no
+    progress bar drawn before it."""
+    if runner.scheduler is not None:
+        try:
+            runner.connect(needed)
+        except SpecError as error:
+            fail(error)
+    return runner
+
+
+def _close(runner: Runner) -> bool:
+    """Close the runner (its cluster); False when a Ctrl-C came while it
+    closed (interrupts.held keeps it until the cluster is down, then
+    delivers it)."""
+    try:
+        runner.close()
+    except KeyboardInterrupt:
+        return False
+    return True
 
 
 def show_summary(result: Sweep, out: Console) -> None:
@@ -101,12 +132,14 @@ def show_summary(result: Sweep, out: Console) -> None:
 @click.option("--shrink", "do_shrink", is_flag=True, help="Then shrink, per protocol and invariant, the smallest cell that breaks it.")
 @click.option("--shrink-out", type=click.Path(file_okay=False), default="counterexamples/shrunk", show_default=True,
               help="Where --shrink writes its scenarios and counterexamples.")
-def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, shrink_out) -> None:
+@_NO_WORKERS_OPTION
+def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, shrink_out, no_workers) -> None:
     """Check every cell of a grid of scenarios (grid files, or folders of
     them) as tasks on Dask, with a progress bar; then a summary per
     invariant and per cell. Exit 0 when no cell is unsafe, 1 when one is
     (or a task failed), 2 on bad input (an invalid cell included, after
-    the others ran), 130 when interrupted (143 on SIGTERM)."""
+    the others ran), 3 when the cluster was left with no worker (what
+    finished is written), 130 when interrupted (143 on SIGTERM)."""
     err = err_console
     try:
         grids = [load_grid(p) for p in grid_files(paths)]
@@ -123,13 +156,14 @@ def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, s
     except SpecError as error:
         fail(error)
     try:
+        err.print(f"{sum(g.size for g in grids):,} cell(s) in {len(grids)} grid(s)")   # first, before any is made
         cells = expand(grids)
     except SpecError as error:
         fail(error)
     for c in cells:
         if c.error:
             click.echo(f"cowcheck: error: {grids[0].source if len(grids) == 1 else c.grid}: cell {c.index} ({c.name}): {c.error}", err=True)
-    runner = Runner(workers, scheduler)
+    runner = _reached(Runner(workers, scheduler, no_workers_seconds=no_workers), len(cells))
     progress = SweepProgress(err, len(cells))
     result: Optional[Sweep] = None
     try:
@@ -139,16 +173,17 @@ def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, s
             progress.close()
         shrunk = _shrink_cells(result, runner, Path(shrink_out), console) if do_shrink and not result.interrupted else []
     except SpecError as error:
-        runner.close()
+        _close(runner)
         fail(error)
     except KeyboardInterrupt:
         if result is None:
-            runner.close()
+            _close(runner)
             raise
         result.interrupted = True
         shrunk = []
     finally:
-        runner.close()
+        if not _close(runner) and result is not None:
+            result.interrupted = True
     assert result is not None
     sys.exit(_finish(result, json_path, html_path, out_dir, shrunk))
 
@@ -159,6 +194,8 @@ def _finish(result: Sweep, json_path: Optional[str], html_path: Optional[str], o
     out = console
     with interrupts.held():
         show_summary(result, out)
+        if result.stopped:
+            out.print(f"[bold yellow]incomplete[/]: {markup(result.stopped)}")
         if result.interrupted:
             out.print(f"[bold yellow]interrupted[/]: {sum(1 for c in result.cells if c.done)} of {len(result.cells)} cell(s) done"
                       + (f", written to {markup(json_path)}; rerun with the same --json to go on" if json_path else ""))
@@ -173,6 +210,8 @@ def _finish(result: Sweep, json_path: Optional[str], html_path: Optional[str], o
             out.print(f"wrote {markup(json_path)}")
     if result.interrupted:
         return interrupts.exit_status()
+    if result.stopped:
+        return INCOMPLETE_STATUS
     if any(c.verdict == INVALID for c in result.cells):
         return 2
     return 1 if any(c.verdict in ("unsafe", FAILED) for c in result.cells) else 0
@@ -228,12 +267,13 @@ def _show_shrunk(s: Shrunk, out: Console) -> None:
 @click.option("--max-candidates", type=click.IntRange(min=1), default=DEFAULT_MAX_CANDIDATES, show_default=True,
               help="Give up after this many candidates.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write what was found as JSON ('-' for stdout).")
-def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidates, json_path) -> None:
+@_NO_WORKERS_OPTION
+def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidates, json_path, no_workers) -> None:
     """Find the smallest scenario on which a counterexample's invariant
     still breaks (docs/how-to/shrinking.md) and write it (TOML) with its shortest
     counterexample. Exit 0 when found (smaller or not), 1 when the
-    candidate limit stopped the search, 2 on bad input, 130 when
-    interrupted."""
+    candidate limit stopped the search, 2 on bad input, 3 when the
+    cluster was left with no worker, 130 when interrupted."""
     from cowcheck.sweeps.shrink import shrink as run_shrink
     try:
         cx = api.load_counterexample(file)
@@ -245,26 +285,31 @@ def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidate
             raise SpecError("--scheduler", "", "--workers is for the embedded cluster; with --scheduler the cluster's own workers run the cells")
     except SpecError as error:
         fail(error)
-    runner = Runner(workers, scheduler)
+    runner = _reached(Runner(workers, scheduler, no_workers_seconds=no_workers), 1)
     bar = Progress(TextColumn("[bold]shrink[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("candidates"),
                    TimeElapsedColumn(), console=err_console, transient=True)
     task = bar.add_task("candidates", total=None)
     bar.start()
+    result: Optional[Shrunk] = None
     try:
         result = run_shrink(cx, workers=workers, scheduler=scheduler, budget={"max_states": max_states, "seconds": seconds},
                             max_candidates=max_candidates, runner=runner,
                             progress=lambda done, total: bar.update(task, completed=done, total=total))
     except SpecError as error:
         bar.stop()
-        runner.close()
+        _close(runner)
         fail(error)
     except KeyboardInterrupt:
+        result = None         # interrupted: nothing to write
+    except NoWorkers as lost:
         bar.stop()
-        runner.close()
+        _close(runner)
+        click.echo(f"cowcheck: incomplete: {lost}: nothing written", err=True)
+        sys.exit(INCOMPLETE_STATUS)
+    bar.stop()
+    if not _close(runner) or result is None:
         click.echo("interrupted: nothing written", err=True)
         sys.exit(interrupts.exit_status())
-    bar.stop()
-    runner.close()
     with interrupts.held():
         write_shrunk(result, Path(out_dir))
         out = console if json_path != "-" else err_console

@@ -69,6 +69,11 @@ class Grid:
         for values in itertools.product(*(self.axes[axis] for axis in AXES)):
             yield dict(zip(AXES, values))
 
+    @property
+    def size(self) -> int:
+        """How many cells the grid has, without making them."""
+        return math.prod(len(values) for values in self.axes.values())
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "description": self.description,
                 "axes": self.axes, "budget": self.budget}
@@ -299,9 +304,28 @@ def _protocol(ref: str, base: Path, source: str) -> Protocol:
 
 
 # -- the cells of grids ------------------------------------------------------------
+#: the most cells one sweep takes (docs/how-to/sweeps.md): every cell is
+#: made, held in memory and listed before anything runs, and a grid of 10^8
+#: cells would fill the memory long before it finished
+MAX_CELLS = 100_000
+
+
+def check_size(grids: list[Grid]) -> int:
+    """The cells of the grids, counted without making them; more than
+    MAX_CELLS is bad input, naming the largest grid."""
+    total = sum(grid.size for grid in grids)
+    if total > MAX_CELLS:
+        largest = max(grids, key=lambda g: g.size)
+        raise SpecError(largest.source, "grid", f"{total:,} cells; a sweep takes at most {MAX_CELLS:,}: "
+                        "give an axis fewer values, or split the grid")
+    return total
+
+
 def expand(grids: list[Grid]) -> list[Cell]:
     """Every cell of the grids, numbered in order; a cell whose coordinates
-    make no valid scenario carries its error and is not run."""
+    make no valid scenario carries its error and is not run. More than
+    MAX_CELLS is refused before any is made (check_size)."""
+    check_size(grids)
     cells: list[Cell] = []
     names: dict[str, int] = {}
     for grid in grids:

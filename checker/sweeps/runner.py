@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario, scenario_from_dict
@@ -68,6 +68,58 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, if it is not running.
+    The first spawn starts it, and around that it blocks SIGINT and then
+    unblocks it in the thread that spawns: inside `interrupts.held`, that
+    would lift the mask the worker processes are to inherit."""
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
+
+
+#: how long a cluster may have no worker before a run stops (NoWorkers), and
+#: how often the count is asked
+NO_WORKERS_SECONDS = 30.0
+WORKER_POLL_SECONDS = 1.0
+
+
+class NoWorkers(Exception):
+    """The cluster has had no worker for a while: what is left would wait
+    forever. The run stops with what finished."""
+
+    def __init__(self, where: str, seconds: float):
+        super().__init__(f"no worker left on {where} for {seconds:g} s; stopped with the cells that finished")
+        self.where, self.seconds = where, seconds
+
+
+class _Watch:
+    """Watches a cluster's worker count while a run waits: Dask waits for a
+    worker forever, so when the cluster has had none for `seconds` (all
+    died, or were closed), `check` raises NoWorkers. The count is asked at
+    most every WORKER_POLL_SECONDS."""
+
+    def __init__(self, client: Any, where: str, seconds: float):
+        self.client, self.where, self.seconds = client, where, seconds
+        self.alone_since: Optional[float] = None
+        self.asked = 0.0
+
+    def seen(self) -> None:
+        """Something finished: the cluster works."""
+        self.alone_since = None
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now - self.asked < WORKER_POLL_SECONDS:
+            return
+        self.asked = now
+        if self.client.nthreads():
+            self.alone_since = None
+        elif self.alone_since is None:
+            self.alone_since = now
+        elif now - self.alone_since >= self.seconds:
+            raise NoWorkers(self.where, self.seconds)
+
+
 class Runner:
     """Runs tasks (run_cell's input) and hands each answer to a callback as
     it arrives. workers=0: in this process, one after another; otherwise on
@@ -75,8 +127,10 @@ class Runner:
     or, with `scheduler`, an existing cluster. Use as a context manager; the
     cluster is started on first use and closed on leaving."""
 
-    def __init__(self, workers: Optional[int] = None, scheduler: Optional[str] = None, connect_timeout: float = 3.0):
+    def __init__(self, workers: Optional[int] = None, scheduler: Optional[str] = None, connect_timeout: float = 3.0,
+                 no_workers_seconds: float = NO_WORKERS_SECONDS):
         self.workers = default_workers() if workers is None else workers
+        self.no_workers_seconds = no_workers_seconds
         self.scheduler = scheduler
         self.connect_timeout = connect_timeout
         self.client: Any = None
@@ -107,11 +161,12 @@ class Runner:
         if self.serial or self.client is not None:
             return
         start = time.perf_counter()
-        logging.getLogger("distributed").setLevel(logging.ERROR)
         try:
             from distributed import Client, LocalCluster
         except ImportError:
             raise SpecError("--workers", "", "Dask is not installed (pip install \"dask[distributed]\"); --workers 0 runs serially") from None
+        for name in ("distributed", "distributed.client"):    # (after the import, which sets them) "couldn't gather,
+            logging.getLogger(name).setLevel(logging.ERROR)   # rescheduling" is Dask's own retry
         if self.scheduler is not None:
             try:
                 self.client = Client(self.scheduler, timeout=self.connect_timeout)
@@ -123,9 +178,11 @@ class Runner:
             # The workers' statistical profiler samples the running task's
             # stack every 10 ms, holding the GIL: a third slower checks.
             dask.config.set({"distributed.worker.profile.enabled": False})
-            # The workers are started with SIGINT ignored (inherited across
-            # exec): Ctrl-C in a terminal reaches the whole process group,
-            # and only this process should act on it.
+            # The workers are started with SIGINT blocked (the mask is
+            # inherited across exec): Ctrl-C in a terminal reaches the whole
+            # process group, and only this process should act on it; one
+            # that comes while they start is delivered once they have.
+            _start_resource_tracker()
             with interrupts.held(signal.SIGINT):
                 self.cluster = LocalCluster(n_workers=max(1, min(self.workers, needed)), threads_per_worker=1,
                                             processes=True, dashboard_address=None, memory_limit=0,
@@ -150,24 +207,52 @@ class Runner:
         futures = self.client.map(run_cell, tasks, pure=False, retries=2)
         index = {f.key: i for i, f in enumerate(futures)}
         try:
-            for future in as_completed(futures):
+            for future in self._finished(as_completed(futures)):
                 i = index[future.key]
                 if future.status == "error":
                     error = future.exception()
                     done(i, {"failed": f"{type(error).__name__}: {error}"})
                 else:
-                    done(i, future.result())
+                    done(i, self._result(future))
                 future.release()
         except BaseException:
+            # Dask's fetches of results still pending end failed, and asyncio
+            # would print each ("Task exception was never retrieved")
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
             self.client.cancel(futures, force=True)
             raise
+
+    def _finished(self, pending: Any) -> Iterator[Any]:
+        """The futures of `pending` (an as_completed) as they finish, the
+        cluster watched meanwhile (_Watch)."""
+        watch = _Watch(self.client, self.scheduler or "the embedded cluster", self.no_workers_seconds)
+        while pending.count():
+            batch = pending.next_batch(block=False)
+            for future in batch:
+                watch.seen()
+                yield future
+            if not batch:
+                watch.check()
+                time.sleep(0.05)
+
+    def _result(self, future: Any) -> Any:
+        """A finished future's result. Its worker may die before it is
+        fetched; Dask then computes it again, and waits for a worker to do
+        so: so wait in slices, watching the cluster."""
+        watch = _Watch(self.client, self.scheduler or "the embedded cluster", self.no_workers_seconds)
+        while True:
+            try:
+                return future.result(timeout=WORKER_POLL_SECONDS)
+            except TimeoutError:
+                watch.check()
 
     def close(self) -> None:
         """Stop the client and an embedded cluster. Workers going away while
         a heartbeat is in flight make Dask log tracebacks that say nothing
         about the sweep (its failures come back through the futures), so its
         logs are silenced from here on."""
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        for name in ("distributed", "distributed.client"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         with interrupts.held(signal.SIGINT):
             try:
                 if self.client is not None:

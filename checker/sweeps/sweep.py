@@ -19,7 +19,7 @@ from cowcheck import interrupts
 from cowcheck.engines.results import FORMAT
 from cowcheck.sweeps.cells import FAILED, INVALID, Cell, _error_data, size_key
 from cowcheck.sweeps.grid import Grid, expand, grid_files, load_grid
-from cowcheck.sweeps.runner import Runner, task_for
+from cowcheck.sweeps.runner import NoWorkers, Runner, task_for
 
 CHECKPOINT_SECONDS = 2.0
 
@@ -32,6 +32,7 @@ class Sweep:
     grids: list[Grid]
     cells: list[Cell]
     interrupted: bool = False
+    stopped: Optional[str] = None     # why the run stopped before its end, other than an interrupt (NoWorkers)
     seconds: float = 0.0
     workers: int = 0
     scheduler: Optional[str] = None
@@ -109,7 +110,8 @@ def sweep(grids: Union[str, Path, Grid, list[Any]], *, workers: Optional[int] = 
     write every result to it, as the run goes and at the end. `out`: where
     the counterexample files go (None: none are written; each cell keeps
     them in memory). A Ctrl-C stops the sweep: the result says
-    `interrupted`, and holds (and `json_path` gets) what finished."""
+    `interrupted`, and holds (and `json_path` gets) what finished; so does
+    a cluster left with no worker (`stopped` says so)."""
     items = grids if isinstance(grids, list) else [grids]
     loaded: list[Grid] = []
     for item in items:
@@ -155,22 +157,28 @@ def sweep(grids: Union[str, Path, Grid, list[Any]], *, workers: Optional[int] = 
             last[0], last[1] = time.perf_counter(), time.perf_counter() - now
 
     try:
-        if progress is not None:
-            for cell in cells:
-                if cell.data is not None:
-                    progress(result, cell)
-        if tasks:
-            runner.run(tasks, done)
+        try:
+            if progress is not None:
+                for cell in cells:
+                    if cell.data is not None:
+                        progress(result, cell)
+            if tasks:
+                runner.run(tasks, done)
+        finally:
+            result.seconds = time.perf_counter() - start
+            result.startup_seconds = runner.started
+            if own:
+                runner.close()        # a Ctrl-C while it closes is delivered after
     except KeyboardInterrupt:
         result.interrupted = True
-    finally:
-        result.seconds = time.perf_counter() - start
-        result.startup_seconds = runner.started
-        if own:
-            runner.close()
+    except NoWorkers as lost:
+        result.stopped = str(lost)
     if json_file is not None:
-        with interrupts.held(signal.SIGINT):
-            write_json(result, json_file)
+        try:
+            with interrupts.held(signal.SIGINT):
+                write_json(result, json_file)
+        except KeyboardInterrupt:     # it came while writing: the file is whole
+            result.interrupted = True
     return result
 
 

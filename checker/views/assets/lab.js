@@ -1,6 +1,6 @@
 /* The cache lab: the LRU cache and request stream of checker/lab.py, run in
    the browser. The clock t advances while playing; N = min(max, 16 + floor(2t))
-   requests have then been served. Step serves one request (moving t forward
+   requests have then been served (16 at t = 0, where the page opens). Step serves one request (moving t forward
    once past the first sixteen, so that N(t) always equals the requests
    served). Editing C or s keeps t and replays the same number of requests
    from an empty cache. */
@@ -105,10 +105,11 @@
     render();
   }
 
+  /* t = 0: N(0) = 16 requests already served, as the formula and `cowcheck lab` say. */
   function reset() {
     player.pause();
     lab.t = 0;
-    replay(0);
+    replay(servedAt(0));
     render();
   }
 
@@ -130,5 +131,6 @@
   $("step").addEventListener("click", step);
   CowPlayer.keys({ ArrowRight: step, " ": player.toggle, Home: reset });
   readInputs();
+  replay(servedAt(lab.t));
   render();
 })();

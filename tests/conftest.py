@@ -54,6 +54,52 @@ def program_branches(draw, st, most: int = 3) -> list[dict]:
     return branches
 
 
+def cache_requests(draw, st, most: int = 3, tokens: tuple[str, ...] = ("p0", "p1", "p2", "p3", "x0"),
+                   speculate: bool = True) -> list[dict]:
+    """Request tables of a cache scenario, for hypothesis: prompts drawn
+    from a few token names (so they share prefixes, or continue an earlier
+    request's output: `a1`), an `after` on an earlier request, appends or a
+    short speculation, and any request may be cancellable."""
+    names = "abcdefgh"
+    total = draw(st.integers(1, most))
+    requests: list[dict] = []
+    for i in range(total):
+        pool = list(tokens) + [f"{names[j]}{k}" for j in range(i) for k in (1, 2)]
+        prompt = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4))
+        request: dict = {"prompt": prompt, "may_cancel": draw(st.booleans())}
+        ops = ["append", "speculate 1", "speculate 2"] if speculate else ["append"]
+        program = draw(st.lists(st.sampled_from(ops), max_size=2))
+        if program:
+            request["program"] = program
+        if i and draw(st.booleans()):
+            request["after"] = names[draw(st.integers(0, i - 1))]
+        requests.append(request)
+    return requests
+
+
+#: every protocol a cache scenario can run: prefix-cache, its bug variants, vllm-v1, and cow
+CACHE_PROTOCOLS = ("prefix-cache", "cow", "vllm-v1", "touch-after-alloc", "no-evict", "cache-drafts", "free-in-flight")
+
+
+def _cache_scenarios(draw, protocols=CACHE_PROTOCOLS, most=3, tight=True):
+    """Random cache scenarios; `tight`: the pool may be just the largest
+    prompt or a little more (evictions, and out-of-memory deadlocks)."""
+    from hypothesis import strategies as st
+    requests = cache_requests(draw, st, most=most)
+    B = draw(st.integers(1, 3))
+    largest = max(-(-len(r["prompt"]) // B) for r in requests)
+    pool = draw(st.one_of(st.none(), st.integers(largest, largest + 2))) if tight else None
+    return make_scenario(B, 0, requests, draw(st.sampled_from(protocols)), device=draw(st.sampled_from(("async", "stream", "streams"))),
+                         reuse=draw(st.sampled_from(("lifo", "fifo", "any"))), pool=pool, cache=True)
+
+
+
+def cache_scenarios(**kwargs):
+    """A hypothesis strategy of random cache scenarios (see _cache_scenarios)."""
+    from hypothesis import strategies as st
+    return st.composite(_cache_scenarios)(**kwargs)
+
+
 def broken(result) -> dict[str, int]:
     return {k: v.length for k, v in result.verdicts.items() if v.holds is False}
 

@@ -214,3 +214,31 @@ def test_bad_cache_protocol(tmp_path, case):
 def test_make_scenario_refuses_like_a_file():
     with pytest.raises(SpecError):
         make_scenario(2, 3, [{"appends": 1, "after": "a"}])
+
+
+# -- random cache scenarios -----------------------------------------------------------
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from conftest import cache_scenarios  # noqa: E402
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cache_scenarios())
+def test_depth_first_agrees_with_breadth_first_on_cache_scenarios(scenario):
+    """The depth-first cross-check (its own search, the same model) gives the
+    explorer's verdicts on random cache scenarios."""
+    from cowcheck.engines.depth_first import depth_first
+    from cowcheck.engines.invariants import INVARIANTS
+    bfs = check(scenario, max_states=4_000, symmetry=False)
+    if not bfs.exploration.complete:
+        return
+    dfs = depth_first(ProtocolModel(scenario), INVARIANTS + CACHE_INVARIANTS)
+    assert dfs.states == bfs.exploration.states
+    assert dfs.violated == set(broken(bfs)), scenario
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cache_scenarios(protocols=("prefix-cache",), tight=False))
+def test_prefix_cache_is_safe_and_disciplined_on_random_scenarios(scenario):
+    result = check(scenario, max_states=20_000)
+    if result.exploration.complete:
+        assert broken(result) == {}, scenario

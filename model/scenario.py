@@ -45,6 +45,12 @@ class Scenario:
     cache: bool = False
 
     @property
+    def prompt_size(self) -> int:
+        """The prompt tokens of the scenario: the shared prompt's, or the sum
+        of the requests' own in a cache scenario (sizes compare by it)."""
+        return sum(len(b.prompt or ()) for b in self.branches) if self.cache else self.prompt
+
+    @property
     def prompt_blocks(self) -> int:
         return -(-self.prompt // self.block_size)
 

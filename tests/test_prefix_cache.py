@@ -242,3 +242,61 @@ def test_prefix_cache_is_safe_and_disciplined_on_random_scenarios(scenario):
     result = check(scenario, max_states=20_000)
     if result.exploration.complete:
         assert broken(result) == {}, scenario
+
+
+# -- sweeps and shrinking --------------------------------------------------------------
+def test_the_shipped_cache_grid_expands_into_named_cache_scenarios():
+    from cowcheck.sweeps.grid import expand, load_grid
+    root = Path(__file__).resolve().parent.parent
+    cells = expand([load_grid(root / "specs" / "grids" / "prefix-caching.toml")])
+    assert len(cells) == 4 * 2 * 2 * 2 * 2
+    named = {c.name: c for c in cells}
+    cell = named["prefix-caching~vllm-v1-async-lifo-B2-P3+p0.p1.x2-2x1-prefix-after_a"]
+    s = cell.scenario
+    assert s.cache and [b.prompt for b in s.branches] == [("p0", "p1", "p2"), ("p0", "p1", "x2")]
+    assert [b.after for b in s.branches] == [None, 0]
+
+
+@pytest.mark.parametrize("axis,value,needles", [
+    ("prompts", "[[0, 3]]", ["grid.prompts", "per request"]),
+    ("prompts", "[3, 3]", ["grid.prompts", "alternatives"]),
+    ("after", '[["", "ab"]]', ["grid.after", "request's name"]),
+    ("cache", '"radix"', ["grid.cache", "radix", "none, prefix"]),
+])
+def test_bad_cache_axes_are_refused_in_one_line(tmp_path, axis, value, needles):
+    from cowcheck.sweeps.grid import load_grid
+    path = write(tmp_path / "g.toml", f'[grid]\nblock_size = 2\nprompt = 3\ncache = "prefix"\n{axis} = {value}\n'.replace(
+        'cache = "prefix"\ncache', "cache"))
+    with pytest.raises(SpecError) as err:
+        load_grid(path)
+    assert_names(str(err.value), *needles)
+
+
+def test_prompts_in_a_cell_without_a_cache_is_that_cells_error(tmp_path):
+    from cowcheck.sweeps.grid import expand, load_grid
+    path = write(tmp_path / "g.toml", '[grid]\nblock_size = 2\nprompt = 3\ncache = ["none", "prefix"]\nprompts = [[3, 2]]\n')
+    cells = expand([load_grid(path)])
+    assert [c.scenario is None for c in cells] == [True, False]
+
+
+def test_shrinking_a_cache_counterexample_keeps_what_it_needs(tmp_path):
+    from cowcheck.sweeps.shrink import shrink, write_shrunk
+    root = Path(__file__).resolve().parent.parent
+    shrunk = shrink(root / "counterexamples" / "free-in-flight.faithful-output.json", workers=0)
+    s = shrunk.scenario
+    assert shrunk.smaller and s.cache and s.protocol.name == "free-in-flight"
+    assert len(s.branches) == 2 and s.branches[0].may_cancel and s.branches[1].after == 0
+    assert s.prompt_size < shrunk.original.prompt_size
+    toml, cx = write_shrunk(shrunk, tmp_path)
+    assert 'protocol = "free-in-flight"' in toml.read_text() and 'cache = "prefix"' in toml.read_text()
+    again = check(load_scenario(toml))
+    assert again.verdicts["faithful-output"].length == shrunk.counterexample.length
+
+
+def test_shrinking_renames_the_tokens_other_prompts_name():
+    from cowcheck.sweeps.shrink import candidates
+    scenario = cache_scenario("prefix-cache", [{"prompt": 1, "appends": 1}, {"prompt": 2, "appends": 1},
+                                               {"prompt": ["p0", "b1"], "after": "b"}])
+    prompts = {tuple(b.prompt for b in c.branches) for c in candidates(scenario) if len(c.branches) == 2}
+    assert (("p0", "p1"), ("p0", "a1")) in prompts        # a dropped, b renamed a: its token with it
+    assert (("p0",), ("p0", "db1")) in prompts            # b dropped: its token a plain name

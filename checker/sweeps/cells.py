@@ -51,9 +51,19 @@ def branch_texts(c: dict[str, Any]) -> str:
     return "; ".join(f"{BRANCH_NAMES[i]}: {', '.join(p) or 'nothing'}" for i, p in enumerate(programs))
 
 
+def _prompts_text(prompts: list[Any]) -> str:
+    """Requests' prompts for a cell's name: `3+3`, `3+p0.p1.x2`."""
+    return "+".join(str(p) if isinstance(p, int) else ".".join(p) for p in prompts)
+
+
 def cell_name(grid: str, protocol_name: str, c: dict[str, Any]) -> str:
-    name = (f"{grid}~{protocol_name}-{c['device']}-{c['reuse']}-B{c['block_size']}-L{c['prompt']}-"
+    prompt = f"L{c['prompt']}" if c.get("prompts") is None else f"P{_prompts_text(c['prompts'])}"
+    name = (f"{grid}~{protocol_name}-{c['device']}-{c['reuse']}-B{c['block_size']}-{prompt}-"
             f"{_appends_text(c)}")
+    if c.get("cache", "none") != "none":
+        name += f"-{c['cache']}"
+    if c.get("after") is not None:
+        name += "-after" + "".join(a or "_" for a in c["after"])
     if c["may_cancel"]:
         name += f"-c{c['may_cancel']}"
     if c["pool"] != "default":
@@ -76,8 +86,19 @@ def scenario_data(protocol: Protocol, c: dict[str, Any]) -> dict[str, Any]:
         branch = [{"appends": a} for a in per_branch]
     for i, b in enumerate(branch):
         b["may_cancel"] = i >= n - k
+    for axis, key in (("prompts", "prompt"), ("after", "after")):
+        values = c.get(axis)
+        if values is None:
+            continue
+        if len(values) != n:
+            raise SpecError("", axis, f"{len(values)} values given for {n} requests")
+        for b, value in zip(branch, values):
+            if value != "":
+                b[key] = value
     data: dict[str, Any] = {"block_size": c["block_size"], "prompt": c["prompt"], "device": c["device"],
                             "reuse": c["reuse"], "branch": branch}
+    if c.get("cache", "none") != "none":
+        data["cache"] = c["cache"]
     if c.get("allocator") is not None:
         data["allocator"] = c["allocator"]
     else:
@@ -184,11 +205,13 @@ def _error_data(cell: Cell, message: str, verdict: str) -> dict[str, Any]:
 # -- the order by size ------------------------------------------------------------------
 def size_key(scenario: Scenario) -> tuple[Any, ...]:
     """The order on scenarios (docs/how-to/shrinking.md): lexicographic on total
-    appends, branches, B, L, pool, branches that may cancel, then the device
-    model and the reuse order (simplest first: stream < streams < async,
-    lifo < fifo < any); the protocol and the branch programs break ties."""
-    programs = tuple(sorted(((b.appends, b.may_cancel, b.program, -1 if b.parent is None else b.parent)
+    appends, branches, B, L (in a cache scenario the requests' prompt tokens
+    together), pool, branches that may cancel, then the device model and the
+    reuse order (simplest first: stream < streams < async, lifo < fifo <
+    any); the protocol and the branch programs (prompts, `after`) break ties."""
+    programs = tuple(sorted(((b.appends, b.may_cancel, b.program, -1 if b.parent is None else b.parent,
+                              b.prompt or (), -1 if b.after is None else b.after)
                             for b in scenario.branches), reverse=True))
-    return (sum(b.appends for b in scenario.branches), len(scenario.branches), scenario.block_size, scenario.prompt,
+    return (sum(b.appends for b in scenario.branches), len(scenario.branches), scenario.block_size, scenario.prompt_size,
             scenario.pool, sum(b.may_cancel for b in scenario.branches), DEVICE_RANK[scenario.device],
             REUSE_RANK[scenario.reuse], scenario.subject, programs)

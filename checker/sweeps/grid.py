@@ -34,7 +34,7 @@ from cowcheck.model.harness import allocator_label
 from cowcheck.model.protocol import Protocol, read_toml
 from cowcheck.model.branches import BRANCH_NAMES
 from cowcheck.model.fields import MAXIMA
-from cowcheck.model.scenario import DEVICES, REUSES, scenario_from_dict
+from cowcheck.model.scenario import CACHES, DEVICES, REUSES, scenario_from_dict
 
 from cowcheck.sweeps.cells import INVALID, Cell, _error_data, cell_name, scenario_data
 
@@ -43,9 +43,13 @@ from cowcheck.sweeps.cells import INVALID, Cell, _error_data, cell_name, scenari
 #: `appends`: a grid gives one or the other, and the one left out is None.
 #: `allocator` (code through the engine harness) takes the place of
 #: `protocol` in the same way.
-AXES = ("protocol", "allocator", "device", "reuse", "block_size", "prompt", "branches", "appends", "program", "may_cancel", "pool")
-DEFAULTS: dict[str, Any] = {"protocol": "cow", "allocator": None, "device": "async", "reuse": "lifo", "branches": 2,
-                            "appends": 1, "program": None, "may_cancel": 0, "pool": "default"}
+#: `cache` ("none" or "prefix") makes cache scenarios, whose requests may
+#: take their own prompts (`prompts`, one per request) and an `after`
+#: (`after`, one per request: a request's name or "" for none).
+AXES = ("protocol", "allocator", "device", "reuse", "cache", "block_size", "prompt", "prompts", "branches", "appends", "program",
+        "after", "may_cancel", "pool")
+DEFAULTS: dict[str, Any] = {"protocol": "cow", "allocator": None, "device": "async", "reuse": "lifo", "cache": "none", "prompts": None,
+                            "branches": 2, "appends": 1, "program": None, "after": None, "may_cancel": 0, "pool": "default"}
 GRID_KEYS = ("name", "description") + AXES
 BUDGET_KEYS = ("max_states", "seconds", "max_memory")
 TOP_KEYS = ("grid", "budget")
@@ -114,8 +118,8 @@ def _check_value(axis: str, value: Any, source: str, key: str) -> Any:
         if not isinstance(value, str) or ":" not in value:
             raise SpecError(source, key, f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the grid file), got {value!r}")
         return value
-    if axis in ("device", "reuse"):
-        allowed = DEVICES if axis == "device" else REUSES
+    if axis in ("device", "reuse", "cache"):
+        allowed = {"device": DEVICES, "reuse": REUSES, "cache": CACHES}[axis]
         if value not in allowed:
             raise SpecError(source, key, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
         return value
@@ -139,6 +143,17 @@ def _check_value(axis: str, value: Any, source: str, key: str) -> Any:
             if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
                 raise SpecError(source, key, "a program is a list of operations (\"append\", \"fork <child>\", \"speculate <K>\"), "
                                 f"or a list of such lists, one per branch; got {value!r}")
+        return value
+    if axis == "prompts":
+        if not isinstance(value, list) or not value or not all(
+                (type(p) is int and p >= 1) or (isinstance(p, list) and p and all(isinstance(t, str) and t for t in p)) for p in value):
+            raise SpecError(source, key, "a prompts value gives each request its prompt: a list with, per request, a number of "
+                            f"tokens (>= 1) or a list of token names; e.g. [3, [\"p0\", \"p1\", \"x2\"]]; got {value!r}")
+        return value
+    if axis == "after":
+        if not isinstance(value, list) or not value or not all(isinstance(a, str) and (a == "" or a in tuple(BRANCH_NAMES)) for a in value):
+            raise SpecError(source, key, "an after value gives each request the request it is admitted after: a list with, per "
+                            f"request, a request's name or \"\" for none; e.g. [\"\", \"a\"]; got {value!r}")
         return value
     if axis == "pool":
         if value == "default":
@@ -201,7 +216,7 @@ def _axis(axis: str, table: dict[str, Any], source: str) -> list[Any]:
     if raw is None:
         return [None]
     values = _listed_values(axis, raw, source)
-    if isinstance(raw, dict) and axis in ("protocol", "device", "reuse", "pool"):
+    if isinstance(raw, dict) and axis in ("protocol", "device", "reuse", "cache", "pool"):
         raise SpecError(source, f"grid.{axis}", "a range {from, to} is for integer axes; give a value or a list")
     checked = [_check_value(axis, v, source, f"grid.{axis}[{i}]" if isinstance(raw, list) else f"grid.{axis}")
                for i, v in enumerate(values)]
@@ -217,6 +232,11 @@ def _listed_values(axis: str, raw: Any, source: str) -> list[Any]:
         return raw                             # a list of alternatives
     if axis == "appends" and isinstance(raw, list) and raw and all(isinstance(v, list) for v in raw):
         return raw                             # alternatives given per branch
+    if axis in ("prompts", "after"):
+        if not isinstance(raw, list) or not raw or not all(isinstance(v, list) for v in raw):
+            example = '[[3, 3], [3, ["p0", "p1", "x2"]]]' if axis == "prompts" else '[["", "a"]]'
+            raise SpecError(source, f"grid.{axis}", f"must be a list of alternatives, each a list with one entry per request; e.g. {example}")
+        return raw
     if axis == "program":
         if not isinstance(raw, list) or not raw or not all(isinstance(v, list) for v in raw):
             raise SpecError(source, "grid.program", "must be a list of alternatives, each a program (a list of operations) "

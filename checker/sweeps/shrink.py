@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
-from cowcheck.model.protocol import builtin_names, load_builtin
+from cowcheck.model.protocol import builtin_names, for_scenario, load_builtin
 from cowcheck.model.branches import BRANCH_NAMES, BranchSpec, branch_definition
 from cowcheck.model.scenario import Scenario, default_pool, harness_pool, load_scenario
 
@@ -115,9 +115,49 @@ def _shorter_programs(branches: tuple[BranchSpec, ...]) -> list[tuple[BranchSpec
     return out
 
 
+def _requests(requests: tuple[BranchSpec, ...]) -> list[tuple[BranchSpec, ...]]:
+    """A cache scenario's requests, shrunk: each kept or dropped, its prompt
+    cut to any non-empty prefix (prefixes keep what prompts share), its
+    program shortened as `_shorter_programs` does, `may_cancel` kept or
+    dropped. The requests left are renamed in file order, with their tokens
+    in the other prompts (a dropped request's tokens there become plain
+    names, `d` and the old token) and their `after` (dropped with the
+    request it names)."""
+    names = BRANCH_NAMES
+    alternatives = []
+    for b in requests:
+        prompt = b.prompt or ()
+        shorter = _shorter_programs((replace(b, prompt=None, after=None),))
+        alternatives.append([None] + [(prompt[:n], spec[0]) for n in range(1, len(prompt) + 1) for spec in shorter])
+    seen: set[tuple[BranchSpec, ...]] = set()
+    out = []
+    for pick in itertools.product(*alternatives):
+        kept = [i for i, p in enumerate(pick) if p is not None]
+        if not kept:
+            continue
+        tokens = {f"{names[old]}{k}": f"{names[new]}{k}" for new, old in enumerate(kept)
+                  for k in range(1, requests[old].appends + 1)}
+        dropped = {f"{names[i]}{k}": f"d{names[i]}{k}" for i in range(len(requests)) if i not in kept
+                   for k in range(1, requests[i].appends + 1)}
+        rename = {**dropped, **tokens}
+        specs = []
+        for old in kept:
+            prompt, spec = pick[old]    # type: ignore[misc]  # kept: not None
+            after = requests[old].after
+            specs.append(replace(spec, prompt=tuple(rename.get(t, t) for t in prompt),
+                                 after=kept.index(after) if after in kept else None))
+        candidate = tuple(specs)
+        if candidate not in seen:
+            seen.add(candidate)
+            out.append(candidate)
+    return out
+
+
 def candidates(scenario: Scenario) -> list[Scenario]:
     """The scenarios the original dominates (device model and reuse order
     held), smallest first by size_key. The original is among them."""
+    if scenario.cache:
+        return _cache_candidates(scenario)
     out = []
     protocol = scenario.protocol
     for programs in _programs(scenario.branches):
@@ -131,6 +171,21 @@ def candidates(scenario: Scenario) -> list[Scenario]:
                                         block_size=block_size, prompt=prompt, pool=pool, device=scenario.device,
                                         reuse=scenario.reuse, branches=programs, allocator=scenario.allocator,
                                         allocator_base=scenario.allocator_base))
+    out.sort(key=size_key)
+    return out
+
+
+def _cache_candidates(scenario: Scenario) -> list[Scenario]:
+    """A cache scenario's candidates: its requests shrunk (`_requests`), B
+    no larger, a pool from the largest prompt's blocks up to the smaller of
+    the original's and the candidate's default."""
+    out = []
+    for requests in _requests(scenario.branches):
+        for block_size in range(1, scenario.block_size + 1):
+            largest = max(-(-len(b.prompt or ()) // block_size) for b in requests)
+            default = default_pool(scenario.protocol, block_size, 0, requests, cache=True)
+            for pool in range(largest, min(scenario.pool, default) + 1):
+                out.append(replace(scenario, block_size=block_size, pool=pool, branches=requests))
     out.sort(key=size_key)
     return out
 
@@ -166,7 +221,7 @@ class Shrunk:
     def describe(self, scenario: Optional[Scenario] = None) -> str:
         s = scenario or self.scenario
         programs = ", ".join(b.label for b in s.branches)
-        return (f"{s.subject} {s.device} {s.reuse} B={s.block_size} L={s.prompt} pool={s.pool} "
+        return (f"{s.subject} {s.device} {s.reuse} B={s.block_size} L={s.prompt_size} pool={s.pool} "
                 f"branches={len(s.branches)} appends=[{programs}] (total {sum(b.appends for b in s.branches)})")
 
     def to_json(self) -> dict[str, Any]:
@@ -272,7 +327,7 @@ def _first_breaking(pool: list[Scenario], invariant: str, budget: dict[str, Any]
 
 
 def _label(s: Scenario) -> str:
-    return (f"B={s.block_size} L={s.prompt} pool={s.pool} {s.device} {s.reuse} appends="
+    return (f"B={s.block_size} L={s.prompt_size} pool={s.pool} {s.device} {s.reuse} appends="
             f"[{', '.join(b.label for b in s.branches)}]")
 
 
@@ -295,13 +350,15 @@ def scenario_toml(scenario: Scenario, description: str, expect: str) -> str:
     """A scenario file for `scenario` (its protocol by built-in name when it
     is one, else inline)."""
     name = scenario.protocol.name
-    builtin = name in builtin_names() and load_builtin(name).definition == scenario.protocol.definition
+    builtin = name in builtin_names() and for_scenario(load_builtin(name), scenario.cache, "").definition == scenario.protocol.definition
     checked = (f"allocator = {_toml_value(scenario.allocator)}" if scenario.allocator is not None else
                f"protocol = {_toml_value(name) if builtin else _toml_value(scenario.protocol.definition)}")
     lines = [f"description = {_toml_value(description)}", f"expect = {_toml_value(expect)}", checked,
              f"block_size = {scenario.block_size}", f"prompt = {scenario.prompt}"]
+    if scenario.cache:
+        lines.append('cache = "prefix"')
     default = harness_pool(scenario.block_size, scenario.prompt, scenario.branches) if scenario.allocator is not None \
-        else default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches)
+        else default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches, scenario.cache)
     if scenario.pool != default:
         lines.append(f"pool = {scenario.pool}")
     lines += [f"device = {_toml_value(scenario.device)}", f"reuse = {_toml_value(scenario.reuse)}"]

@@ -60,6 +60,12 @@ def show(result: Result, console: Console) -> None:
     if x.fingerprints:
         line += f"  [dim]fingerprints[/] 64-bit, collision probability ~{x.collision_probability:.1e}"
     console.print(line)
+    if result.choice:
+        console.print(f"[dim]chosen[/] {escape(result.choice)}")
+    if len(result.searches) > 1:
+        console.print("[dim]searches[/] " + escape("; ".join(
+            f"{s.purpose} ({'with' if any('partial-order' in r for r in s.reductions) else 'without'} partial-order) "
+            f"{s.states:,} states {s.seconds:.2f}s" for s in result.searches)))
     hint = bound_hint(x.stopped, x.reductions)
     if hint:
         console.print(f"[yellow]{escape(hint)}[/]")

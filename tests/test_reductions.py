@@ -448,3 +448,16 @@ def test_the_default_leaves_partial_order_reduction_off_where_it_does_not_pay_an
 def test_por_cannot_be_asked_for_with_a_depth_bound():
     with pytest.raises(SpecError, match="--max-depth"):
         check(make_scenario(2, 3, [2, 2], "cow"), por=True, max_depth=5)
+
+
+def test_the_choice_bench_runs_every_row_in_the_three_modes():
+    """`cowcheck bench --choice`: a row per mode, the same answer in each,
+    and the summary over a group (what it computes, not how fast)."""
+    from cowcheck.bench.choice import MODES, _rows, _summary
+    path = Path(__file__).resolve().parent.parent / "specs" / "scenarios" / "premature-decrement.toml"
+    rows = _rows("premature-decrement", str(path), 60.0)
+    assert list(rows) == [mode for mode, _ in MODES]
+    assert all(r["complete"] and r["broken"] == rows["--no-por"]["broken"] != [] for r in rows.values())
+    assert rows["default"]["searches"] == ["first violation", "verdicts"] and rows["default"]["runs"] >= 1
+    summary = _summary([rows])
+    assert summary["scenarios"] == 1 and summary["worst"] == "premature-decrement" and summary["sum_ratio"] > 0

@@ -459,5 +459,6 @@ def test_the_choice_bench_runs_every_row_in_the_three_modes():
     assert list(rows) == [mode for mode, _ in MODES]
     assert all(r["complete"] and r["broken"] == rows["--no-por"]["broken"] != [] for r in rows.values())
     assert rows["default"]["searches"] == ["first violation", "verdicts"] and rows["default"]["runs"] >= 1
-    summary = _summary([rows])
+    summary = _summary([rows], "--no-por")
     assert summary["scenarios"] == 1 and summary["worst"] == "premature-decrement" and summary["sum_ratio"] > 0
+    assert set(summary["seconds"]) == set(rows)

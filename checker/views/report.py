@@ -66,7 +66,7 @@ def show(result: Result, console: Console) -> None:
         console.print("[dim]searches[/] " + escape("; ".join(
             f"{s.purpose} ({'with' if any('partial-order' in r for r in s.reductions) else 'without'} partial-order) "
             f"{s.states:,} states {s.seconds:.2f}s" for s in result.searches)))
-    hint = bound_hint(x.stopped, x.reductions)
+    hint = bound_hint(x.stopped, tuple(r for search in result.searches for r in search.reductions) or x.reductions)
     if hint:
         console.print(f"[yellow]{escape(hint)}[/]")
     _show_expect(result, console)
@@ -96,12 +96,14 @@ BOUNDS = ("--max-states", "--max-memory", "out of memory")
 
 
 def bound_hint(stopped: str | None, reductions: tuple[str, ...]) -> str | None:
-    """What to try when a bound on states or memory stopped the search."""
+    """What to try when a bound on states or memory stopped the search; not
+    a reduction that one of the check's searches already used."""
     if not stopped or not stopped.startswith(BOUNDS):
         return None
     tries = [] if any("symmetry" in r for r in reductions) else ["--symmetry"]
-    tries += ["--fingerprints (8 bytes a state)", "--compact", "--por",
-              "--first (stop at the first violation)", "--engine bmc --depth K (no states stored)"]
+    tries += ["--fingerprints (8 bytes a state)", "--compact"]
+    tries += [] if any("partial-order" in r for r in reductions) else ["--por"]
+    tries += ["--first (stop at the first violation)", "--engine bmc --depth K (no states stored)"]
     return f"stopped by {stopped}: the verdicts above are partial; to get further try " + ", ".join(tries)
 
 

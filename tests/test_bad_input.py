@@ -434,6 +434,7 @@ def test_real_executable_unusable_path(tmp_path, spare_capacity_cx, command):
 @pytest.mark.parametrize("args,needles", [
     (["check", "specs/", "--device", "gpu"], ["--device", "gpu", "async", "stream"]),
     (["check", "specs/", "--max-states", "0"], ["--max-states", "0"]),
+    (["check", "specs/scenarios/cow-two-writers.toml", "--por", "--max-depth", "3"], ["--por", "--max-depth"]),
     (["replay", "x.json", "--pool", "tpu"], ["--pool", "tpu", "numpy", "cupy"]),
     (["no-such-command"], ["no-such-command"]),
 ])

@@ -540,3 +540,39 @@ def test_junit_xml_path_is_checked_before_exploring(tmp_path):
     (tmp_path / "blocker").write_text("a file")
     result = invoke("check", scenario(tmp_path, "s"), "--junit-xml", tmp_path / "blocker" / "j.xml", "--out", tmp_path / "cx")
     assert result.exit_code == 2 and "--junit-xml" in result.output and not (tmp_path / "cx").exists()
+
+
+# --------------------------------------------------------------------------
+# partial-order reduction: chosen by default, --por / --no-por
+
+def test_the_report_says_which_searches_ran_and_why(tmp_path):
+    """By default the check chooses: a protocol that holds is answered by
+    the search with partial-order reduction (and the peak's trace by one
+    without it), a buggy one by the search without it once the reduced one
+    finds a violation; --no-por and --por are the explicit choices."""
+    holds = scenario(tmp_path, "holds")
+    racy = scenario(tmp_path, "racy", protocol="premature-decrement")
+    data, result = check_json(tmp_path, holds, racy)
+    text = flat(result.output)
+    by_name = {entry["scenario"]: entry for entry in data}
+    held, broke = by_name["holds"], by_name["racy"]
+    assert held["partial_order"] == broke["partial_order"] == "auto"
+    assert [s["purpose"] for s in held["searches"]] == ["first violation", "peak trace"]
+    assert "no violation" in held["choice"] and any("settled completions" in r for r in held["reductions"])
+    assert held["states"] == held["searches"][0]["states"]
+    assert [s["purpose"] for s in broke["searches"]] == ["first violation", "verdicts"]
+    assert broke["searches"][0]["violations"] and "a violation" in broke["choice"]
+    assert not any("partial-order" in r for r in broke["reductions"])
+    assert broke["states"] == broke["searches"][1]["states"]
+    assert f"chosen {held['choice']}" in text and f"chosen {broke['choice']}" in text
+    assert "searches first violation (with partial-order)" in text
+    off, result = check_json(tmp_path, holds, racy, "--no-por")
+    assert [e["partial_order"] for e in off] == ["off", "off"]
+    assert all([s["purpose"] for s in e["searches"]] == ["verdicts"] and e["choice"] == "--no-por" for e in off)
+    on, _ = check_json(tmp_path, holds, racy, "--por")
+    assert [e["partial_order"] for e in on] == ["on", "on"]
+    assert [s["purpose"] for s in on[1]["searches"]] == ["first violation", "verdicts", "shortest lengths"]
+    for auto, explicit in zip(data, off):        # the default reports what --no-por does
+        assert auto["verdicts"] == explicit["verdicts"]
+        assert (auto["peak_blocks"], auto["copies"], auto["steady_blocks"]) == \
+            (explicit["peak_blocks"], explicit["copies"], explicit["steady_blocks"])

@@ -22,6 +22,7 @@ from cowcheck.engines.invariants import INVARIANTS, Judge
 from cowcheck.model.action import DEVICE
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
+from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol, builtin_names, protocol_from_dict
 from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario
 from cowcheck.model.reduce.symmetry import Symmetry
@@ -89,11 +90,11 @@ def adversarial(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(any_scenario)
 def test_every_reduction_agrees_with_the_unreduced_search(scenario):
-    plain = check(scenario, max_states=6_000, symmetry=False)
+    plain = check(scenario, max_states=6_000, symmetry=False, por=False)
     assume(plain.exploration.complete)
-    reduced = check(scenario, symmetry=True)
-    fingerprinted = check(scenario, symmetry=True, fingerprints=True)
-    compacted = check(scenario, symmetry=False, compact=True)
+    reduced = check(scenario, symmetry=True, por=False)
+    fingerprinted = check(scenario, symmetry=True, fingerprints=True, por=False)
+    compacted = check(scenario, symmetry=False, compact=True, por=False)
     ordered = check(scenario, symmetry=False, por=True)
     both = check(scenario, symmetry=True, por=True)
     assert measures(reduced) == measures(plain)
@@ -216,8 +217,8 @@ def keeps_reachability(settled: Exploration, plain) -> None:
 @pytest.mark.parametrize("path", SPEC_SCENARIOS, ids=lambda p: p.stem)
 def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
     scenario = load_scenario(path)
-    plain = check(scenario, symmetry=False)
-    reduced = check(scenario, symmetry=True, compact=True)
+    plain = check(scenario, symmetry=False, por=False)
+    reduced = check(scenario, symmetry=True, compact=True, por=False)
     ordered = check(scenario, symmetry=True, por=True)
     assert plain.exploration.complete and reduced.exploration.complete and ordered.exploration.complete
     assert measures(reduced) == measures(plain)
@@ -232,7 +233,7 @@ def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
 def test_settled_completions_keep_a_violation_when_the_copy_source_is_dropped_early(protocol, shape):
     B, L, n, appends = shape
     scenario = make_scenario(B, L, [appends] * n, protocol)
-    plain = check(scenario, symmetry=False)
+    plain = check(scenario, symmetry=False, por=False)
     assert any(v.holds is False for v in plain.verdicts.values())
     keeps_reachability(settled_search(scenario, symmetry=False), plain)
     keeps_reachability(settled_search(scenario, symmetry=True), plain)
@@ -243,13 +244,13 @@ def test_settled_completions_shrink_a_correct_protocol_and_a_buggy_one_is_search
     ordered_settled = check(cow, por=True, symmetry=True)
     x = ordered_settled.exploration
     assert "settled completions" in " ".join(x.reductions)
-    ordered = check(cow, symmetry=True)
+    ordered = check(cow, symmetry=True, por=False)
     assert settled_search(cow, symmetry=True).states == x.states < ordered.exploration.states
     assert measures(ordered_settled) == measures(ordered)
     racy = make_scenario(4, 6, [(1, False)] * 4, "premature-decrement")
     again = check(racy, por=True, symmetry=True)
     assert "settled completions" not in " ".join(again.exploration.reductions)
-    assert measures(again) == measures(check(racy, symmetry=True))
+    assert measures(again) == measures(check(racy, symmetry=True, por=False))
 
 
 def _unordered(state: State, device: str) -> State:
@@ -311,7 +312,7 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
 @pytest.mark.slow
 def test_partial_order_reduction_explores_fewer_states_and_reports_true_lengths():
     cow = make_scenario(2, 3, [(2, False)] * 3, "cow")
-    plain, ordered = check(cow, symmetry=False), check(cow, symmetry=False, por=True)
+    plain, ordered = check(cow, symmetry=False, por=False), check(cow, symmetry=False, por=True)
     assert ordered.exploration.states < plain.exploration.states
     assert "partial-order" in " ".join(ordered.exploration.reductions)
     racy = load_scenario(Path(__file__).resolve().parent.parent / "specs" / "scenarios" / "premature-decrement.toml")
@@ -346,9 +347,9 @@ def test_reductions_agree_with_the_unreduced_search_on_branch_programs(scenario)
     """Forks and speculation: symmetry (which leaves branches with programs
     out of its classes), partial-order reduction and the compact encoding
     report what the unreduced search reports."""
-    plain = check(scenario, max_states=4_000, symmetry=False)
+    plain = check(scenario, max_states=4_000, symmetry=False, por=False)
     assume(plain.exploration.complete)
-    assert measures(check(scenario, symmetry=True, compact=True)) == measures(plain)
+    assert measures(check(scenario, symmetry=True, compact=True, por=False)) == measures(plain)
     assert measures(check(scenario, symmetry=True, por=True)) == measures(plain)
 
 
@@ -356,3 +357,108 @@ def test_branches_with_programs_are_never_in_a_symmetry_class():
     same = {"program": ["speculate 1", "append"]}
     scenario = make_scenario(2, 3, [same, same, {"appends": 1}, {"appends": 1}], "cow")
     assert Symmetry(scenario).classes == [(2, 3)]
+
+
+# -- the default: partial-order reduction chosen per scenario ------------------
+def reported(result) -> tuple:
+    """Everything a check reports but its state counts and time: verdicts and
+    shortest lengths, the measures, and every trace it would write, as JSON."""
+    traces = {k: v.counterexample.to_json() for k, v in result.verdicts.items() if v.counterexample is not None}
+    peak = result.peak_trace.to_json() if result.peak_trace is not None else None
+    return measures(result), result.complete, traces, peak
+
+
+def same_as_without_partial_order(scenario, **options) -> tuple:
+    """The default check (auto) against the search without partial-order
+    reduction (symmetry alone, today's default before auto): the same report,
+    trace for trace. Returns both."""
+    auto = check(scenario, **options)
+    alone = check(scenario, por=False, **options)
+    assert auto.partial_order == "auto" and alone.partial_order == "off"
+    assert reported(auto) == reported(alone)
+    return auto, alone
+
+
+@pytest.mark.parametrize("path", SPEC_SCENARIOS, ids=lambda p: p.stem)
+def test_every_shipped_scenario_reports_by_default_what_the_search_without_partial_order_does(path):
+    auto, alone = same_as_without_partial_order(load_scenario(path))
+    assert auto.complete and [s.purpose for s in alone.searches] == ["verdicts"]
+    purposes = [s.purpose for s in auto.searches]
+    broken = any(v.holds is False for v in auto.verdicts.values())
+    if purposes == ["verdicts"]:           # partial-order reduction not used: it says why
+        assert auto.choice.startswith("auto: without partial-order reduction: ")
+        assert auto.exploration.states == alone.exploration.states
+    elif broken:                           # found a violation: every figure from the search without it
+        assert purposes == ["first violation", "verdicts"] and "a violation" in auto.choice
+        assert auto.exploration.states == alone.exploration.states
+        assert auto.searches[0].violations and auto.searches[0].stopped == "first violation"
+    else:                                  # none: the reduced search answers, and the peak's trace comes from without
+        assert purposes == ["first violation", "peak trace"] and "no violation" in auto.choice
+        assert "settled completions" in " ".join(auto.exploration.reductions)
+        assert auto.exploration.states == auto.searches[0].states <= alone.exploration.states
+        assert auto.searches[1].stopped == "the peak reached"
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(st.one_of(any_scenario, adversarial()), st.booleans())
+def test_the_default_reports_what_the_search_without_partial_order_does_on_random_scenarios(scenario, symmetry):
+    alone = check(scenario, max_states=4_000, symmetry=symmetry, por=False)
+    assume(alone.complete)
+    # the reduced search stores a subset of the states, so it completes under the same bound
+    same_as_without_partial_order(scenario, max_states=4_000, symmetry=symmetry)
+
+
+def test_the_default_with_first_reports_the_first_violation_the_search_without_partial_order_finds():
+    racy = make_scenario(2, 3, [2, 2], "premature-decrement")
+    auto, _ = same_as_without_partial_order(racy, first=True)
+    assert [s.purpose for s in auto.searches] == ["first violation", "verdicts"]
+    cow = make_scenario(2, 3, [2, 2], "cow")
+    auto, _ = same_as_without_partial_order(cow, first=True)
+    assert auto.complete and [s.purpose for s in auto.searches] == ["first violation", "peak trace"]
+
+
+def test_a_bound_that_stops_the_reduced_search_gives_the_bounded_search_without_it():
+    """A partial run stays partial, and is the one the search without
+    partial-order reduction gives under the same bound."""
+    cow = make_scenario(4, 6, [(1, False)] * 4, "cow")
+    auto, alone = same_as_without_partial_order(cow, max_states=50)
+    assert not auto.complete and auto.stopped == alone.stopped == "--max-states 50"
+    assert auto.exploration.states == alone.exploration.states == 50
+    assert [s.purpose for s in auto.searches] == ["first violation", "verdicts"]
+    assert "stopped (--max-states 50)" in auto.choice
+    # a bound the reduced search stays under gives the whole answer
+    whole = check(cow, max_states=3_000)
+    assert whole.complete and whole.exploration.states < 3_000 < check(cow, por=False).exploration.states
+    assert reported(whole)[0] == reported(check(cow, por=False))[0]
+
+
+def test_the_default_leaves_partial_order_reduction_off_where_it_does_not_pay_and_says_why():
+    cases = {
+        make_scenario(2, 3, [2, 2], "cow", device="stream"): "on the stream device no completion is settled",
+        make_scenario(2, 3, [2, 2], "vllm-bmv2"): "atomic paths",
+    }
+    for scenario, why in cases.items():
+        auto, alone = same_as_without_partial_order(scenario)
+        assert why in auto.choice and [s.purpose for s in auto.searches] == ["verdicts"]
+    bounded = check(make_scenario(2, 3, [2, 2], "cow"), max_depth=5)
+    assert "--max-depth" in bounded.choice and not bounded.complete
+
+
+def test_por_cannot_be_asked_for_with_a_depth_bound():
+    with pytest.raises(SpecError, match="--max-depth"):
+        check(make_scenario(2, 3, [2, 2], "cow"), por=True, max_depth=5)
+
+
+def test_the_choice_bench_runs_every_row_in_the_three_modes():
+    """`cowcheck bench --choice`: a row per mode, the same answer in each,
+    and the summary over a group (what it computes, not how fast)."""
+    from cowcheck.bench.choice import MODES, _rows, _summary
+    path = Path(__file__).resolve().parent.parent / "specs" / "scenarios" / "premature-decrement.toml"
+    rows = _rows("premature-decrement", str(path), 60.0)
+    assert list(rows) == [mode for mode, _ in MODES]
+    assert all(r["complete"] and r["broken"] == rows["--no-por"]["broken"] != [] for r in rows.values())
+    assert rows["default"]["searches"] == ["first violation", "verdicts"] and rows["default"]["runs"] >= 1
+    summary = _summary([rows], "--no-por")
+    assert summary["scenarios"] == 1 and summary["worst"] == "premature-decrement" and summary["sum_ratio"] > 0
+    assert set(summary["seconds"]) == set(rows)

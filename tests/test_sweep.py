@@ -42,7 +42,9 @@ max_states = 100000
 
 
 def stable(cells: list[dict]) -> list[dict]:
-    return [{k: v for k, v in c.items() if k not in VOLATILE} for c in cells]
+    """The cells without their timings (each search's seconds too)."""
+    return [{k: [{**search, "seconds": None} for search in v] if k == "searches" else v
+             for k, v in c.items() if k not in VOLATILE} for c in cells]
 
 
 def cowcheck_cmd(*args: str, cwd: Path, timeout: float = 120, env=None) -> subprocess.CompletedProcess:

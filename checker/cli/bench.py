@@ -18,21 +18,28 @@ from cowcheck.model.errors import SpecError
 @click.option("--profile", is_flag=True, help="Instead: where the time goes per state (successors, invariants, canonical form, storage).")
 @click.option("--floor", is_flag=True, help="Instead: 6x1 and 5x2 as they are and with the canonical form looked up "
               "in a table the first run recorded (what a free canonical form would leave).")
+@click.option("--choice", is_flag=True, help="Instead: the default check's choice of partial-order reduction against "
+              "--por and --no-por, on protocols that hold as branches grow and on every shipped scenario.")
 @click.option("--limit", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="Seconds a --branches, --profile or --floor row may search; then it stops and reports what it explored.")
+              help="Seconds a --branches, --profile, --floor or --choice row may search; then it stops and reports "
+                   "what it explored.")
 @click.option("--sweep", "sweep_bench", is_flag=True,
               help="Measure sweeps instead: ~200 small cells serially and on 1 and 2 Dask workers (cells/s, speed-up), "
                    "and the per-task overhead on trivial cells.")
-def bench(as_json, folder, full, branches, profile, floor, limit, sweep_bench) -> None:
+def bench(as_json, folder, full, branches, profile, floor, choice, limit, sweep_bench) -> None:
     """Measure exploration and replay speed on fixed benchmarks, with and
     without reductions, and z3 BMC's time to a shortest violation next to
     the explorer's."""
     from cowcheck.bench.branches import run_branches, run_floor, run_profile
+    from cowcheck.bench.choice import run_choice
     from cowcheck.bench.sweeps import run_sweep_benchmarks
     from cowcheck.bench.table import run_benchmarks
     try:
         if sweep_bench:
             run_sweep_benchmarks(console, as_json)
+            return
+        if choice:
+            run_choice(console, as_json, limit)
             return
         if branches or profile or floor:
             if branches:

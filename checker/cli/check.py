@@ -79,9 +79,11 @@ class Progress:
               help="Bound for --engine bmc|kind: actions per run.")
 @click.option("--symmetry/--no-symmetry", default=True, show_default=True,
               help="Store each orbit of interchangeable branches and renamed blocks once.")
-@click.option("--por/--no-por", default=False, show_default=True,
+@click.option("--por/--no-por", default=None,
               help="Partial-order reduction: explore a branch's local step on private blocks alone (exhaustive "
-                   "runs only; violations are re-searched without it for true shortest lengths).")
+                   "runs only; violations are re-searched without it for true shortest lengths) [default: the "
+                   "check chooses: with it up to the first violation where settled completions apply, then, if "
+                   "one breaks, without it; every figure as without it].")
 @click.option("--compact", is_flag=True, help="Keep visited states as fixed-width byte encodings (exact, smaller).")
 @click.option("--fingerprints", is_flag=True, help="Keep 64-bit fingerprints of visited states instead of the states.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
@@ -100,10 +102,10 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
     SIGTERM). With an override (--protocol, --device, --reuse) the files'
     `expect` no longer applies: exit 1 only when a scenario is unsafe."""
     overridden = bool(protocol or device or reuse or allocator)
-    options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
-                            compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory)
     out_dir = Path(out_dir or default_out(overridden, engine))
     try:
+        options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
+                                compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory)
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None
         scenarios: list[Scenario] = []

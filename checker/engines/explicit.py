@@ -1,10 +1,28 @@
 """One check of one scenario with the explorer: explore it, judge every
 invariant, weigh the expectations, and build a shortest counterexample for
-each invariant that breaks. Writes nothing (cowcheck.traces.output does)."""
+each invariant that breaks. Writes nothing (cowcheck.traces.output does).
+
+A check may run several searches of one space (`ExplicitResult.searches`
+lists them; `choice` says why). Which ones depends on `SearchOptions.por`:
+
+- off (`--no-por`): one search, with symmetry unless it is off;
+- on (`--por`): partial-order reduction, staged as `_ordered` says;
+- auto (the default): partial-order reduction with settled completions up
+  to the first violation (`_auto`). If it finds none, that search is the
+  answer: the reduction keeps every measure when nothing breaks
+  (cowcheck.model.reduce.ample). If it finds one, the search without it
+  gives every figure, so a buggy protocol pays only for the reduced search
+  up to its first violation, usually shallow. Where settled completions do
+  not apply (`_partial_order` says why), auto is off.
+
+Under auto every verdict, shortest length, measure and trace is the one
+the search without partial-order reduction gives (tests/test_reductions.py
+checks it on every shipped scenario and on random ones); only the state
+and transition counts, and the time, may differ."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, TypeVar
 
 from cowcheck.model.errors import SpecError
@@ -16,11 +34,11 @@ from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.system import ProtocolModel, TransitionSystem
 
-from cowcheck.engines.explorer import Exploration, Explorer, NotRebuilt
+from cowcheck.engines.explorer import PEAK_REACHED, Explorer, NotRebuilt
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.invariants import Kind
-from cowcheck.engines.results import ExplicitResult, Outcome, Verdict, verdict_for
+from cowcheck.engines.results import ExplicitResult, Outcome, Search, Verdict, verdict_for
 from cowcheck.engines.counterexample import Counterexample
 
 T = TypeVar("T")
@@ -29,59 +47,29 @@ T = TypeVar("T")
 def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
             invariants: tuple[Invariant, ...] = INVARIANTS, progress: Optional[Callable] = None,
             system: Optional[TransitionSystem] = None) -> ExplicitResult:
-    """Explore the scenario with the reductions asked for. Partial-order
-    reduction applies only to exhaustive runs (without --max-depth, whose
-    meaning it would change). It first explores settled device completions
-    alone too, which keeps only whether some violation is reachable; if that
-    search finds one, it searches again without them, for every verdict
-    (cowcheck.model.reduce.ample). When it finds violations, a second search
-    without it, bounded by the lengths found and stopped once it has them all,
-    supplies the true shortest lengths and traces (it is not limited by
-    --max-states: its depth bound already limits it). `system`: the
-    transition system to explore (default: the scenario's, see
-    cowcheck.model.harness.system_for). Allocator code through the harness
-    gets no reduction: its states are opaque snapshots, whose block ids
-    and branch names the checker cannot rename."""
+    """Explore the scenario with the reductions asked for, staged as the
+    module docstring says. `system`: the transition system to explore
+    (default: the scenario's, see cowcheck.model.harness.system_for).
+    Allocator code through the harness gets no reduction: its states are
+    opaque snapshots, whose block ids and branch names the checker cannot
+    rename."""
     model = system or system_for(scenario)
     harness = isinstance(model, HarnessModel)
     invariants, unsupported = for_system(invariants, model)
     validate_expect(scenario, harness)
-    # only a protocol file's states can be renamed, reordered and encoded
-    reducible = model if isinstance(model, ProtocolModel) else None
-    orbits = Symmetry(scenario) if options.symmetry and reducible else None
-    ample = Ample(reducible, completions=True) if options.por and options.max_depth is None and reducible else None
-    compact = options.compact and reducible is not None
-
-    def search(invariants, ample, limits: SearchOptions, stop_after: Optional[frozenset[str]] = None) -> Explorer:
-        reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
-        explorer = Explorer(model, invariants, limits, stop_after=stop_after, gauge=allocated, steady=model.is_steady,
-                            cost=model.is_copy_launch, hits=model.hits if scenario.cache else None,
-                            representative=orbits.representative if orbits else None,
-                            mirror=orbits.unmirrored if orbits else None,
-                            ample=ample if ample and ample.enabled else None, reductions=tuple(reductions),
-                            encode=Compact(scenario).encode if compact else None, progress=progress)
-        explorer.run()
-        return explorer
-
-    settled = ample if ample is not None and ample.completions else None
-    explorer = search(invariants, ample, replace(options, first=options.first or settled is not None))
-    if settled is not None and explorer.result.violations and not options.first:
-        # completions explored alone keep only whether some violation is
-        # reachable (cowcheck.model.reduce.ample): search again without them for
-        # every verdict, in the time left
-        spent = explorer.result.seconds
-        ample = Ample(settled.model)
-        left = None if options.max_seconds is None else max(options.max_seconds - spent, 1.0)
-        explorer = search(invariants, ample, replace(options, max_seconds=left))
-        explorer.result.seconds += spent
-    x = explorer.result
-    shortest = explorer
-    if ample is not None and ample.enabled and x.violations:
-        found = tuple(inv for inv in invariants if inv.id in x.violations)
-        bound = max(v.length for v in x.violations.values())
-        shortest = search(found, None, replace(options, max_states=None, max_depth=bound, first=False),
-                          stop_after=frozenset(inv.id for inv in found))
-        x.violations = {inv.id: shortest.result.violations[inv.id] for inv in found}
+    searches = _Searches(scenario, model, options, progress)
+    ample, unused = _partial_order(model, options)
+    if options.por is False:
+        staged = _without(searches, invariants, "--no-por")
+    elif ample is not None and options.por:
+        staged = _ordered(searches, invariants, ample)
+    elif ample is not None and not unused:
+        staged = _auto(searches, invariants, ample)
+    else:
+        staged = _without(searches, invariants, f"{'--por: not applied' if options.por else 'auto: without'} "
+                                                f"partial-order reduction: {unused}")
+    x, shortest = staged.main.result, staged.shortest
+    x.seconds = searches.seconds
     init = model.init_state()
     verdicts = {}
 
@@ -108,10 +96,150 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     for inv_id, why in unsupported.items():
         verdicts[inv_id] = Verdict(inv_id, Kind(why[0]), Outcome.UNSUPPORTED, note=why[1])
     peak = None
-    peak_state = x.peak_state
+    peak_state = staged.peak.result.peak_state
     if peak_state is not None:
-        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: explorer.path_to(peak_state)), peak=x.peak)
-    return ExplicitResult(scenario, verdicts, x.complete, x.stopped, x.seconds, exploration=x, peak_trace=peak)
+        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: staged.peak.path_to(peak_state)), peak=x.peak)
+    return ExplicitResult(scenario, verdicts, x.complete, x.stopped, x.seconds, exploration=x, peak_trace=peak,
+                          searches=tuple(searches.done), partial_order=options.por_asked, choice=staged.why)
+
+
+class _Searches:
+    """The searches one check may run, all of one model with the same
+    symmetry and encoding; each is recorded (`done`) and its seconds summed."""
+
+    def __init__(self, scenario: Scenario, model: TransitionSystem, options: SearchOptions,
+                 progress: Optional[Callable]):
+        # only a protocol file's states can be renamed, reordered and encoded
+        reducible = isinstance(model, ProtocolModel)
+        self.model, self.options, self.progress = model, options, progress
+        self.cache = scenario.cache
+        self.orbits = Symmetry(scenario) if options.symmetry and reducible else None
+        self.encode = Compact(scenario).encode if options.compact and reducible else None
+        self.done: list[Search] = []
+        self.seconds = 0.0
+
+    def run(self, purpose: str, invariants: tuple[Invariant, ...], ample: Optional[Ample], limits: SearchOptions,
+            stop_after: Optional[frozenset[str]] = None, peak_target: Optional[int] = None) -> Explorer:
+        """One search under `limits`, recorded as being for `purpose`. With a
+        `peak_target` it looks only for the first state at that peak, so it
+        keeps no measure but the gauge."""
+        model, orbits = self.model, self.orbits
+        reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
+        measured = peak_target is None
+        explorer = Explorer(model, invariants, limits, stop_after=stop_after, gauge=allocated,
+                            steady=model.is_steady if measured else None,
+                            cost=model.is_copy_launch if measured else None,
+                            hits=model.hits if measured and self.cache else None,
+                            representative=orbits.representative if orbits else None,
+                            mirror=orbits.unmirrored if orbits else None, ample=ample, reductions=tuple(reductions),
+                            encode=self.encode, progress=self.progress, peak_target=peak_target)
+        explorer.run()
+        self.seconds += explorer.result.seconds
+        self.done.append(Search.of(purpose, explorer.result))
+        return explorer
+
+    def time_left(self) -> Optional[float]:
+        """`max_seconds` less what the searches so far took (at least a second)."""
+        limit = self.options.max_seconds
+        return None if limit is None else max(limit - self.seconds, 1.0)
+
+
+@dataclass
+class _Staged:
+    """What a staging leaves for the verdicts: the search whose figures are
+    reported (`main`), the one that holds each violation's shortest trace
+    (`shortest`), the one whose peak state's trace is reported (`peak`), and
+    what was chosen, and why."""
+    main: Explorer
+    shortest: Explorer
+    peak: Explorer
+    why: str
+
+
+def _partial_order(model: TransitionSystem, options: SearchOptions) -> tuple[Optional[Ample], str]:
+    """The partial-order reduction this check can use (None where it cannot
+    apply), and why auto leaves it off ("" where auto uses it). Auto needs
+    settled completions: without them, on the stream devices, the reduction
+    saves a fifth of the states at most on the benchmarks, less than the
+    search for the peak's trace and a buggy protocol's second search cost."""
+    if options.max_depth is not None:
+        return None, "--max-depth bounds the search, and the reduction needs an exhaustive one"
+    if not isinstance(model, ProtocolModel):
+        return None, "allocator code cannot be reduced"
+    ample = Ample(model, completions=True)
+    if not ample.enabled:
+        return None, "the protocol has atomic paths (a branch taking the scheduler lock disables the others)"
+    if not ample.completions:
+        where = f"on the {model.device} device" if model.device != "async" else "as the protocol copies into tail,"
+        return ample, f"{where} no completion is settled, and without that it saves little"
+    return ample, ""
+
+
+def _without(searches: _Searches, invariants: tuple[Invariant, ...], why: str) -> _Staged:
+    """One search without partial-order reduction: every figure from it."""
+    explorer = searches.run("verdicts", invariants, None, searches.options)
+    return _Staged(explorer, explorer, explorer, why)
+
+
+def _ordered(searches: _Searches, invariants: tuple[Invariant, ...], ample: Ample) -> _Staged:
+    """`--por`: where settled completions apply, with them up to the first
+    violation, and if that finds one, again with branch-local steps alone
+    for every verdict (completions explored alone keep only whether some
+    violation is reachable, cowcheck.model.reduce.ample); then, if anything
+    broke, without the reduction up to the lengths found, for the true
+    shortest lengths and traces (that search is not limited by
+    --max-states: its depth bound already limits it). The peak's trace is
+    the reduced search's: a trace to the peak, not always a shortest one."""
+    options = searches.options
+    settled = ample.completions and not options.first
+    explorer = searches.run("first violation" if settled else "verdicts", invariants, ample,
+                            replace(options, first=True) if settled else options)
+    why = "--por"
+    if settled and explorer.result.violations:
+        explorer = searches.run("verdicts", invariants, Ample(ample.model),
+                                replace(options, max_seconds=searches.time_left()))
+        why += ": settled completions found a violation, so branch-local steps alone for every verdict"
+    x = explorer.result
+    shortest = explorer
+    if x.violations:
+        found = tuple(inv for inv in invariants if inv.id in x.violations)
+        bound = max(v.length for v in x.violations.values())
+        shortest = searches.run("shortest lengths", found, None, replace(options, max_states=None, max_depth=bound,
+                                                                         first=False, por=False),
+                                stop_after=frozenset(inv.id for inv in found))
+        x.violations = {inv.id: shortest.result.violations[inv.id] for inv in found}
+        why += "; the violations searched again without it for their shortest lengths"
+    return _Staged(explorer, shortest, explorer, why)
+
+
+def _auto(searches: _Searches, invariants: tuple[Invariant, ...], ample: Ample) -> _Staged:
+    """The default, where settled completions apply: partial-order reduction
+    with them up to the first violation. If there is none, that search
+    answers (the reduction keeps every measure when nothing breaks), and a
+    search with symmetry alone, up to the first state at the peak, gives the
+    peak's trace: the state and the trace the search without the reduction
+    would report, since it stores the same states in the same order up to
+    there. If there is one, or the reduced search stopped short (a bound),
+    the search without the reduction gives every figure."""
+    options = searches.options
+    reduced = searches.run("first violation", invariants, ample, replace(options, first=True))
+    x = reduced.result
+    if x.complete:
+        peak = searches.run("peak trace", (), None, replace(options, max_states=None, first=False, por=False,
+                                                         max_seconds=searches.time_left()), peak_target=x.peak)
+        if peak.result.stopped != PEAK_REACHED:       # stopped short of the peak: its trace is not the shortest
+            x.complete, x.stopped = False, f"{peak.result.stopped} (searching for the peak's shortest trace)"
+        return _Staged(reduced, reduced, peak, "auto: with partial-order reduction, no violation: every invariant "
+                       "holds and every measure is exact (the peak's shortest trace: without it, up to the peak)")
+    if "interrupted" in (x.stopped or ""):
+        return _Staged(reduced, reduced, reduced, "auto: interrupted in the search with partial-order reduction")
+    if x.violations:
+        broken = next(iter(x.violations))
+        why = f"auto: with partial-order reduction, a violation ({broken}): every figure from the search without it"
+    else:
+        why = f"auto: with partial-order reduction, stopped ({x.stopped}): every figure from the search without it"
+    plain = searches.run("verdicts", invariants, None, replace(options, por=False, max_seconds=searches.time_left()))
+    return _Staged(plain, plain, plain, why)
 
 
 #: a state's parts, as a sentence names what a call changed

@@ -131,17 +131,22 @@ class Explorer:
                  cost: Optional[Callable] = None, hits: Optional[Callable] = None, representative: Optional[Callable] = None,
                  mirror: Optional[Callable] = None, ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None,
-                 progress: Optional[Callable[["Explorer", int], None]] = None, profile: bool = False):
+                 progress: Optional[Callable[["Explorer", int], None]] = None, profile: bool = False,
+                 peak_target: Optional[int] = None):
         """Search `model`, judging `invariants`, under the user's `options`
         (its limits; symmetry, partial-order reduction and the encoding
         arrive as the functions that implement them: `representative`,
         `mirror`, `ample`, `encode`). `stop_after`: stop once these
-        invariants are all broken."""
+        invariants are all broken. `peak_target`: stop once a state whose
+        gauge reaches it is stored; it is `result.peak_state`, the first
+        such state a full search of the same space stores (what the staged
+        check looks for once it knows the peak, cowcheck.engines.explicit)."""
         self.model = model
         self.invariants = invariants
         self.options = options
         self.max_memory = memory_bound(options.max_memory_mib)   # bytes of resident memory; None: no bound
         self.stop_after = stop_after
+        self.peak_target = peak_target
         self.gauge = gauge
         self.steady = steady
         self.cost = cost
@@ -245,6 +250,8 @@ class Explorer:
             value = self.gauge(state)
             if self.result.peak is None or value > self.result.peak:
                 self.result.peak, self.result.peak_state = value, sid
+                if self.peak_target is not None and value >= self.peak_target:
+                    raise _Stop(PEAK_REACHED)
         return sid
 
     def _violate(self, inv_id: str, length: int, sid: int, action=None, after=None, witness=None) -> None:
@@ -446,6 +453,10 @@ class NotRebuilt(RuntimeError):
 
 class _Stop(Exception):
     pass
+
+
+#: why a search with a `peak_target` stopped when it reached it
+PEAK_REACHED = "the peak reached"
 
 
 class _TimedModel:

@@ -23,7 +23,14 @@ class SearchOptions:
       explore runs of at most this many actions (a partial result).
     - `first`: stop at the first violation.
     - `symmetry`: store each orbit of interchangeable branches and renamed
-      blocks once. `por`: partial-order reduction (exhaustive runs only).
+      blocks once.
+    - `por`: partial-order reduction. None (the default): the check chooses
+      for itself, searching with it first wherever it can pay and falling
+      back to the search without it when that finds a violation, so every
+      figure is the one the search without it gives
+      (cowcheck.engines.explicit); True: always (`--por`), False: never
+      (`--no-por`). It needs an exhaustive run: True with `max_depth` is
+      refused.
     - `compact`: keep visited states as fixed-width byte encodings;
       `fingerprints`: keep 64-bit fingerprints instead of states.
     - `max_memory_mib`: stop once the process holds this many MiB (None: the
@@ -33,11 +40,21 @@ class SearchOptions:
     max_depth: Optional[int] = None
     first: bool = False
     symmetry: bool = True
-    por: bool = False
+    por: Optional[bool] = None
     compact: bool = False
     fingerprints: bool = False
     max_memory_mib: Optional[int] = None
     max_seconds: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.por and self.max_depth is not None:
+            raise SpecError("--por", "", "partial-order reduction needs an exhaustive search and cannot be combined "
+                            "with --max-depth; leave out --por (by default the check chooses) or --max-depth")
+
+    @property
+    def por_asked(self) -> str:
+        """`por` as the report and the JSON name it: auto, on or off."""
+        return "auto" if self.por is None else "on" if self.por else "off"
 
     @classmethod
     def of(cls, **given: Any) -> "SearchOptions":

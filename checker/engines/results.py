@@ -210,12 +210,40 @@ class Result:
         return {}
 
 
+@dataclass(frozen=True)
+class Search:
+    """One search of a staged check (cowcheck.engines.explicit may run
+    several): what it was for, what shrank it, what it explored and found."""
+    purpose: str                   # "first violation", "verdicts", "shortest lengths" or "peak trace"
+    reductions: tuple[str, ...]
+    states: int
+    transitions: int
+    seconds: float
+    stopped: Optional[str]         # why it stopped short (for these searches, also on purpose)
+    violations: tuple[str, ...]    # the invariants it found broken
+
+    @classmethod
+    def of(cls, purpose: str, x: "Exploration") -> "Search":
+        return cls(purpose, x.reductions, x.states, x.transitions, x.seconds, x.stopped, tuple(x.violations))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"purpose": self.purpose, "reductions": list(self.reductions), "states": self.states,
+                "transitions": self.transitions, "seconds": round(self.seconds, 3), "stopped": self.stopped,
+                "violations": list(self.violations)}
+
+
 @dataclass
 class ExplicitResult(Result):
-    """The explorer's result: every measure, and the peak's trace."""
+    """The explorer's result: every measure, and the peak's trace; which
+    searches ran (`searches`), whether partial-order reduction was asked
+    for (`partial_order`: auto, on, off) and what the check chose and why
+    (`choice`)."""
     exploration: Optional["Exploration"] = None
     peak_trace: Optional["Counterexample"] = None
     peak_path: Optional[str] = None
+    searches: tuple[Search, ...] = ()
+    partial_order: str = "auto"
+    choice: str = ""
 
     engine = Engine.EXPLICIT
 
@@ -237,6 +265,9 @@ class ExplicitResult(Result):
             "hits": list(x.hits_range) if x.hits_range else None,
             "steady_blocks": x.steady,
             "reductions": list(x.reductions),
+            "partial_order": self.partial_order,
+            "choice": self.choice,
+            "searches": [search.to_json() for search in self.searches],
             "encoding": x.encoding,
             "fingerprints": x.fingerprints,
             "collision_probability": x.collision_probability,

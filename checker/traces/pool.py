@@ -172,8 +172,9 @@ class Pool:
         self.B = scenario.block_size
         self.space = space
         memory = np.zeros((scenario.pool, self.B, 2, space.head_dim), np.float32)
-        if initial is None and not scenario.cache:
-            for i in range(scenario.prompt):  # the fork: the prompt fills blocks 0 .. in order
+        if initial is None:
+            # the fork: the prompt fills blocks 0 .. in order (a cache scenario starts empty)
+            for i in range(0 if scenario.cache else scenario.prompt):
                 memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
         else:       # where the trace's initial state has them (allocator code chooses the prompt's blocks)
             for block in initial["blocks"]:

@@ -62,7 +62,13 @@ def show(result: Result, console: Console) -> None:
     if x.fingerprints:
         line += f"  [dim]fingerprints[/] 64-bit, collision probability ~{x.collision_probability:.1e}"
     console.print(line)
-    hint = bound_hint(x.stopped, x.reductions)
+    if result.choice:
+        console.print(f"[dim]chosen[/] {escape(result.choice)}")
+    if len(result.searches) > 1:
+        console.print("[dim]searches[/] " + escape("; ".join(
+            f"{s.purpose} ({'with' if any('partial-order' in r for r in s.reductions) else 'without'} partial-order) "
+            f"{s.states:,} states {s.seconds:.2f}s" for s in result.searches)))
+    hint = bound_hint(x.stopped, tuple(r for search in result.searches for r in search.reductions) or x.reductions)
     if hint:
         console.print(f"[yellow]{escape(hint)}[/]")
     _show_expect(result, console)
@@ -101,12 +107,14 @@ BOUNDS = ("--max-states", "--max-memory", "out of memory")
 
 
 def bound_hint(stopped: str | None, reductions: tuple[str, ...]) -> str | None:
-    """What to try when a bound on states or memory stopped the search."""
+    """What to try when a bound on states or memory stopped the search; not
+    a reduction that one of the check's searches already used."""
     if not stopped or not stopped.startswith(BOUNDS):
         return None
     tries = [] if any("symmetry" in r for r in reductions) else ["--symmetry"]
-    tries += ["--fingerprints (8 bytes a state)", "--compact", "--por",
-              "--first (stop at the first violation)", "--engine bmc --depth K (no states stored)"]
+    tries += ["--fingerprints (8 bytes a state)", "--compact"]
+    tries += [] if any("partial-order" in r for r in reductions) else ["--por"]
+    tries += ["--first (stop at the first violation)", "--engine bmc --depth K (no states stored)"]
     return f"stopped by {stopped}: the verdicts above are partial; to get further try " + ", ".join(tries)
 
 

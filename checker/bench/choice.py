@@ -31,20 +31,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cowcheck.model.scenario import load_scenario, make_scenario
+from cowcheck.model.scenario import load_scenario
 
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.results import FORMAT, Outcome
 
 from cowcheck.bench.child import in_child
-from cowcheck.bench.table import SCENARIOS
+from cowcheck.bench.table import SCENARIOS, bench_scenario
 
 #: the explicit choices and the default, as `SearchOptions.por`, with their labels
 MODES: tuple[tuple[str, Optional[bool]], ...] = (("default", None), ("--por", True), ("--no-por", False))
 #: protocols that hold, as branches grow: label -> (block size, prompt, branches, protocol)
 HOLDING: dict[str, tuple] = {
     **{f"cow B=4 L=6 {n}x{a}": (4, 6, [(a, False)] * n, "cow") for n, a in ((6, 1), (5, 2), (8, 1), (6, 2))},
-    **{label: SCENARIOS[label] for label in ("cow beam B=4 L=6 a forks c", "cow speculate B=2 L=3 a: speculate 3")},
+    **{label: SCENARIOS[label] for label in ("cow beam B=4 L=6 a forks c", "cow speculate B=2 L=3 a: speculate 3",
+                                             "prefix-cache B=2 4 requests, prompt 3", "prefix-cache B=2 warm cache, pool 6")},
 }
 #: a row faster than this is run again until this much time has passed; the fastest run counts
 REPEAT_FOR = 0.5
@@ -57,8 +58,7 @@ def _measure(args, conn) -> None:
     if isinstance(source, str):
         scenario = load_scenario(Path(source))
     else:
-        B, L, branches, protocol = source
-        scenario = make_scenario(B, L, branches, protocol, name=label)
+        scenario = bench_scenario(label, source)
     options = SearchOptions(por=por, max_seconds=limit)
     best, spent, runs = float("inf"), 0.0, 0
     while spent < REPEAT_FOR:

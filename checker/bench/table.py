@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cowcheck.model.scenario import make_scenario
+from cowcheck.model.scenario import Scenario, make_scenario
 
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.results import FORMAT, ExplicitResult
@@ -28,7 +28,7 @@ from cowcheck.engines.results import FORMAT, ExplicitResult
 from cowcheck.bench.child import in_child
 from cowcheck.bench.replay import replay_figures, replayable
 
-#: (label, block size, prompt, branches as (appends, may_cancel) or branch tables, protocol)
+#: (label, block size, prompt, branches as (appends, may_cancel) or branch tables, protocol[, make_scenario's keywords])
 SCENARIOS: dict[str, tuple] = {
     "cow B=4 L=6 3x2": (4, 6, [(2, False)] * 3, "cow"),
     "cow B=2 L=3 3x2, one may_cancel": (2, 3, [(2, False), (2, False), (2, True)], "cow"),
@@ -40,6 +40,13 @@ SCENARIOS: dict[str, tuple] = {
                                           {"appends": 2, "parent": "a"}], "cow"),
     # speculative decoding: a drafts three tokens (0-3 accepted), rolls back, appends once; b appends once
     "cow speculate B=2 L=3 a: speculate 3": (2, 3, [{"program": ["speculate 3", "append"]}, {"appends": 1}], "cow"),
+    # prefix caching: parallel sampling with n = 4 as four requests with one prompt
+    "prefix-cache B=2 4 requests, prompt 3": (2, 0, [{"prompt": 3, "appends": 1}] * 4, "prefix-cache", {"cache": True}),
+    # a warm cache: two requests, then two more after them whose prompts share one block with theirs
+    "prefix-cache B=2 warm cache, pool 6": (2, 0, [{"prompt": 3, "appends": 1}, {"prompt": ["p0", "p1", "q2"], "appends": 1},
+                                                   {"prompt": ["p0", "p1", "r2"], "appends": 1, "after": "a"},
+                                                   {"prompt": ["p0", "p1", "s2"], "appends": 1, "after": "b"}],
+                                            "prefix-cache", {"cache": True, "pool": 6}),
 }
 #: what shrinks the search: (symmetry, partial-order, compact encoding, fingerprints)
 NONE, SYMMETRY, POR, BOTH = (False, False, False, False), (True, False, False, False), (False, True, False, False), (True, True, False, False)
@@ -65,6 +72,9 @@ RUNS = (
     ("cow speculate B=2 L=3 a: speculate 3", SYMMETRY, False),
     ("cow B=4 L=6 5x2", SYMMETRY, True),
     ("cow B=4 L=6 5x2", BOTH, True),
+    ("prefix-cache B=2 4 requests, prompt 3", SYMMETRY, False),
+    ("prefix-cache B=2 warm cache, pool 6", NONE, False),
+    ("prefix-cache B=2 warm cache, pool 6", SYMMETRY, False),
 )
 #: (scenario, invariant, only with --full): BMC's time to a shortest
 #: violation, next to the explorer's for the same answer (--first)
@@ -87,11 +97,17 @@ def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
     return " + ".join(parts) or "none"
 
 
+def bench_scenario(label: str, spec: tuple | None = None) -> Scenario:
+    """A benchmark scenario: `spec` (a SCENARIOS entry's shape), by default
+    SCENARIOS[label], named `label`."""
+    B, L, branches, protocol, *keywords = spec or SCENARIOS[label]
+    return make_scenario(B, L, branches, protocol, name=label, **(keywords[0] if keywords else {}))
+
+
 def _measure(args, conn) -> None:
     from cowcheck.engines.explicit import explore
     label, (symmetry, por, compact, fingerprints) = args
-    B, L, branches, protocol = SCENARIOS[label]
-    scenario = make_scenario(B, L, branches, protocol, name=label)
+    scenario = bench_scenario(label)
     start = time.perf_counter()
     result = explore(scenario, SearchOptions(symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints))
     x = result.x
@@ -119,8 +135,8 @@ def _measure_symbolic(args, conn) -> None:
     from cowcheck.engines.invariants import select
     from cowcheck.symbolic import run_bmc
     label, invariant = args
-    B, L, branches, protocol = SCENARIOS[label]
-    scenario = make_scenario(B, L, branches, protocol, name=label)
+    scenario = bench_scenario(label)
+    protocol = scenario.protocol.name
     wanted = select([invariant])
     start = time.perf_counter()
     explicit = explore(scenario, SearchOptions(first=True), invariants=wanted)

@@ -65,7 +65,10 @@ def cache_requests(draw, st, most: int = 3, tokens: tuple[str, ...] = ("p0", "p1
     requests: list[dict] = []
     for i in range(total):
         pool = list(tokens) + [f"{names[j]}{k}" for j in range(i) for k in (1, 2)]
-        prompt = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4))
+        # most prompts start with the shared p0 p1 ..., so that they hit
+        shared = draw(st.integers(0, 3))
+        prompt = [f"p{k}" for k in range(shared)] + draw(st.lists(st.sampled_from(pool), min_size=0 if shared else 1,
+                                                                   max_size=4 - shared))
         request: dict = {"prompt": prompt, "may_cancel": draw(st.booleans())}
         ops = ["append", "speculate 1", "speculate 2"] if speculate else ["append"]
         program = draw(st.lists(st.sampled_from(ops), max_size=2))

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import fake_cupy
-from conftest import ROOT
+from conftest import cache_scenarios, ROOT
 from cowcheck.engines import counterexample as trace
 from cowcheck import check
 from cowcheck.cli import main
@@ -187,6 +187,33 @@ def test_pool_follows_the_model_through_forks_and_rollbacks(walk):
     event(f"{scenario.protocol.name}: " + ("wrong output" if model_step else "faithful"))
     event(" ".join(s for s in ("share", "verify", "rewind", "decref-all") if s in steps) or "no program step")
     assert (first.step if first else None) == model_step
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(walks(cache_scenarios()))
+def test_pool_follows_the_model_through_the_prefix_cache(walk):
+    """The same agreement in cache scenarios: prefill kernels write several
+    slots, a hit reads another request's blocks, an evicted and reused
+    block holds its new owner's tokens, and the pool goes wrong exactly
+    where the model's faithful-output breaks."""
+    scenario, actions, model_step = walk
+    first = replay_on_pool(scenario, actions).first_divergence
+    steps = {a.step for a in actions}
+    hits = any(a.step == "touch-hits" and dict(a.binds)["hits"] for a in actions)
+    evictions = any("evicted" in dict(a.binds) for a in actions)
+    event(f"{scenario.protocol.name}: " + ("wrong output" if model_step else "faithful"))
+    event(("hit " if hits else "") + ("evicted " if evictions else "") + ("prefill" if "prefill" in steps else "no prefill"))
+    assert (first.step if first else None) == model_step
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(cache_scenarios(protocols=("vllm-v1", "no-evict", "cache-drafts", "free-in-flight", "touch-after-alloc")))
+def test_shortest_wrong_output_through_the_cache_diverges_at_the_same_step(scenario):
+    result = check(scenario, invariants=(BY_ID["faithful-output"],), max_states=5_000, first=True)
+    verdict = result.verdicts["faithful-output"]
+    assume(verdict.holds is False)
+    first = replay_on_pool(scenario, verdict.counterexample.actions).first_divergence
+    assert first is not None and first.step == verdict.length
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

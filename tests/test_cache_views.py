@@ -131,8 +131,23 @@ def test_an_eviction_names_the_dropped_key(files):
     text = text_of(files, "touch-after-alloc.refcount-write")
     [alloc] = [w for w in step_words(text, "alloc-prompt") if w.startswith("b ")]
     assert alloc == ("b allocates block 0 for the rest of its prompt (refcount 1), appended to its working table: [0]; "
-                     "it evicts block 0, dropping the key (p0 p1) from the cache.")
+                     "it evicts block 0, dropping the key (p0 p1) from the cache (block 0 is one of the hits its own "
+                     "lookup has just found, not yet touched).")
     assert "block 0: refcount 0->1, holds 0, slots [p0 p1], key (p0 p1) -> none" in text
+
+
+def test_an_alloc_that_evicts(files):
+    """A decode's `alloc` that takes a cached free block (the evicted bind):
+    the no-evict trace's alloc-no-evict step, as a correct protocol's alloc
+    would have done it."""
+    from cowcheck.views.words import action_words
+    cx = json.loads(files["no-evict.no-stale-key"].read_text())
+    [n] = [s["n"] for s in cx["steps"] if "alloc-no-evict" in s["text"]]
+    before, after = cx["steps"][n - 2]["state"], json.loads(json.dumps(cx["steps"][n - 1]["state"]))
+    after["blocks"][0]["key"], after["cache"] = None, {k: v for k, v in after["cache"].items() if v != 0}
+    action = {"actor": "b", "op": "append", "step": "alloc new", "binds": {"new": 0, "evicted": 0}}
+    assert action_words(action, before, after, cx["scenario"]) == (
+        "b takes block 0 from the free list as 'new' (refcount 1), evicting it: the key (p0 p1) leaves the cache.")
 
 
 def test_a_free_cached_block_and_the_cache_map(files):

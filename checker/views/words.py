@@ -335,13 +335,16 @@ def _touch_words(who: str, hits: list[int], before: dict, after: dict) -> str:
             f"{after['branches'][who]['working']}: " + "; ".join(parts) + ".")
 
 
-def _evicts(blocks: list[int], before: dict) -> str:
-    """What evicting BLOCKS dropped from the cache."""
+def _evicts(blocks: list[int], before: dict, hits: Optional[list[int]] = None) -> str:
+    """What evicting BLOCKS dropped from the cache (HITS: the admission's
+    own, which an allocation before touch-hits may take)."""
     out = ""
     for b in blocks:
         key = before["blocks"][b].get("key")
         if key:
             out += f"; it evicts block {b}, dropping the key {key_text(key)} from the cache"
+            if b in (hits or []):
+                out += f" (block {b} is one of the hits its own lookup has just found, not yet touched)"
     return out
 
 
@@ -352,7 +355,8 @@ def _alloc_prompt_words(who: str, binds: dict, before: dict, after: dict) -> str
         return f"{who} needs no new block for its prompt: its working table is {me['working']}."
     each = " each" if len(blocks) > 1 else ""
     return (f"{who} allocates {_blocks(blocks)} for the rest of its prompt (refcount 1{each}), appended to its working "
-            f"table: {me['working']}" + _evicts(list(binds.get("evicted") or []), before) + ".")
+            f"table: {me['working']}" + _evicts(list(binds.get("evicted") or []), before,
+                                                  list(before["branches"][who].get("hits") or [])) + ".")
 
 
 def _prefill_words(who: str, binds: dict, before: dict, after: dict) -> str:

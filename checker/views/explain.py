@@ -26,21 +26,28 @@ from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.state import Block, Copy, State, state_to_json
 from cowcheck.model.system import ProtocolModel
 from cowcheck.traces.replay import Replayed, judging, replay
-from cowcheck.views.words import (_slots, _tokens, action_words, describe, doing, initial_words, is_harness, is_plain, reuse_words,
-                                  program_summary, subject)
+from cowcheck.views.words import (_slots, _tokens, action_words, cache_words, describe, doing, initial_words, is_cache, is_harness,
+                                  is_plain, key_text, reuse_words, program_summary, subject)
 
 
 # -- a state, in lines ---------------------------------------------------------------
-def _block_line(i: int, before: Block | None, after: Block, free: bool, holds: bool = True) -> str:
+def _block_line(i: int, before: Block | None, after: Block, free: bool, holds: bool = True, cache: bool = False) -> str:
     """A block's counters and slots (holds only where the subject has them:
-    allocator code has none)."""
+    allocator code has none), and in a cache scenario its key: a free block
+    with a key is still cached."""
     def delta(name: str) -> str:
         new = getattr(after, name)
         old = getattr(before, name) if before is not None else new
         return f"{name} {old}->{new}" if old != new else f"{name} {new}"
     slots = _slots(after.slots) if before is None or before.slots == after.slots else f"{_slots(before.slots)} -> {_slots(after.slots)}"
     counters = f"{delta('refcount')}, {delta('holds')}" if holds else delta("refcount")
-    return f"block {i}: {counters}, slots {slots}" + (" (free)" if free else "")
+    key = ""
+    if cache:
+        old = before.key if before is not None else after.key
+        name = lambda k: "none" if k is None else key_text(k)
+        key = f", key {name(old)} -> {name(after.key)}" if old != after.key else (f", key {name(after.key)}" if after.key else "")
+    state = " (free, cached)" if free and after.key is not None else " (free)" if free else ""
+    return f"block {i}: {counters}, slots {slots}{key}{state}"
 
 
 Model = ProtocolModel | HarnessModel
@@ -64,18 +71,22 @@ def _state_lines(model: Model, scenario: dict, before: State | None, state: Stat
     has programs: then pos alone does not tell it), the device queue. A
     branch of allocator code has one table, what `table(branch)` returns."""
     lines = []
-    harness = is_harness(scenario)
+    harness, cache = is_harness(scenario), is_cache(scenario)
     for i in sorted(touched):
-        lines.append(_block_line(i, before.blocks[i] if before else None, state.blocks[i], i in state.free, not harness))
-    plain = all(is_plain(spec) for spec in scenario["branch"])
-    for (name, br), spec in zip(state_to_json(state, model.scenario)["branches"].items(), scenario["branch"]):
-        where = doing(scenario.get("protocol"), spec, br)
-        if br["status"] == "unborn":
+        lines.append(_block_line(i, before.blocks[i] if before else None, state.blocks[i], i in state.free, not harness, cache))
+    as_json = state_to_json(state, model.scenario)
+    if cache:
+        lines.append(f"cache: {cache_words(as_json)}; free list {list(state.free)}")
+    plain = all(is_plain(spec) for spec in scenario["branch"]) and not cache
+    for (name, br), spec in zip(as_json["branches"].items(), scenario["branch"]):
+        where = doing(scenario.get("protocol"), spec, br, as_json)
+        if br["status"] in ("unborn", "waiting"):
             lines.append(f"{name}: {where}")
             continue
-        sequence = "" if plain else f", sequence {_tokens(br['sequence'])}"
+        sequence = "" if plain else f", sequence {_tokens(br['sequence']) or '(empty)'}"
+        verified = f", verified {br['verified']}" if cache else ""
         tables = f"table {br['working']}" if harness else f"working {br['working']}, published {br['published']}"
-        lines.append(f"{name}: pos {br['pos']}, {tables}{sequence}; {where}")
+        lines.append(f"{name}: pos {br['pos']}{verified}, {tables}{sequence}; {where}")
     lines.append(f"in flight: {_queue(model, state)}")
     return lines
 
@@ -89,8 +100,10 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
     branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))
     kind, name = subject(definition)
     harness = " (through the engine harness: each host call is one action)" if is_harness(definition) else ""
+    # a cache scenario's requests each have their own prompt
+    prompt, who = ("prefix cache", "requests") if is_cache(definition) else (f"L={s.prompt}", "branches")
     console.print(f"[bold]{escape(s.name)}[/]: {kind} [bold]{escape(name)}[/]{harness}, device {s.device}, reuse {reuse_words(s.reuse, s.allocator is not None)}, "
-                  f"B={s.block_size}, L={s.prompt}, pool {s.pool}, {len(s.branches)} branches ({escape(branches)})")
+                  f"B={s.block_size}, {prompt}, pool {s.pool}, {len(s.branches)} {who} ({escape(branches)})")
     console.print(f"This trace {what} in {cx.length} actions.\n")
     console.print("[bold]initial state[/]")
     init = replayed.states[0]
@@ -104,14 +117,15 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
         style = "bold red" if last and cx.invariant else "bold"
         console.print(f"\n[{style}]step {n}[/] {escape(str(tr.action))}")
         before_json = state_to_json(before, s)
-        words = action_words(tr.action.to_json(), before_json, None if after is None else state_to_json(after, s))
+        words = action_words(tr.action.to_json(), before_json, None if after is None else state_to_json(after, s), definition)
         console.print("   " + escape(words))
         if after is None:
             continue
         touched = {i for i, (a, b) in enumerate(zip(before.blocks, after.blocks)) if a != b}
         touched |= {v for k, v in tr.action.binds if k in ("tail", "new", "src", "dst", "block") and isinstance(v, int)}
-        touched |= {b for k, v in tr.action.binds if k in ("copy_src", "copy_dst") and isinstance(v, tuple)
-                    for b in v if isinstance(b, int)}     # a host call's copies
+        touched |= {b for k, v in tr.action.binds if k in ("copy_src", "copy_dst", "hits", "blocks", "evicted", "keyed")
+                    and isinstance(v, tuple) for b in v if isinstance(b, int)}     # a host call's copies, a cache step's blocks
+        touched |= {v for k, v in tr.action.binds if k == "evicted" and isinstance(v, int)}
         touched |= {f.block for f in tr.facts if type(f) is Freed}
         for line in _state_lines(model, definition, before, after, touched):
             console.print("   " + escape(line))

@@ -27,6 +27,7 @@ import networkx as nx
 from cowcheck.model.errors import SpecError
 
 from cowcheck.views.html import stepper_data
+from cowcheck.views.words import cache_words, key_text
 
 FORMATS = (".svg", ".png", ".dot")
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -62,12 +63,12 @@ def block_graph(state: dict, block_size: int, harness: bool = False) -> nx.Multi
     and "block N"; each edge has a `kind`: working, published, copy, kernel.
     `harness`: allocator code, whose branches have one table (drawn as
     working edges keyed "table[i]"; no published ones)."""
-    g = nx.MultiDiGraph(harness=harness)
+    g = nx.MultiDiGraph(harness=harness, cache="cache" in state)    # cache: a cache scenario's state (keys on blocks)
     for name, br in state["branches"].items():
         g.add_node(f"branch {name}", kind="branch", name=name, status=br["status"], pos=br["pos"])
     for b in state["blocks"]:
         g.add_node(f"block {b['id']}", kind="block", id=b["id"], refcount=b["refcount"], holds=None if harness else b["holds"],
-                   slots=tuple(b["slots"]), free=b["free"])
+                   slots=tuple(b["slots"]), free=b["free"], key=None if b.get("key") is None else tuple(b["key"]))
     for name, br in state["branches"].items():
         for table in ("working",) if harness else ("working", "published"):
             for index, block in enumerate(br[table]):
@@ -79,6 +80,15 @@ def block_graph(state: dict, block_size: int, harness: bool = False) -> nx.Multi
             g.add_edge(f"block {c['src']}", f"block {c['dst']}", key=f"copy {i}", kind="copy", n=c["n"])
         else:
             k = op["kernel"]
+            if "from" in k:     # a prefill: one edge per block it writes, with that block's tokens
+                written: dict[int, list[int]] = {}
+                for p in range(k["from"], k["pos"] + 1):
+                    written.setdefault(k["snapshot"][p // block_size], []).append(p)
+                for j, (target, positions) in enumerate(written.items()):
+                    g.add_edge(f"branch {k['branch']}", f"block {target}", key=f"kernel {i}.{j}", kind="kernel",
+                               pos=k["pos"], token=" ".join(k["expected"][p] for p in positions),
+                               slot=positions[0] % block_size, prefill=True)
+                continue
             target = k["snapshot"][k["pos"] // block_size]
             g.add_edge(f"branch {k['branch']}", f"block {target}", key=f"kernel {i}", kind="kernel",
                        pos=k["pos"], token=k["token"], slot=k["pos"] % block_size)
@@ -92,6 +102,9 @@ def edges_of(g: nx.MultiDiGraph, kind: str) -> list[tuple[str, str, dict]]:
 # -- layout --------------------------------------------------------------------
 BLOCK_W, BLOCK_H, BRANCH_W, BRANCH_H = 124, 112, 124, 48
 BLOCK_GAP, BRANCH_GAP, MARGIN, ROW_GAP = 34, 110, 24, 150
+#: the line under a keyed block that gives its key (cache scenarios)
+KEY_LINE = 18
+KEYED_COLOUR = "#0b4f9c"
 
 
 def _row(nodes: list[str], node_w: float, gap: float, width: float, y: float) -> dict[str, tuple[float, float]]:
@@ -112,7 +125,8 @@ def layout(g: nx.MultiDiGraph) -> tuple[dict[str, tuple[float, float]], float, f
     positions = {**_row(branches, BRANCH_W, BRANCH_GAP, width, BRANCH_H / 2),
                  **_row(blocks, BLOCK_W, BLOCK_GAP, width, BRANCH_H + ROW_GAP + BLOCK_H / 2)}
     copies = len(edges_of(g, "copy"))
-    height = BRANCH_H + ROW_GAP + BLOCK_H + (40 + 30 * copies if copies else 24)  # copies, or a mark's label
+    keys = KEY_LINE if g.graph.get("cache") else 0    # a key's line under its block
+    height = BRANCH_H + ROW_GAP + BLOCK_H + keys + (40 + 30 * copies if copies else 24)  # copies, or a mark's label
     return positions, width + 2 * MARGIN, height
 
 
@@ -122,7 +136,7 @@ def _text(x: float, y: float, text: str, cls: str = "", anchor: str = "middle") 
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{css}>{escape(text)}</text>'
 
 
-def _svg_defs() -> str:
+def _svg_defs(cache: bool = False) -> str:
     markers = "".join(
         f'<marker id="arrow-{kind}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="13" markerHeight="13" '
         f'markerUnits="userSpaceOnUse" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{style.colour}"/></marker>'
@@ -131,7 +145,8 @@ def _svg_defs() -> str:
              '<rect width="8" height="8" fill="#ececec"/><line x1="0" y1="0" x2="0" y2="8" stroke="#b5b5b5" stroke-width="4"/></pattern>')
     style = ("<style>text{font-family:'DejaVu Sans',Verdana,sans-serif;font-size:13px;fill:#111}"
              ".bold{font-weight:bold}.mono{font-family:'DejaVu Sans Mono',Menlo,monospace}.title{font-size:17px;font-weight:bold}"
-             ".muted{fill:#444}.bad{fill:#a3001b;font-weight:bold}.kernel{fill:#a3001b;font-size:11px;font-weight:bold}.halo{paint-order:stroke;stroke:#fff;stroke-width:4px;font-size:12px;font-weight:bold}</style>")
+             ".muted{fill:#444}.bad{fill:#a3001b;font-weight:bold}.kernel{fill:#a3001b;font-size:11px;font-weight:bold}.halo{paint-order:stroke;stroke:#fff;stroke-width:4px;font-size:12px;font-weight:bold}"
+             + (".keyed{fill:#0b4f9c;font-size:12px;font-weight:bold}" if cache else "") + "</style>")
     return f"<defs>{markers}{hatch}</defs>{style}"
 
 
@@ -162,21 +177,35 @@ def _svg_block(x: float, y: float, d: dict, pending: str = "") -> str:
     parts.append(_text(left + 8, top + 84, f"refcount {d['refcount']}", "bold", "start"))
     if d["holds"] is not None:      # allocator code has no holds
         parts.append(_text(left + 8, top + 102, f"holds {d['holds']}", "muted", "start"))
+    below = top + BLOCK_H + 18
+    if d.get("key") is not None:    # in the prefix cache: a double left edge, and its key under the block
+        parts += [f'<line x1="{left + off}" y1="{top + 3}" x2="{left + off}" y2="{top + BLOCK_H - 3}" stroke="{KEYED_COLOUR}" stroke-width="2"/>'
+                  for off in (2.5, 6)]
+        parts.append(_text(x, below - 3, _fit(f"key {key_text(d['key'])}", BLOCK_W + BLOCK_GAP - 6), "mono keyed"))
+        below += KEY_LINE
     if d.get("mark"):
-        parts.append(_text(x, top + BLOCK_H + 18, f"✗ {d['mark']['label']}", "bad"))
+        parts.append(_text(x, below, f"✗ {d['mark']['label']}", "bad"))
     return "".join(parts)
+
+
+def _fit(text: str, width: float, char: float = 7.8) -> str:
+    """TEXT cut with an ellipsis to about WIDTH pixels of monospace."""
+    most = max(4, int(width / char))
+    return text if len(text) <= most else text[:most - 1] + "…"
 
 
 def branch_label(d: dict) -> str:
     """A branch node's second line: its pos and status, or only that it is
     unborn (no pos, no tables: its parent has not forked it yet)."""
+    if d["status"] == "waiting":     # a request not admitted yet: no tables either
+        return "waiting (not admitted)"
     return "unborn" if d["status"] == "unborn" else f"pos {d['pos']} · {d['status']}"
 
 
 def _svg_branch(x: float, y: float, d: dict) -> str:
     """A branch: solid and blue, or dashed and grey while unborn."""
     left, top = x - BRANCH_W / 2, y - BRANCH_H / 2
-    unborn = d["status"] == "unborn"
+    unborn = d["status"] in ("unborn", "waiting")
     look = 'fill="#f3f3f3" stroke="#555" stroke-dasharray="6 4"' if unborn else 'fill="#eef3fb" stroke="#0b4f9c"'
     return (f'<rect x="{left}" y="{top}" width="{BRANCH_W}" height="{BRANCH_H}" rx="16" {look} stroke-width="2"/>'
             + _text(x, top + 20, f"branch {d['name']}", "bold") + _text(x, top + 38, branch_label(d), "muted"))
@@ -219,7 +248,7 @@ def _svg_copy_edges(g: nx.MultiDiGraph, pos: dict) -> list[str]:
     return out
 
 
-def _svg_legend(x: float, y: float, harness: bool = False) -> tuple[str, float]:
+def _svg_legend(x: float, y: float, harness: bool = False, cache: bool = False) -> tuple[str, float]:
     parts = []
     kinds = [(kind, style) for kind, style in EDGE_STYLE.items() if not (harness and kind == "published")]
     for i, (kind, style) in enumerate(kinds):
@@ -229,6 +258,11 @@ def _svg_legend(x: float, y: float, harness: bool = False) -> tuple[str, float]:
     row = y + len(kinds) * 20
     parts.append(f'<rect x="{x}" y="{row - 8}" width="46" height="16" fill="url(#hatch)" stroke="#111" stroke-dasharray="5 3"/>')
     parts.append(_text(x + 56, row + 4, "FREE block (hatched, dashed border)", "", "start"))
+    if cache:
+        row += 20
+        parts.append(f'<rect x="{x}" y="{row - 8}" width="46" height="16" fill="#fff" stroke="#111"/>')
+        parts += [f'<line x1="{x + off}" y1="{row - 6}" x2="{x + off}" y2="{row + 6}" stroke="{KEYED_COLOUR}" stroke-width="2.5"/>' for off in (4, 9)]
+        parts.append(_text(x + 56, row + 4, "KEYED block, in the prefix cache (double left edge; its key under it)", "", "start"))
     return "".join(parts), row + 12 - y
 
 
@@ -238,16 +272,16 @@ def to_svg(g: nx.MultiDiGraph, title: str, caption: tuple[str, ...] = ()) -> str
     chars = max(40, int((width - 2 * MARGIN) / 7.2))
     lines = [line for text in caption for line in textwrap.wrap(text, chars)]
     header = MARGIN + 22 + 18 * len(lines) + 26
-    legend, legend_h = _svg_legend(MARGIN, header + height + 28, bool(g.graph.get("harness")))
+    legend, legend_h = _svg_legend(MARGIN, header + height + 28, bool(g.graph.get("harness")), bool(g.graph.get("cache")))
     total = header + height + 28 + legend_h + MARGIN
-    pending = {v: f"← {d['token']} in slot {d['slot']}" for _, v, d in edges_of(g, "kernel")}
+    pending = {v: f"← {d['token']}" + (" (prefill)" if d.get("prefill") else f" in slot {d['slot']}") for _, v, d in edges_of(g, "kernel")}
     body = [_svg_block(*pos[n], d, pending.get(n, "")) if d["kind"] == "block" else _svg_branch(*pos[n], d)
             for n, d in g.nodes(data=True)]
     text = [_text(MARGIN, MARGIN + 14, title, "title", "start")]
     text += [_text(MARGIN, MARGIN + 36 + 18 * i, line, "", "start") for i, line in enumerate(lines)]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{total:.0f}" '
             f'viewBox="0 0 {width:.0f} {total:.0f}" role="img" aria-label="{escape(title)}">'
-            f'{_svg_defs()}<rect width="100%" height="100%" fill="#fff"/>{"".join(text)}'
+            f'{_svg_defs(bool(g.graph.get("cache")))}<rect width="100%" height="100%" fill="#fff"/>{"".join(text)}'
             f'<g transform="translate(0,{header})">{"".join(body)}'
             f'{"".join(_svg_table_edges(g, pos))}{"".join(_svg_copy_edges(g, pos))}</g>{legend}</svg>\n')
 
@@ -263,14 +297,15 @@ def to_dot(g: nx.MultiDiGraph, title: str) -> str:
              '  node [fontname="DejaVu Sans"]; edge [fontname="DejaVu Sans"];']
     for n, d in g.nodes(data=True):
         if d["kind"] == "branch":
-            outline = '"rounded,dashed"' if d["status"] == "unborn" else "rounded"
+            outline = '"rounded,dashed"' if d["status"] in ("unborn", "waiting") else "rounded"
             label = f"{n}\n{branch_label(d)}"
             lines.append(f"  {_dot_quote(n)} [shape=box, style={outline}, label={_dot_quote(label)}];")
         else:
             slots = " ".join("_" if t is None else t for t in d["slots"])
             holds = "" if d["holds"] is None else f" · holds {d['holds']}"
-            label = f"{n}{' FREE' if d['free'] else ''}\n[{slots}]\nrefcount {d['refcount']}{holds}"
-            box_style = "dashed,filled" if d["free"] else "solid"
+            key = "" if d.get("key") is None else f"\nkey {key_text(d['key'])}"
+            label = f"{n}{' FREE' if d['free'] else ''}\n[{slots}]\nrefcount {d['refcount']}{holds}{key}"
+            box_style = ("dashed,filled" if d["free"] else "solid") + (",bold" if d.get("key") is not None else "")
             lines.append(f"  {_dot_quote(n)} [shape=box, style={_dot_quote(box_style)}, fillcolor=lightgrey, label={_dot_quote(label)}];")
     blocks = " ".join(_dot_quote(n) for n, d in g.nodes(data=True) if d["kind"] == "block")
     lines.append(f"  {{ rank=same; {blocks} }}")
@@ -327,6 +362,8 @@ def picture(cx: dict, step: int) -> tuple[nx.MultiDiGraph, str, tuple[str, ...]]
     frame, violation = data["frames"][step], data["violation"]
     title = f"{data['scenario']['name']} ({violation.get('invariant') or 'peak'}), step {step} of {last}"
     caption: tuple[str, ...] = (frame["text"], frame["words"])
+    if data.get("cache"):
+        caption += (f"Prefix cache: {cache_words(frame['state'])}.",)
     g = block_graph(frame["state"], data["scenario"]["block_size"], bool(data.get("harness")))
     if step == violation["step"]:
         caption += (f"✗ {violation['title']} {violation.get('sentence', '')}".rstrip(),)

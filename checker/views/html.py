@@ -22,7 +22,8 @@ from importlib import resources
 from typing import Optional
 
 from cowcheck.engines.results import Summary
-from cowcheck.views.words import action_words, describe, doing, initial_words, is_harness, is_plain, program_summary, reuse_words, token
+from cowcheck.views.words import (action_words, describe, doing, initial_words, is_cache, is_harness, is_plain, key_text, program_summary,
+                                  reuse_words, token)
 from cowcheck.engines.invariants import BY_ID
 
 #: What the header says of allocator code, in place of a protocol's description.
@@ -80,6 +81,8 @@ def _touched(action: dict, before: dict, after: dict) -> list[int]:
     named = {v for k, v in action["binds"].items()
              if k in ("tail", "new", "src", "dst", "block") and isinstance(v, int) and not isinstance(v, bool)}
     named |= {b for k, v in action["binds"].items() if k in ("copy_src", "copy_dst") for b in v}   # a host call's copies
+    named |= {b for k, v in action["binds"].items() if k in ("hits", "blocks", "keyed", "evicted")   # a cache step's blocks
+              for b in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(b, int) and not isinstance(b, bool)}
     return sorted(changed | named)
 
 
@@ -91,6 +94,9 @@ def _marked(witness: dict, block_size: int) -> dict:
         if position // block_size < len(table):
             return {"block": table[position // block_size], "slot": position % block_size,
                     "label": f"expected {token(witness['expected'])}, read {token(witness['read'])}"}
+    if isinstance(witness.get("block"), int) and isinstance(witness.get("slot"), int) and "key" in witness:   # cache-immutable
+        return {"block": witness["block"], "slot": witness["slot"],
+                "label": f"keyed {key_text(witness['key'])}: must keep {token(witness['expected'])}, written {token(witness['written'])}"}
     if isinstance(witness.get("block"), int):
         return {"block": witness["block"], "label": "the violation is about this block"}
     return {}
@@ -120,18 +126,19 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
     specs = dict(zip(cx["initial"]["branches"], scenario["branch"]))
 
     def frame(n: int, state: dict, text: str, words: str, touched: list[int], **extra) -> dict:
-        where = {name: doing(protocol, specs[name], br) for name, br in state["branches"].items()}
+        where = {name: doing(protocol, specs[name], br, state) for name, br in state["branches"].items()}
         return {"n": n, "text": text, "words": words, "state": state, "touched": touched, "doing": where, **extra}
 
     frames = [frame(0, cx["initial"], "initial state", initial_words(scenario, cx["initial"]), [])]
     state = cx["initial"]
     for step in cx["steps"]:
         after = step["state"]
-        frames.append(frame(step["n"], after or state, step["text"], action_words(step["action"], state, after),
+        frames.append(frame(step["n"], after or state, step["text"], action_words(step["action"], state, after, scenario),
                             _touched(step["action"], state, after) if after else [], actor=step["action"]["actor"]))
         state = after or state
     return {
         "scenario": {k: scenario[k] for k in ("name", "block_size", "prompt", "pool", "device", "reuse")},
+        "cache": is_cache(scenario),     # a prefix cache: keys on blocks, the cache map, requests that wait
         "protocol": ({"name": scenario["allocator"], "description": HARNESS_DESCRIPTION} if protocol is None else
                      {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())}),
         "subject": "allocator" if harness else "protocol",
@@ -153,16 +160,39 @@ def _tables_legend(data: dict) -> str:
             ' <span class="chip chip-published">dashed</span> published table (what the next kernel uses)</p>')
 
 
+def _cache_legend(cache: bool) -> str:
+    return ('\n · <span class="swatch keyed-swatch">KEYED</span> in the prefix cache, its key shown (a FREE keyed block '
+            'is still cached until an allocation evicts it)') if cache else ""
+
+
+def _cache_panel(cache: bool) -> str:
+    """A cache scenario's prefix cache: each key and the block it maps to;
+    stepper.js fills the table."""
+    if not cache:
+        return ""
+    return """
+<section class="panel" aria-labelledby="cache-title" id="cache-panel">
+<h2 id="cache-title">Prefix cache</h2>
+<p class="legend">Each key (the tokens of every position up to the block's end) and the block it maps to; a key names one block,
+ and a block is in the cache exactly while it has a key.</p>
+<div class="table-wrap"><table id="cache-map"><thead><tr><th scope="col">key</th><th scope="col">block</th><th scope="col">block's state</th></tr></thead>
+<tbody id="cache-rows"></tbody></table></div>
+</section>"""
+
+
 def _stepper_body(data: dict) -> str:
     """The page's fixed markup; stepper.js fills the parts marked by id."""
     s, v = data["scenario"], data["violation"]
     branches = ", ".join(f"{b['name']} ({b['summary']})" for b in data["branches"])
+    cache = bool(data.get("cache"))
+    # a cache scenario's requests each have their own prompt
+    prompt, who = ("prefix cache", "requests") if cache else (f"L={s['prompt']}", "branches")
     last = len(data["frames"]) - 1
     verdict_class = "verdict-bad" if "invariant" in v else "verdict-peak"
     return f"""<header>
 <h1>{escape(s['name'])} <span class="sub">{escape(v.get('invariant') or 'peak')}</span></h1>
 <p class="meta">{data.get('subject', 'protocol')} <b>{escape(data['protocol']['name'])}</b> · device {escape(s['device'])} · reuse {escape(reuse_words(s['reuse'], bool(data.get('harness'))))}
- · B={s['block_size']} · L={s['prompt']} · pool {s['pool']} blocks · branches {escape(branches)}</p>
+ · B={s['block_size']} · {prompt} · pool {s['pool']} blocks · {who} {escape(branches)}</p>
 <p class="description">{escape(data['protocol']['description'])}</p>
 <p class="verdict {verdict_class}" id="verdict"><span class="tag">{'VIOLATION' if 'invariant' in v else 'PEAK'}</span>
  {escape(v['title'])} <button type="button" id="goto-violation">Go to step {v['step']}</button></p>
@@ -187,10 +217,10 @@ def _stepper_body(data: dict) -> str:
 <p class="legend"><span class="swatch free-swatch">FREE</span> free block (greyed, hatched)
  · <span class="swatch changed-swatch">changed</span> touched by this step
  · <span class="swatch pending-swatch">← a1</span> write or copy in flight
- · arrows: copies in flight</p>
+ · arrows: copies in flight{_cache_legend(cache)}</p>
 <div class="pool-wrap"><div class="pool" id="pool"></div><svg class="arrows" id="arrows" aria-hidden="true"></svg></div>
 <p id="free-list" class="free-list"></p>
-</section>
+</section>{_cache_panel(cache)}
 <section class="panel" aria-labelledby="branches-title">
 <h2 id="branches-title">Branches</h2>
 {_tables_legend(data)}

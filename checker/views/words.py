@@ -53,12 +53,96 @@ def is_plain(spec: dict) -> bool:
 
 
 def program_summary(spec: dict) -> str:
-    """A branch's program in brief: "2 appends", or its operations and parent."""
+    """A branch's program in brief: "2 appends", or its operations and parent;
+    a request of a cache scenario starts with its prompt and ends with the
+    request it is admitted after."""
     n = spec.get("appends", 0)
     text = f"{n} append{'s' if n != 1 else ''}" if is_plain(spec) else f"program [{', '.join(spec['program'])}]"
+    if "prompt" in spec:
+        text = f"prompt {_tokens(spec['prompt'])}, {text}"
     if spec.get("parent"):
         text += f", forked by {spec['parent']}"
+    if spec.get("after"):
+        text += f", admitted after {spec['after']}"
     return text + (", may cancel" if spec.get("may_cancel") else "")
+
+
+# -- prefix caching (docs/semantics.md#prefix-caching) --------------------------
+def is_cache(scenario: dict) -> bool:
+    """A cache scenario (`cache = "prefix"`): its branches are requests."""
+    return scenario.get("cache") == "prefix"
+
+
+def key_text(key: list | tuple) -> str:
+    """A block's key as every view writes it: its tokens in parentheses."""
+    return "(" + " ".join(key) + ")"
+
+
+def cache_words(state: dict) -> str:
+    """The cache of a state (JSON form) in one line: each key and its
+    block, the free ones (cached, yet the next allocation may evict them)
+    said so."""
+    cache = state.get("cache") or {}
+    if not cache:
+        return "empty"
+    free = set(state["free"])
+    return "; ".join(f"({key}) → block {b}" + (" (free: evictable)" if b in free else "")
+                     for key, b in sorted(cache.items(), key=lambda kv: kv[1]))
+
+
+def _lookup(cache: dict, prompt: list, B: int) -> list[int]:
+    """The blocks `lookup` finds for a prompt (the model's rule: whole
+    blocks while each is a key, never the block of the last token)."""
+    hits = []
+    for i in range(1, (len(prompt) - 1) // B + 1):
+        block = cache.get(" ".join(prompt[:i * B]))
+        if block is None:
+            break
+        hits.append(block)
+    return hits
+
+
+def _admission_short(steps: list[str], spec: dict, state: dict) -> Optional[str]:
+    """Why an atomic admission cannot start now (its steps up to the first
+    wait, applied one after another, each with its first choice), or None."""
+    B = len(state["blocks"][0]["slots"]) if state["blocks"] else 1
+    prompt, free, hits = list(spec.get("prompt") or []), list(state["free"]), []
+    for step in steps:
+        op = step.split()[0]
+        if op.startswith("wait-"):
+            break
+        if op == "lookup":
+            hits = _lookup(state.get("cache") or {}, prompt, B)
+        elif op == "touch-hits":
+            free = [b for b in free if b not in hits]
+        elif op == "alloc-prompt":
+            need = -(-len(prompt) // B) - len(hits)
+            if len(free) < need:
+                served = f", {len(hits)} served from the cache" if hits else ""
+                return (f"it needs {need} free block{'s' if need != 1 else ''} for its prompt{served}, "
+                        f"and {len(free)} {'is' if len(free) == 1 else 'are'} free")
+            free = free[need:]
+        elif op in ("alloc", "alloc-no-evict"):
+            if not free:
+                return f"its step {step!r} needs a free block, and none is free"
+            free = free[1:]
+    return None
+
+
+def _waiting(protocol: Optional[dict], spec: dict, state: Optional[dict]) -> str:
+    """Why a request still waits: its `after` request is not done, or its
+    atomic admission cannot start yet."""
+    after = spec.get("after")
+    if state is None:
+        return "waiting: not admitted yet" + (f" (admitted only once {after} is done)" if after else "")
+    if after and state["branches"][after]["status"] not in ("finished", "cancelled"):
+        return f"waiting: admitted only once {after} is done ({after} is {state['branches'][after]['status']})"
+    admit = (protocol or {}).get("admit") or {}
+    if admit.get("atomic"):
+        short = _admission_short(admit.get("steps", []), spec, state)
+        if short is not None:
+            return f"waiting: its atomic admission cannot start yet: {short}"
+    return "waiting: its admission can start now" + (f" ({after} is done)" if after else "")
 
 
 def is_harness(scenario: dict) -> bool:
@@ -90,6 +174,11 @@ def initial_words(scenario: dict, initial: Optional[dict] = None) -> str:
     """The initial state in one sentence (`initial`, the initial state in
     JSON form, names the blocks the allocator's `start` chose, for a
     harness trace)."""
+    if is_cache(scenario):
+        names = [name for name, _ in zip(BRANCH_NAMES, scenario["branch"])]
+        later = [f"{name} only once {spec['after']} is done" for name, spec in zip(names, scenario["branch"]) if spec.get("after")]
+        return ("Nothing has happened yet: every block is free and the cache is empty; every request waits to be admitted"
+                + (f" ({'; '.join(later)})" if later else "") + ".")
     unborn = [(name, spec["parent"]) for name, spec in zip(BRANCH_NAMES, scenario["branch"]) if spec.get("parent")]
     children = "; ".join(f"{child} is unborn until {parent} forks it" for child, parent in unborn)
     if is_harness(scenario):
@@ -112,11 +201,14 @@ def initial_words(scenario: dict, initial: Optional[dict] = None) -> str:
     return f"The fork has happened: every root branch maps the prompt's blocks; {children}."
 
 
-def doing(protocol: Optional[dict], spec: dict, branch: dict) -> str:
+def doing(protocol: Optional[dict], spec: dict, branch: dict, state: Optional[dict] = None) -> str:
     """Where a branch is in its program and its protocol (the branch in
     JSON form, its scenario entry, the protocol definition: None for
-    allocator code, whose branches are always between host calls)."""
+    allocator code, whose branches are always between host calls). With
+    the whole `state`, a waiting request says why it waits."""
     status = branch["status"]
+    if status == "waiting":
+        return _waiting(protocol, spec, state)
     if status == "unborn":
         return f"unborn: not forked yet (its parent {spec.get('parent')} brings it to life with a fork)"
     if status != "running":
@@ -137,7 +229,7 @@ def doing(protocol: Optional[dict], spec: dict, branch: dict) -> str:
         label, steps = str(op), protocol[str(op)]["steps"]
         if op == Op.FORK:
             label = labels[done]
-    bound = ", ".join(f"{k}={branch[k]}" for k in ("tail", "new", "rejected") if branch.get(k) is not None)
+    bound = ", ".join(f"{k}={branch[k]}" for k in ("tail", "new", "rejected", "hits") if branch.get(k) not in (None, []))
     return f"{label}, next: {steps[branch['step']]}" + (f" ({bound})" if bound else "")
 
 
@@ -204,14 +296,167 @@ def _program_words(who: str, op: str, binds: dict, before: dict, after: dict) ->
     return None
 
 
-def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict) -> str:
-    """What a branch's step did, in one sentence (the step table, docs/semantics.md#steps)."""
+# -- a step of prefix caching -------------------------------------------------------------
+def _block_size(state: dict) -> int:
+    return len(state["blocks"][0]["slots"]) if state["blocks"] else 1
+
+
+def _hits_count(n: int) -> str:
+    return f"{n} hit{'s' if n != 1 else ''}"
+
+
+def _lookup_words(who: str, hits: list[int], prompt: list, before: dict) -> str:
+    B = _block_size(before)
+    cap = (len(prompt) - 1) // B
+    text = f"{who} looks up its prompt {_tokens(prompt)} in the cache, block by block"
+    if cap == 0:
+        return (f"{text}: no hit is possible, since the last prompt token is always recomputed and no whole block "
+                "comes before it. No refcount changes.")
+    if hits:
+        found = ", ".join(f"block {b} under {key_text(prompt[:(i + 1) * B])}" for i, b in enumerate(hits))
+        text += f": {_hits_count(len(hits))}, {found}"
+    else:
+        text += ": no hit"
+    if len(hits) < cap:
+        text += f"; {key_text(prompt[:(len(hits) + 1) * B])} is not in the cache, so the lookup stops there"
+    elif (cap + 1) * B <= len(prompt):
+        text += (f"; it looks no further: the block holding the last prompt token is never a hit, "
+                 "since that token is always recomputed")
+    return text + ". No refcount changes."
+
+
+def _touch_words(who: str, hits: list[int], before: dict, after: dict) -> str:
+    if not hits:
+        return f"{who} has no hits to map: nothing changes."
+    parts = [f"block {b} ({_change(before, after, b, 'refcount')}"
+             + (", taken off the free list: a free block still cached is reused as it is" if b in before["free"] else "") + ")"
+             for b in hits]
+    return (f"{who} takes a reference on each of its hits and maps them as the first entries of its working table "
+            f"{after['branches'][who]['working']}: " + "; ".join(parts) + ".")
+
+
+def _evicts(blocks: list[int], before: dict, hits: Optional[list[int]] = None) -> str:
+    """What evicting BLOCKS dropped from the cache (HITS: the admission's
+    own, which an allocation before touch-hits may take)."""
+    out = ""
+    for b in blocks:
+        key = before["blocks"][b].get("key")
+        if key:
+            out += f"; it evicts block {b}, dropping the key {key_text(key)} from the cache"
+            if b in (hits or []):
+                out += f" (block {b} is one of the hits its own lookup has just found, not yet touched)"
+    return out
+
+
+def _alloc_prompt_words(who: str, binds: dict, before: dict, after: dict) -> str:
+    blocks = list(binds.get("blocks") or [])
+    me = after["branches"][who]
+    if not blocks:
+        return f"{who} needs no new block for its prompt: its working table is {me['working']}."
+    each = " each" if len(blocks) > 1 else ""
+    return (f"{who} allocates {_blocks(blocks)} for the rest of its prompt (refcount 1{each}), appended to its working "
+            f"table: {me['working']}" + _evicts(list(binds.get("evicted") or []), before,
+                                                  list(before["branches"][who].get("hits") or [])) + ".")
+
+
+def _prefill_words(who: str, binds: dict, before: dict, after: dict) -> str:
+    frm, to = binds["from"], binds["to"]
+    me, was = after["branches"][who], before["branches"][who]
+    kernel = next(q["kernel"] for q in reversed(after["queue"]) if "kernel" in q and q["kernel"]["branch"] == who)
+    B = _block_size(before)
+    blocks = list(dict.fromkeys(kernel["snapshot"][p // B] for p in range(frm, to + 1)))
+    where = f"position {frm}" if frm == to else f"positions {frm} to {to}"
+    hits = f"; positions 0 to {frm - 1} are its cache hits, not recomputed" if frm else ""
+    return (f"{who} launches its prefill: one kernel that will write {_tokens(me['sequence'][frm:to + 1])} at {where} "
+            f"into {_blocks(blocks)} through its published table {kernel['snapshot']}, then read positions 0 to {to}{hits}. "
+            f"pos {was['pos']} → {me['pos']}, verified {me['verified']}.")
+
+
+def _keying_words(who: str, op: str, binds: dict, before: dict, after: dict) -> str:
+    """cache-full / cache-drafts: each block keyed and its key, and each full
+    block that stays unkeyed because another block holds its key."""
+    B = _block_size(before)
+    me = after["branches"][who]
+    keyed, seq = list(binds.get("keyed") or []), me["sequence"]
+    limit = me["verified"] if op == "cache-full" else me["pos"]
+    cache = before.get("cache") or {}
+    named, duplicates = [], []
+    for i, b in enumerate(me["working"]):
+        if (i + 1) * B > limit:
+            break
+        key = seq[:(i + 1) * B]
+        if b in keyed:
+            named.append(f"block {b} under {key_text(key)}")
+        elif before["blocks"][b].get("key") is None and " ".join(key) in cache:
+            duplicates.append(f" Block {b} is a full duplicate: block {cache[' '.join(key)]} already holds {key_text(key)}, "
+                              f"so block {b} stays unkeyed.")
+    counted = (f"its verified positions (verified {limit})" if op == "cache-full" else
+               f"every position it has written, drafts included (pos {limit}, verified {me['verified']})")
+    if named:
+        text = f"{who} keys its full blocks, counting {counted}: {', '.join(named)}; the cache now maps each key to its block."
+    else:
+        text = f"{who} keys no block, counting {counted}: no full block of its working table is new to the cache."
+    return text + "".join(duplicates)
+
+
+def _cache_words(who: str, op: str, args: list[str], binds: dict, before: dict, after: dict,
+                 spec: Optional[dict]) -> Optional[str]:
+    """What a step of prefix caching did (docs/semantics.md#prefix-caching);
+    None for the other steps."""
+    if op == "lookup":
+        return _lookup_words(who, list(binds.get("hits") or []), list((spec or {}).get("prompt") or []), before)
+    if op == "touch-hits":
+        return _touch_words(who, list(binds.get("hits") or []), before, after)
+    if op == "alloc-prompt":
+        return _alloc_prompt_words(who, binds, before, after)
+    if op == "prefill":
+        return _prefill_words(who, binds, before, after)
+    if op in ("cache-full", "cache-drafts"):
+        return _keying_words(who, op, binds, before, after)
+    if op == "alloc-no-evict":
+        block = binds[args[0]]
+        key = before["blocks"][block].get("key")
+        text = f"{who} takes block {block} from the free list as '{args[0]}' (refcount 1) without evicting it"
+        if key:
+            return (f"{text}: the block keeps its key {key_text(key)}, so the cache still maps {key_text(key)} "
+                    f"to a block {who} now owns and will write (a stale key).")
+        return f"{text} (it has no key: nothing is left stale)."
+    if op == "alloc" and "evicted" in binds:
+        key = before["blocks"][binds["evicted"]].get("key")
+        return (f"{who} takes block {binds['evicted']} from the free list as '{args[0]}' (refcount 1), evicting it: "
+                f"the key {key_text(key or [])} leaves the cache.")
+    return None
+
+
+def _verified_words(who: str, op: str, before: dict, after: dict) -> str:
+    """What a step did to a request's verified count, where it says
+    something: a draft's write leaves it, verify and rewind move it."""
+    was, me = before["branches"][who].get("verified"), after["branches"][who].get("verified")
+    if was is None or op not in ("write", "verify", "rewind"):
+        return ""
+    if op == "write":
+        return f" It is a draft: verified stays {me} until the verifier accepts it." if was == me else ""
+    return f" Verified: {was} → {me}." if was != me else f" Verified stays {me}."
+
+
+def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict, spec: Optional[dict] = None) -> str:
+    """What a branch's step did, in one sentence (the step table,
+    docs/semantics.md#steps; `spec`: the branch's scenario entry, which a
+    cache scenario's lookup needs for its prompt)."""
     op, *args = step.split()
+    return _step_words(who, op, args, binds, before, after, spec) + _verified_words(who, op, before, after)
+
+
+def _step_words(who: str, op: str, args: list[str], binds: dict, before: dict, after: dict, spec: Optional[dict]) -> str:
+    step = " ".join([op, *args])
     arg: list[Any] = [binds.get(a) for a in args]  # block ids, as recorded
     me = after["branches"][who]
     program = _program_words(who, op, binds, before, after)
     if program is not None:
         return program
+    cache = _cache_words(who, op, args, binds, before, after, spec)
+    if cache is not None:
+        return cache
     if op == "decide":
         tail = binds.get("tail")
         return (f"{who} decides how to write position {me['pos']}: the {binds['path']} path"
@@ -244,7 +489,8 @@ def _branch_words(who: str, step: str, binds: dict, before: dict, after: dict) -
         return (f"{who} launches a kernel that will write {kernel['token']} at position {kernel['pos']} "
                 f"through its published table {kernel['snapshot']}.")
     if op == "decref-all":
-        return f"{who} drops its reference to every block of its working table {before['branches'][who]['working']} and clears both tables."
+        order = ", from its last entry to its first," if "verified" in me else ""
+        return f"{who} drops its reference to every block of its working table {before['branches'][who]['working']}{order} and clears both tables."
     if op == "check-output":
         return f"{who} checks its output: positions 0 to {binds['pos'] - 1} read through its working table {binds['table']}."
     return f"{who}: {step}."
@@ -357,11 +603,18 @@ def _host_words(action: dict, binds: dict, before: dict, after: Optional[dict]) 
     return f"{who} is pruned: it calls free({who!r}) with its table {binds['table']}{flight}. {_books(who, before, after)}"
 
 
-def _device_words(op: str, binds: dict, after: dict) -> str:
+def _device_words(op: str, binds: dict, before: dict, after: dict) -> str:
     """What a device completion did, in one sentence."""
     if op == "copy-complete":
         return (f"The device completes the copy of block {binds['src']} into block {binds['dst']}: "
                 f"block {binds['dst']} now holds {_slots(after['blocks'][binds['dst']]['slots'])}.")
+    if "from" in binds:     # a prefill: several positions, perhaps several blocks
+        frm, pos = binds["from"], binds["pos"]
+        kernel = next((q["kernel"] for q in before["queue"]
+                       if "kernel" in q and q["kernel"]["branch"] == binds["branch"] and q["kernel"]["pos"] == pos), None)
+        tokens = f"{_tokens(kernel['expected'][frm:pos + 1])} " if kernel else ""
+        return (f"The device completes {binds['branch']}'s prefill kernel: it writes {tokens}(positions {frm} to {pos}) "
+                f"into {_blocks(list(binds['blocks']))}, then reads positions 0 to {pos} through its snapshot.")
     return (f"The device completes {binds['branch']}'s kernel: it writes {binds['token']} into block "
             f"{binds['block']}, slot {binds['slot']}, then reads positions 0 to {binds['pos']} through its snapshot.")
 
@@ -380,7 +633,12 @@ def _consequences(before: dict, after: dict, harness: bool = False) -> str:
         if block not in before["free"]:
             if harness:
                 continue
+            key = after["blocks"][block].get("key")
             first = " and will be the next one allocated" if after["free"][0] == block else ""
+            if key:
+                out += (f" Block {block} is now FREE but stays cached under {key_text(key)}: a later request may hit it "
+                        f"until an allocation evicts it{first.replace(' and will', '; it will')}.")
+                continue
             out += f" Block {block} is now FREE: it is back on the free list{first}."
         elif after["blocks"][block]["refcount"] > before["blocks"][block]["refcount"]:
             out += (f" Block {block} stays FREE: its refcount rose, yet the allocator keeps it on its free list." if harness else
@@ -391,24 +649,30 @@ def _consequences(before: dict, after: dict, harness: bool = False) -> str:
     return out
 
 
-def action_words(action: dict, before: dict, after: Optional[dict]) -> str:
+def action_words(action: dict, before: dict, after: Optional[dict], scenario: Optional[dict] = None) -> str:
     """The action of one step (JSON forms) as a sentence a person can follow
-    without knowing the step language, with what else it caused."""
+    without knowing the step language, with what else it caused (`scenario`,
+    JSON form: a cache scenario's lookup names the request's prompt)."""
     binds = {k: list(v) if isinstance(v, tuple) else v for k, v in action["binds"].items()}   # as in a file
     if is_host_call(action):
         return _host_words(action, binds, before, after) + ("" if after is None else _consequences(before, after, True))
     if after is None:
+        if action["step"] == "prefill":
+            table = before["branches"][action["actor"]]["published"]
+            return (f"{action['actor']} tries to launch its prefill of positions {binds['from']} to {binds['to']}, but its "
+                    f"published table {table} does not cover them: no kernel is launched.")
         return f"{action['actor']} tries to write, but its published table does not cover the position: no kernel is launched."
     if action["actor"] == DEVICE:
-        sentence = _device_words(action["op"], binds, after)
+        sentence = _device_words(action["op"], binds, before, after)
     else:
-        sentence = _branch_words(action["actor"], action["step"], binds, before, after)
+        specs = dict(zip(BRANCH_NAMES, (scenario or {}).get("branch", [])))
+        sentence = _branch_words(action["actor"], action["step"], binds, before, after, specs.get(action["actor"]))
     return sentence + _consequences(before, after)
 
 
 def describe(witness: dict) -> str:
     """What the invariant expected and what happened, in one sentence."""
-    if "expected" in witness:
+    if "expected_sequence" in witness:      # faithful-output (cache-immutable's witness has an `expected` too)
         where = (f"branch {witness['branch']}'s kernel for position {witness['pos']} read through snapshot {witness['snapshot']}"
                  if witness.get("via") == "kernel" else
                  f"branch {witness['branch']}'s check-output read through its working table {witness.get('table')}")

@@ -28,9 +28,15 @@
         incoming[c.dst] = Math.max(incoming[c.dst] || 0, c.n);
       } else {
         const k = op.kernel;
-        const target = k.snapshot[Math.floor(k.pos / B)];
-        pending[target + ":" + (k.pos % B)] = k.token;
-        note(target, "kernel " + k.branch + "@" + k.pos + " in flight: will write " + k.token + " into slot " + (k.pos % B));
+        /* a prefill writes positions from .. pos (its tokens are the expected sequence's) */
+        const first = k.from === undefined ? k.pos : k.from;
+        for (let p = first; p <= k.pos; p++) {
+          const target = k.snapshot[Math.floor(p / B)];
+          const written = p === k.pos ? k.token : k.expected[p];
+          pending[target + ":" + (p % B)] = written;
+          note(target, (k.from === undefined ? "kernel " : "prefill kernel ") + k.branch + "@" + k.pos +
+            " in flight: will write " + written + " into slot " + (p % B));
+        }
       }
     });
     return { notes: notes, pending: pending, incoming: incoming };
@@ -70,16 +76,19 @@
     block.slots.forEach(function (_, i) { slots.appendChild(slotCell(block, i, flight, mark)); });
     const markNote = mark ? el("p", { class: "mark-label" }, "✗ " + (mark.slot === undefined ? "" : "slot " + mark.slot + ": ") + mark.label) : null;
     const notes = el("ul", { class: "notes" }, el("li", {}, mappedBy(frame.state, block.id)));
+    const keyed = Boolean(block.key);   // cache scenarios: in the prefix cache while it has a key
     (flight.notes[block.id] || []).forEach(function (text) { notes.appendChild(el("li", {}, text)); });
     return el("div", {
-      class: "block" + (block.free ? " free" : "") + (touched ? " changed" : "") + (mark ? " violating" : ""),
+      class: "block" + (block.free ? " free" : "") + (keyed ? " keyed" : "") + (touched ? " changed" : "") + (mark ? " violating" : ""),
       "data-block": block.id, role: "group", "aria-label": "block " + block.id,
     },
       el("div", { class: "block-head" }, el("span", { class: "name" }, "block " + block.id),
         block.free ? el("span", { class: "tag free-tag" }, "FREE") : null,
+        keyed ? el("span", { class: "tag keyed-tag" }, "KEYED") : null,
         touched ? el("span", { class: "tag changed-tag" }, "changed") : null,
         mark ? el("span", { class: "tag bad-tag" }, "✗ VIOLATION") : null),
       slots,
+      keyed ? el("p", { class: "key" }, "key (" + block.key.join(" ") + ")" + (block.free ? ": free, still cached" : "")) : null,
       markNote,
       el("div", { class: "counts" }, el("span", { class: "refcount" }, "refcount " + block.refcount),
         data.harness ? null : " · ", data.harness ? null : el("span", { class: "holds" }, "holds " + block.holds)),  // allocator code has no holds
@@ -99,6 +108,11 @@
       $("free-list").textContent = free.length
         ? "Free list (front first): " + free.join(" → ") + " — the next alloc takes block " + free[0] + "."
         : "Free list: empty — no block can be allocated.";
+      const cached = free.filter(function (id) { return frame.state.blocks[id].key; });
+      if (data.cache && cached.length) {
+        $("free-list").textContent += " Free but still cached: " + cached.map(function (id) { return "block " + id; }).join(", ") +
+          " (a request may hit " + (cached.length === 1 ? "it" : "them") + " until an allocation evicts " + (cached.length === 1 ? "it" : "them") + ").";
+      }
     }
     drawArrows(frame.state);
   }
@@ -143,6 +157,22 @@
     svg.replaceChildren.apply(svg, items);
   }
 
+  /* -- the prefix cache (cache scenarios) -------------------------------- */
+  function renderCache(frame) {
+    if (!data.cache) return;
+    const cache = frame.state.cache || {};
+    const keys = Object.keys(cache).sort(function (a, b) { return cache[a] - cache[b]; });
+    const rows = keys.map(function (key) {
+      const block = frame.state.blocks[cache[key]];
+      const touched = frame.touched.indexOf(block.id) >= 0;
+      return el("tr", { "data-block": block.id, class: touched ? "changed" : null },
+        el("td", { class: "key" }, "(" + key + ")"), el("td", {}, "block " + block.id),
+        el("td", {}, block.free ? "FREE, still cached: an allocation evicts it" : "in use (refcount " + block.refcount + ")"));
+    });
+    if (!rows.length) rows.push(el("tr", { class: "nothing" }, el("td", { colspan: "3" }, "empty: no block has a key")));
+    $("cache-rows").replaceChildren.apply($("cache-rows"), rows);
+  }
+
   /* -- branches and the device queue ------------------------------------ */
   function table(kind, blocks, state) {
     const row = el("div", { class: "table " + kind }, el("span", { class: "table-label" }, kind));
@@ -170,11 +200,12 @@
     const rows = Object.keys(frame.state.branches).map(function (name) {
       const br = frame.state.branches[name];
       const active = frame.actor === name;
-      const unborn = br.status === "unborn";
+      const unborn = br.status === "unborn" || br.status === "waiting";   // no tables yet
       return el("div", { class: "branch" + (active ? " active" : "") + (unborn ? " unborn" : ""), "data-branch": name },
         el("div", { class: "branch-head" }, el("b", { class: "branch-name" }, "branch " + name),
           " ", el("span", { class: "status" }, br.status), unborn ? null : " · ",
           unborn ? null : el("span", { class: "pos" }, "pos " + br.pos),
+          unborn || br.verified === undefined ? null : el("span", { class: "verified" }, " · verified " + br.verified),
           active ? el("span", { class: "tag" }, "acted") : null),
         el("div", { class: "doing" }, frame.doing[name]),
         unborn ? null : table(data.harness ? "table" : "working", br.working, frame.state),   // allocator code: one table
@@ -192,6 +223,11 @@
       }
       const k = op.kernel;
       const target = k.snapshot[Math.floor(k.pos / B)];
+      if (k.from !== undefined) {
+        return el("li", { class: "kernel-op" }, "prefill kernel " + k.branch + "@" + k.from + "–" + k.pos + ": will write " +
+          k.expected.slice(k.from, k.pos + 1).join(" ") + " at positions " + k.from + " to " + k.pos + ", reading through [" +
+          k.snapshot.join(", ") + "]");
+      }
       return el("li", { class: "kernel-op" }, "kernel " + k.branch + "@" + k.pos + ": will write " + k.token +
         " into block " + target + ", slot " + (k.pos % B) + ", reading through [" + k.snapshot.join(", ") + "]");
     });
@@ -265,7 +301,7 @@
       el("p", { class: "holds-when" }, "It holds when: " + violation.holds_when),
       el("p", { class: "sentence" }, violation.sentence),
     ];
-    if (w.expected !== undefined) {
+    if (w.expected_sequence !== undefined) {   // faithful-output (cache-immutable has an expected token only)
       parts.push(el("p", { class: "expected-read" }, "Expected ", el("b", { class: "expected" }, w.expected),
         " at position " + w.position + ", read ", el("b", { class: "read" }, w.read === null ? "_" : w.read),
         "."));
@@ -301,6 +337,7 @@
     renderAction(frame);
     renderViolation();
     renderPool(frame);
+    renderCache(frame);
     renderBranches(frame);
     renderQueue(frame);
     renderStepList();

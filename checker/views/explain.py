@@ -60,6 +60,11 @@ def _queue(model: Model, state: State) -> str:
     for op in state.queue:
         if type(op) is Copy:
             items.append(f"copy {op.src}->{op.dst} ({op.n} slot{'s' if op.n != 1 else ''})")
+        elif op.span > 1:        # a prefill: several positions, maybe several blocks
+            first = op.pos - op.span + 1
+            blocks = ", ".join(str(b) for b in dict.fromkeys(op.snapshot[p // model.B] for p in op.written))
+            items.append(f"prefill {model.names[op.branch]}@{first}-{op.pos} writes {' '.join(op.expected[first:op.pos + 1])} "
+                         f"into block{'s' if ',' in blocks else ''} {blocks} via {list(op.snapshot)}")
         else:
             target = op.snapshot[op.pos // model.B]
             items.append(f"kernel {model.names[op.branch]}@{op.pos} writes {op.token} into block {target} via {list(op.snapshot)}")

@@ -19,4 +19,10 @@ class SpecError(Exception):
     def __str__(self) -> str:
         where = f"{self.source}: " if self.source else ""
         key = f"key '{self.key}': " if self.key else ""
-        return f"{where}{key}{self.message}"
+        return one_line(f"{where}{key}{self.message}")
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped (a newline or carriage
+    return quoted from a bad file would split the one error line)."""
+    return "".join(c if c >= " " or c == "\t" else repr(c)[1:-1] for c in text)

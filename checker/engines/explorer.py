@@ -1,5 +1,9 @@
 """Breadth-first exploration of every reachable state.
 
+One idea, though long: one search and what it keeps (the graph, for
+traces and for the measures over complete runs), with the hooks the
+reductions and the profile plug into.
+
 The explorer knows transition systems, not KV caches: it takes a model with
 `init_state()`, `successors(state)` and `is_final(state)`, a set of
 invariants, and optional measure hooks (a gauge to maximize over states, a

@@ -16,7 +16,14 @@ Traces of allocator code through the engine harness (cowcheck.model.harness)
 read the same way: each host call is one action, told as the call and what
 followed from it (the copies it returned and the kernel launched, the child
 born, the drafts rolled back, the output checked, the exception it raised),
-with the allocator's refcounts as it reports them."""
+with the allocator's refcounts as it reports them. Cache scenarios add the
+sentences of prefix caching (a lookup's hits, a touch, an eviction, a
+prefill, the keys cache-full gives, why a request still waits).
+
+One idea, though long: the sentence for every kind of action, one small
+function each, sharing the helpers that write a block, a token and a
+change; split by topic the helpers would have to move to a third module
+that every part imports."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ import importlib
 import importlib.util
 import pickle
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional, cast
@@ -54,6 +55,25 @@ NEEDS = {"refcount": ("refcount-write", "refcount-exact"), "free_blocks": ("no-l
 class OutOfBlocks(Exception):
     """Raised by an adapter whose allocator has no free block: the call is
     not enabled now (the branch waits)."""
+
+
+class CallDeadline(BaseException):
+    """Raised inside an adapter call that ran past its deadline, by the
+    checker's guard (cowcheck.adapters.deadline, through `HarnessModel.guard`).
+    A BaseException, as KeyboardInterrupt is, so that the allocator's own
+    `except Exception` does not take it for an error of its code."""
+
+    def __init__(self, adapter: str, call: str, seconds: float):
+        self.adapter, self.call, self.seconds = adapter, call, seconds
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"call deadline: {self.adapter} {self.call} did not return within {self.seconds:g} s"
+
+
+def unguarded(call: str) -> AbstractContextManager[None]:
+    """The harness's default guard: every adapter call runs as long as it takes."""
+    return nullcontext()
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,6 +160,10 @@ class HarnessModel:
             assert scenario.allocator is not None, "a harness needs allocator code"
             factory = load_factory(scenario.allocator, Path(scenario.allocator_base or Path(scenario.source).parent), scenario.source)
         self.factory = factory
+        #: what every adapter call runs inside, given the call as written
+        #: (`append('a', 'a1')`): the checker's per-call deadline
+        #: (cowcheck.adapters.deadline); the model itself sets none
+        self.guard: Callable[[str], AbstractContextManager[None]] = unguarded
         adapter = self._make()
         self.observes = {name: callable(getattr(adapter, name, None)) for name in NEEDS}
         self.coarse = callable(getattr(adapter, "snapshot", None))
@@ -153,7 +177,8 @@ class HarnessModel:
 
     def _make(self) -> Any:
         try:
-            adapter = self.factory(self.P, self.B)
+            with self.guard(f"factory({self.P}, {self.B})"):
+                adapter = self.factory(self.P, self.B)
         except TypeError as err:
             raise self._bad("factory", f"must accept (pool, block_size) and return the adapter ({err})") from None
         missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
@@ -219,10 +244,17 @@ class HarnessModel:
 
     # -- the TransitionSystem interface ---------------------------------------
     def init_state(self) -> State:
+        try:
+            return self._init_state()
+        except CallDeadline as late:    # nothing to explore without a start
+            raise self._bad(late.call.partition("(")[0], str(late)) from None
+
+    def _init_state(self) -> State:
         adapter = self._make()
         roots = [self.names[i] for i in self.scenario.roots]
         try:
-            adapter.start(roots, self.scenario.prompt)
+            with self.guard(f"start({roots!r}, {self.scenario.prompt})"):
+                adapter.start(roots, self.scenario.prompt)
         except SpecError:
             raise
         except Exception as err:     # nothing to explore without a start
@@ -230,7 +262,8 @@ class HarnessModel:
         s = self.scenario
         branches = [born(s.prompt, prompt(s), ()) if spec.parent is None else UNBORN for spec in s.branches]
         empty = State(tuple(Block(0, 0, (None,) * self.B) for _ in range(self.P)), (), (), ())
-        state = self._observe(adapter, empty, branches, Draft(empty, "lifo"))
+        with self.guard("table(...), refcount(...), free_blocks() after start"):
+            state = self._observe(adapter, empty, branches, Draft(empty, "lifo"))
         table = state.branches[s.roots[0]].working
         if len(table) < s.prompt_blocks:
             raise self._bad("start", f"start({roots}, {s.prompt}) must give the roots the prompt's {s.prompt_blocks} blocks, table(a) is {list(table)}")
@@ -308,8 +341,9 @@ class HarnessModel:
                                  Op.ROLLBACK: (name, rejected)}.get(op, (name,))
         call = f"{method}({', '.join(map(repr, args))})"
         try:
-            returned = getattr(adapter, method)(*args)
-            out.append(self._after(state, adapter, i, op, method, returned, d, branches, binds, token, child, rejected))
+            with self.guard(call):      # the observers right after it count in its time
+                returned = getattr(adapter, method)(*args)
+                out.append(self._after(state, adapter, i, op, method, returned, d, branches, binds, token, child, rejected))
         except OutOfBlocks:
             return              # not enabled: the branch waits for a block
         except SpecError:

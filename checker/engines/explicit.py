@@ -16,6 +16,7 @@ from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.system import ProtocolModel, TransitionSystem
 
+from cowcheck.adapters.deadline import DEFAULT_SECONDS, Deadline
 from cowcheck.engines.explorer import Exploration, Explorer, NotRebuilt
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
@@ -44,6 +45,8 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     and branch names the checker cannot rename."""
     model = system or system_for(scenario)
     harness = isinstance(model, HarnessModel)
+    if isinstance(model, HarnessModel):
+        model.guard = Deadline(deadline_for(scenario, options), model.ref)
     invariants, unsupported = for_system(invariants, model)
     validate_expect(scenario, harness)
     # only a protocol file's states can be renamed, reordered and encoded
@@ -112,6 +115,14 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     if peak_state is not None:
         peak = Counterexample.from_run(scenario, init, rebuilt(lambda: explorer.path_to(peak_state)), peak=x.peak)
     return ExplicitResult(scenario, verdicts, x.complete, x.stopped, x.seconds, exploration=x, peak_trace=peak)
+
+
+def deadline_for(scenario: Scenario, options: SearchOptions) -> float:
+    """Seconds one adapter call may run: the command line's, the scenario's, or the default (0: none)."""
+    for seconds in (options.call_deadline, scenario.call_deadline):
+        if seconds is not None:
+            return seconds
+    return DEFAULT_SECONDS
 
 
 #: a state's parts, as a sentence names what a call changed

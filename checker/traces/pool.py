@@ -176,6 +176,7 @@ class Pool:
             for i in range(scenario.prompt):  # the fork: the prompt fills blocks 0 .. in order
                 memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
         else:       # where the trace's initial state has them (allocator code chooses the prompt's blocks)
+            assert initial is not None, "a cache scenario's pool starts from its trace's initial state"
             for block in initial["blocks"]:
                 for slot, token in enumerate(block["slots"]):
                     if token is not None:

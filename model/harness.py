@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import linecache
 import pickle
 import sys
+import sysconfig
+import traceback
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,17 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import (UNBORN, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final, is_steady,
                     prompt, prompt_slots, read)
 from cowcheck.model.structure import Op
+
+#: the prefix of the module name a file named by path is imported under
+PATH_MODULE = "cowcheck_allocator_"
+_STANDARD = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib"))
+_SITE = tuple(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+
+
+def _standard(path: str) -> bool:
+    """A file of the standard library, or no file (`<frozen ...>`, `<string>`)."""
+    return path.startswith("<") or (path.startswith(_STANDARD) and not path.startswith(_SITE))
+
 
 REQUIRED = ("start", "append", "fork", "rollback", "free", "table")
 #: the invariants an optional observer is needed for, and why they are not checked without it
@@ -123,7 +137,7 @@ def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]
             raise SpecError(source, "allocator", f"{ref!r}: file {str(path)!r} not found (a path is relative to the scenario's folder; "
                               "given with --allocator, to the working folder)")
         # registered under a stable name, so the adapter's classes pickle
-        module_name = "cowcheck_allocator_" + "".join(c if c.isalnum() else "_" for c in str(path))
+        module_name = PATH_MODULE + "".join(c if c.isalnum() else "_" for c in str(path))
         module = sys.modules.get(module_name)
         if module is None:
             spec = importlib.util.spec_from_file_location(module_name, path)
@@ -350,7 +364,7 @@ class HarnessModel:
             raise
         except Exception as err:  # the call itself, or an observer right after it
             raised = f"{type(err).__name__}: {err}"
-            d.facts.append(AllocatorRaised(i, call, raised))
+            d.facts.append(AllocatorRaised(i, call, raised, self.user_frames(err)))
             out.append(Transition(Action(name, op, method, (("call", call), ("raised", raised))), None, tuple(d.facts)))
 
     def _after(self, state: State, adapter: Any, i: int, op: Op, method: str, returned: Any, d: Draft,
@@ -387,6 +401,31 @@ class HarnessModel:
             binds.append(("pos", br.pos))
         binds.append(("table", after.branches[i].working if op not in (Op.FINISH, Op.CANCEL) else br.working))
         return Transition(Action(name, op, method, tuple(binds)), after, tuple(d.facts))
+
+    def user_frames(self, err: BaseException, keep: int = 6) -> tuple[str, ...]:
+        """The allocator's own frames of the traceback (its innermost
+        `keep`), without the harness's and the standard library's, each as
+        `label:line in function: code`. A file the scenario names by path is
+        labelled by its path relative to the scenario's folder (its file name
+        when outside it), any other module by its name: the same on every
+        machine, so committed counterexamples regenerate byte for byte."""
+        base = Path(self.scenario.allocator_base or Path(self.scenario.source).parent).resolve()
+        out = []
+        for frame, line in traceback.walk_tb(err.__traceback__):
+            module = str(frame.f_globals.get("__name__", ""))
+            path = frame.f_code.co_filename
+            if (module.startswith("cowcheck.") and not module.startswith("cowcheck.specs")) or _standard(path):
+                continue
+            if module.startswith(PATH_MODULE) or module in ("", "__main__"):
+                try:
+                    label = Path(path).resolve().relative_to(base).as_posix()
+                except ValueError:
+                    label = Path(path).name
+            else:
+                label = module
+            code = linecache.getline(path, line).strip()
+            out.append(f"{label}:{line} in {frame.f_code.co_name}" + (f": {code}" if code else ""))
+        return tuple(out[-keep:])
 
     def _copies(self, returned: Any) -> list[tuple[int, int]]:
         if returned is None:

@@ -272,6 +272,10 @@
       if (decoded) parts.push(decodedLine(violation.step));
       parts.push(sequences(w));
     }
+    if (w.traceback && w.traceback.length) {     // allocator-error: the allocator's own frames, innermost last
+      parts.push(el("p", { class: "traceback-title" }, "The allocator's traceback (innermost last):"),
+        el("pre", { class: "traceback" }, w.traceback.join("\n")));
+    }
     panel.replaceChildren.apply(panel, parts);
   }
 

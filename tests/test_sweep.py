@@ -397,3 +397,59 @@ def test_the_html_page_labels_every_cell_and_links_the_violations(small, tmp_pat
         page = tmp_path / "page" / link
         assert page.is_file() and "cowcheck-data" in page.read_text()
     assert (tmp_path / "page" / "grid" / "small~premature-decrement-async-lifo-B2-L3-2x2.faithful-output.json").is_file()
+
+
+TWO_CELLS = '[grid]\nname = "g"\nprotocol = ["cow", "premature-decrement"]\nblock_size = 2\nprompt = 3\nbranches = 2\nappends = 1\n'
+
+
+def test_the_progress_bar_is_there_before_the_cells_are_made(tmp_path, monkeypatch):
+    """Issue 27, item 5: a big grid's cells take a while to make; the bar
+    counts them from the start, then the cells checked."""
+    from click.testing import CliRunner
+    from cowcheck.cli import main, sweep as sweep_cli
+    (tmp_path / "g.toml").write_text(TWO_CELLS)
+    events: list = []
+    real_init, real_expand, real_checking = sweep_cli.SweepProgress.__init__, sweep_cli.expand, sweep_cli.SweepProgress.checking
+
+    def init(self, console, total):
+        real_init(self, console, total)
+        events.append(("bar", total))
+
+    def expand(grids, made=None):
+        events.append("making")
+        return real_expand(grids, made=lambda n: (events.append(("made", n)), made(n) if made else None))
+
+    def checking(self, total):
+        events.append(("checking", self.bar.tasks[0].completed, self.bar.tasks[0].fields["phase"]))
+        real_checking(self, total)
+
+    monkeypatch.setattr(sweep_cli.SweepProgress, "__init__", init)
+    monkeypatch.setattr(sweep_cli.SweepProgress, "checking", checking)
+    monkeypatch.setattr(sweep_cli, "expand", expand)
+    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "g.toml"), "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    assert events == [("bar", 2), "making", ("made", 2), ("checking", 2, "made")]
+    assert result.stderr.splitlines()[0] == "2 cell(s) in 1 grid(s)"
+
+
+def test_summary_leaves_the_per_cell_table_out_and_so_does_a_big_grid(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+    from cowcheck.cli import main, sweep as sweep_cli
+    (tmp_path / "g.toml").write_text(TWO_CELLS)
+
+    def run(*flags: str) -> str:
+        result = CliRunner().invoke(main, ["sweep", str(tmp_path / "g.toml"), "--workers", "0", *flags])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    full = run()
+    assert "per cell" in full and "g~cow-async-lifo-B2-L3-2x1 " in full and "left out" not in full
+    summary = run("--summary")
+    assert "per invariant" in summary and "exclusive-write" in summary and "per cell" not in summary
+    assert "g~cow-async-lifo-B2-L3-2x1 " not in summary
+    assert "per-cell table left out (--summary): --per-cell prints it; --json and --html keep every cell" in summary
+    assert summary.rstrip().splitlines()[-1].startswith("2 cell(s): 1 safe and disciplined, 1 safe but undisciplined")
+    monkeypatch.setattr(sweep_cli, "PER_CELL_MAX", 1)
+    big = run()
+    assert "per cell" not in big and "per-cell table left out (2 cells, more than 1): --per-cell prints it" in big
+    assert "per cell" in run("--per-cell")

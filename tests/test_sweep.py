@@ -453,3 +453,70 @@ def test_summary_leaves_the_per_cell_table_out_and_so_does_a_big_grid(tmp_path, 
     big = run()
     assert "per cell" not in big and "per-cell table left out (2 cells, more than 1): --per-cell prints it" in big
     assert "per cell" in run("--per-cell")
+
+
+# -- the page of several grids, in the browser ----------------------------------------------
+#: the longest list of broken invariants a cell of the shipped grids shows, in every other cell
+WORST = {"faithful-output": 27, "no-underflow": 17, "exclusive-write": 18, "refcount-write": 12, "no-use-after-free": 10,
+         "refcount-exact": 12, "copy-before-use": 14}
+
+
+def shipped_grids_sweep():
+    """The shipped grids' cells with made-up verdicts (checking them all
+    takes a while): every other cell unsafe with the longest list of
+    broken invariants."""
+    from cowcheck.sweeps.grid import grid_files
+    from cowcheck.sweeps.sweep import Sweep
+    grids = [load_grid(p) for p in grid_files(ROOT / "specs" / "grids")]
+    cells = expand(grids)
+    for c in cells:
+        broken = WORST if c.index % 2 else {}
+        c.data = {"summary": "unsafe" if broken else "safe and disciplined", "complete": True,
+                  "verdicts": {i: {"outcome": "violated", "length": n, "kind": "harm"} for i, n in broken.items()}}
+    return Sweep(grids, cells)
+
+
+def test_the_page_of_several_grids_has_a_table_per_grid_with_its_own_axes():
+    from cowcheck.sweeps.page import COLUMNS_PER_TABLE, sweep_html
+    import re
+    result = shipped_grids_sweep()
+    text = sweep_html(result, {})
+    sections = re.findall(r'<section class="grid-section" id="grid-([^"]+)">(.*?)</section>', text, re.S)
+    assert [name for name, _ in sections] == [g.name for g in result.grids]
+    for name, body in sections:
+        heads = re.findall(r"<thead><tr>(.*?)</tr></thead>", body, re.S)
+        assert heads and all(h.count('scope="col"') - 1 <= COLUMNS_PER_TABLE for h in heads)
+        axes = set(re.findall(r'<span class="axis">([a-z_]+)</span>', body))
+        grid = next(g for g in result.grids if g.name == name)
+        assert axes == {a for a, values in grid.axes.items() if len(values) > 1} - {"protocol", "allocator", "device", "reuse"}
+        cells = sum(len(re.findall(r'<td class="v-', t)) for t in re.findall(r"<tbody>(.*?)</tbody>", body, re.S))
+        assert cells == grid.size, name
+    append_only = dict(sections)["append-only"]
+    assert "In every cell: reuse lifo · block_size 2 · prompt 3 · branches 2 · pool default" in append_only
+    assert "program" not in append_only and "prompts" not in append_only
+
+
+def test_the_page_of_several_grids_reads_in_a_window_1400_px_wide(browser, tmp_path):
+    """Issue 27, item 6: no column squeezed to a letter's width, no word
+    broken down a column, nothing cut off or sticking out, and not 21,000 px tall."""
+    from conftest import fits, opened, screenshot
+    from cowcheck.sweeps.page import sweep_html
+    path = tmp_path / "grids.html"
+    path.write_text(sweep_html(shipped_grids_sweep(), {}))
+    with opened(browser, path, width=1400) as page:
+        assert fits(page, 1400)
+        seen = page.evaluate("""() => [...document.querySelectorAll('table.cells')].map(t => ({
+            width: t.getBoundingClientRect().width, room: t.parentElement.clientWidth,
+            columns: [...t.querySelectorAll('thead th')].map(th => th.getBoundingClientRect().width),
+            words: [...t.querySelectorAll('.inv, .tag')].map(e => [e.textContent, e.getBoundingClientRect().width,
+                                                                              e.getBoundingClientRect().height]),
+        }))""")
+        assert len(seen) >= 5
+        for table in seen:
+            assert table["width"] <= table["room"], table            # nothing cut off behind a scroll bar
+            assert min(table["columns"]) >= 120, table["columns"]    # 8rem: a word and its length on a line
+        for text, width, height in (w for t in seen for w in t["words"]):
+            assert width >= 40 and height < 60, (text, width, height)   # no word stacked letter by letter
+        height = page.evaluate("document.documentElement.scrollHeight")
+        assert height < 12000, height       # every other cell with seven broken invariants; the real page is about 6,000
+        screenshot(page, "sweep-several-grids")

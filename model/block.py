@@ -67,6 +67,10 @@ class AllocatorRaised(NamedTuple):
     branch: int
     call: str                            # the call, as written: append('a', 'a1')
     error: str                           # the exception, as `Type: message`
+    #: the allocator's own frames, outermost first, innermost (where it
+    #: raised) last: `label:line in function: code`, labelled by module
+    #: name or path relative to the scenario's folder (cowcheck.model.harness.user_frames)
+    frames: tuple[str, ...] = ()
 
 
 class OutputChecked(NamedTuple):

@@ -35,3 +35,13 @@ def choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: st
     if value not in allowed:
         raise SpecError(source, key, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
     return value
+
+
+def seconds(data: dict[str, Any], key: str, source: str, maximum: float = 86400.0) -> float | None:
+    """A duration in seconds: a number from 0 (none) to `maximum`; None when the key is absent."""
+    if key not in data:
+        return None
+    value = data[key]
+    if type(value) not in (int, float) or not 0 <= value <= maximum:
+        raise SpecError(source, key, f"must be a number of seconds from 0 (no deadline) to {maximum:g}, got {value!r}")
+    return float(value)

@@ -30,8 +30,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import linecache
 import pickle
 import sys
+import sysconfig
+import traceback
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional, cast
@@ -46,6 +50,17 @@ from cowcheck.model.state import (UNBORN, Block, Branch, Copy, Kernel, State, St
                     prompt, prompt_slots, read)
 from cowcheck.model.structure import Op
 
+#: the prefix of the module name a file named by path is imported under
+PATH_MODULE = "cowcheck_allocator_"
+_STANDARD = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib"))
+_SITE = tuple(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+
+
+def _standard(path: str) -> bool:
+    """A file of the standard library, or no file (`<frozen ...>`, `<string>`)."""
+    return path.startswith("<") or (path.startswith(_STANDARD) and not path.startswith(_SITE))
+
+
 REQUIRED = ("start", "append", "fork", "rollback", "free", "table")
 #: the invariants an optional observer is needed for, and why they are not checked without it
 NEEDS = {"refcount": ("refcount-write", "refcount-exact"), "free_blocks": ("no-leak", "no-use-after-free")}
@@ -54,6 +69,25 @@ NEEDS = {"refcount": ("refcount-write", "refcount-exact"), "free_blocks": ("no-l
 class OutOfBlocks(Exception):
     """Raised by an adapter whose allocator has no free block: the call is
     not enabled now (the branch waits)."""
+
+
+class CallDeadline(BaseException):
+    """Raised inside an adapter call that ran past its deadline, by the
+    checker's guard (cowcheck.adapters.deadline, through `HarnessModel.guard`).
+    A BaseException, as KeyboardInterrupt is, so that the allocator's own
+    `except Exception` does not take it for an error of its code."""
+
+    def __init__(self, adapter: str, call: str, seconds: float):
+        self.adapter, self.call, self.seconds = adapter, call, seconds
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"call deadline: {self.adapter} {self.call} did not return within {self.seconds:g} s"
+
+
+def unguarded(call: str) -> AbstractContextManager[None]:
+    """The harness's default guard: every adapter call runs as long as it takes."""
+    return nullcontext()
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,7 +137,7 @@ def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]
             raise SpecError(source, "allocator", f"{ref!r}: file {str(path)!r} not found (a path is relative to the scenario's folder; "
                               "given with --allocator, to the working folder)")
         # registered under a stable name, so the adapter's classes pickle
-        module_name = "cowcheck_allocator_" + "".join(c if c.isalnum() else "_" for c in str(path))
+        module_name = PATH_MODULE + "".join(c if c.isalnum() else "_" for c in str(path))
         module = sys.modules.get(module_name)
         if module is None:
             spec = importlib.util.spec_from_file_location(module_name, path)
@@ -140,6 +174,10 @@ class HarnessModel:
             assert scenario.allocator is not None, "a harness needs allocator code"
             factory = load_factory(scenario.allocator, Path(scenario.allocator_base or Path(scenario.source).parent), scenario.source)
         self.factory = factory
+        #: what every adapter call runs inside, given the call as written
+        #: (`append('a', 'a1')`): the checker's per-call deadline
+        #: (cowcheck.adapters.deadline); the model itself sets none
+        self.guard: Callable[[str], AbstractContextManager[None]] = unguarded
         adapter = self._make()
         self.observes = {name: callable(getattr(adapter, name, None)) for name in NEEDS}
         self.coarse = callable(getattr(adapter, "snapshot", None))
@@ -153,7 +191,8 @@ class HarnessModel:
 
     def _make(self) -> Any:
         try:
-            adapter = self.factory(self.P, self.B)
+            with self.guard(f"factory({self.P}, {self.B})"):
+                adapter = self.factory(self.P, self.B)
         except TypeError as err:
             raise self._bad("factory", f"must accept (pool, block_size) and return the adapter ({err})") from None
         missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
@@ -219,10 +258,17 @@ class HarnessModel:
 
     # -- the TransitionSystem interface ---------------------------------------
     def init_state(self) -> State:
+        try:
+            return self._init_state()
+        except CallDeadline as late:    # nothing to explore without a start
+            raise self._bad(late.call.partition("(")[0], str(late)) from None
+
+    def _init_state(self) -> State:
         adapter = self._make()
         roots = [self.names[i] for i in self.scenario.roots]
         try:
-            adapter.start(roots, self.scenario.prompt)
+            with self.guard(f"start({roots!r}, {self.scenario.prompt})"):
+                adapter.start(roots, self.scenario.prompt)
         except SpecError:
             raise
         except Exception as err:     # nothing to explore without a start
@@ -230,7 +276,8 @@ class HarnessModel:
         s = self.scenario
         branches = [born(s.prompt, prompt(s), ()) if spec.parent is None else UNBORN for spec in s.branches]
         empty = State(tuple(Block(0, 0, (None,) * self.B) for _ in range(self.P)), (), (), ())
-        state = self._observe(adapter, empty, branches, Draft(empty, "lifo"))
+        with self.guard("table(...), refcount(...), free_blocks() after start"):
+            state = self._observe(adapter, empty, branches, Draft(empty, "lifo"))
         table = state.branches[s.roots[0]].working
         if len(table) < s.prompt_blocks:
             raise self._bad("start", f"start({roots}, {s.prompt}) must give the roots the prompt's {s.prompt_blocks} blocks, table(a) is {list(table)}")
@@ -308,15 +355,16 @@ class HarnessModel:
                                  Op.ROLLBACK: (name, rejected)}.get(op, (name,))
         call = f"{method}({', '.join(map(repr, args))})"
         try:
-            returned = getattr(adapter, method)(*args)
-            out.append(self._after(state, adapter, i, op, method, returned, d, branches, binds, token, child, rejected))
+            with self.guard(call):      # the observers right after it count in its time
+                returned = getattr(adapter, method)(*args)
+                out.append(self._after(state, adapter, i, op, method, returned, d, branches, binds, token, child, rejected))
         except OutOfBlocks:
             return              # not enabled: the branch waits for a block
         except SpecError:
             raise
         except Exception as err:  # the call itself, or an observer right after it
             raised = f"{type(err).__name__}: {err}"
-            d.facts.append(AllocatorRaised(i, call, raised))
+            d.facts.append(AllocatorRaised(i, call, raised, self.user_frames(err)))
             out.append(Transition(Action(name, op, method, (("call", call), ("raised", raised))), None, tuple(d.facts)))
 
     def _after(self, state: State, adapter: Any, i: int, op: Op, method: str, returned: Any, d: Draft,
@@ -353,6 +401,31 @@ class HarnessModel:
             binds.append(("pos", br.pos))
         binds.append(("table", after.branches[i].working if op not in (Op.FINISH, Op.CANCEL) else br.working))
         return Transition(Action(name, op, method, tuple(binds)), after, tuple(d.facts))
+
+    def user_frames(self, err: BaseException, keep: int = 6) -> tuple[str, ...]:
+        """The allocator's own frames of the traceback (its innermost
+        `keep`), without the harness's and the standard library's, each as
+        `label:line in function: code`. A file the scenario names by path is
+        labelled by its path relative to the scenario's folder (its file name
+        when outside it), any other module by its name: the same on every
+        machine, so committed counterexamples regenerate byte for byte."""
+        base = Path(self.scenario.allocator_base or Path(self.scenario.source).parent).resolve()
+        out = []
+        for frame, line in traceback.walk_tb(err.__traceback__):
+            module = str(frame.f_globals.get("__name__", ""))
+            path = frame.f_code.co_filename
+            if (module.startswith("cowcheck.") and not module.startswith("cowcheck.specs")) or _standard(path):
+                continue
+            if module.startswith(PATH_MODULE) or module in ("", "__main__"):
+                try:
+                    label = Path(path).resolve().relative_to(base).as_posix()
+                except ValueError:
+                    label = Path(path).name
+            else:
+                label = module
+            code = linecache.getline(path, line).strip()
+            out.append(f"{label}:{line} in {frame.f_code.co_name}" + (f": {code}" if code else ""))
+        return tuple(out[-keep:])
 
     def _copies(self, returned: Any) -> list[tuple[int, int]]:
         if returned is None:

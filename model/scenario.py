@@ -11,13 +11,14 @@ from typing import Any, Optional
 from cowcheck.model.branches import (BRANCH_NAMES, CACHE_BRANCH_KEYS, BranchSpec, Operation, branch_definition, no_forks,
                                      parse_branches, parse_requests)
 from cowcheck.model.errors import SpecError
-from cowcheck.model.fields import MAXIMA, choice, integer
+from cowcheck.model.fields import MAXIMA, choice, integer, seconds
 from cowcheck.model.protocol import Protocol, for_scenario, protocol_from_dict, read_toml, resolve_protocol
 
 DEVICES = ("async", "stream", "streams")
 REUSES = ("lifo", "fifo", "any")
 CACHES = ("none", "prefix")
-SCENARIO_KEYS = ("protocol", "allocator", "block_size", "prompt", "pool", "device", "reuse", "cache", "branch", "expect", "description")
+SCENARIO_KEYS = ("protocol", "allocator", "block_size", "prompt", "pool", "device", "reuse", "cache", "branch", "expect", "description",
+                 "call_deadline")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ class Scenario:
     #: a cache scenario (cache = "prefix"): requests that share full blocks
     #: through a prefix cache (docs/semantics.md#prefix-caching)
     cache: bool = False
+    #: seconds one adapter call may run before the check stops (None: the
+    #: checker's default; 0: no deadline; docs/semantics.md#engine-harness);
+    #: how a check runs, not what it checks, so not in `definition()`
+    call_deadline: Optional[float] = field(default=None, compare=False)
 
     @property
     def prompt_size(self) -> int:
@@ -268,6 +273,7 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         allocator=allocator,
         allocator_base=str(base) if allocator is not None else "",
         cache=cache,
+        call_deadline=seconds(data, "call_deadline", source),
     )
 
 

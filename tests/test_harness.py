@@ -8,6 +8,9 @@ describe them are in tests/test_harness_agreement.py."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,7 @@ from cowcheck.adapters import Adapter
 from cowcheck.model.harness import HarnessModel
 from cowcheck.model.scenario import make_scenario
 from cowcheck.engines.results import Outcome
-from toy_allocators import TOY, Flaky, Manager, blind, double_free, flaky, manager
+from toy_allocators import TOY, Flaky, Manager, blind, double_free, flaky, hangs, interrupted, manager
 
 
 TWO = "block_size = 2\nprompt = 3\n[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n"
@@ -231,3 +234,68 @@ def test_the_non_determinism_error_names_the_step_the_call_and_what_differs(monk
     assert "not deterministic" in message and "rebuilding a trace, at step" in message
     assert "by branch " in message and "append" in message and "now gives another" in message
     assert "allocator state (its pickle)" in message
+
+
+def test_a_call_that_never_returns_stops_the_check_naming_the_adapter_the_call_and_the_partial_result(tmp_path):
+    path = scenario_file(tmp_path, f"{ADAPTERS}:hangs", body="call_deadline = 0.5\n" + TWO)
+    started = time.perf_counter()
+    result = CliRunner().invoke(main, ["check", str(path), "--out", str(tmp_path / "cx")])
+    assert time.perf_counter() - started < 30 and "Traceback" not in result.output
+    assert result.exit_code == 3, result.output        # partial, nothing failed
+    words = " ".join(result.output.split())
+    assert f"(partial: call deadline: {ADAPTERS}:hangs append('a', 'a2') did not return within 0.5 s)" in words, words
+    assert "not seen (partial)" in words and "states 12 " in words
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    # the command line's flag wins over the scenario's key; 0 is no deadline (not tried: it would hang)
+    flag = CliRunner().invoke(main, ["check", str(path), "--call-deadline", "0.2", "--out", str(tmp_path / "cx")])
+    assert "did not return within 0.2 s" in flag.output
+    api = cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=hangs, call_deadline=0.3)
+    assert not api.complete and "append('a', 'a2')" in api.stopped and api.exploration.states > 1
+
+
+def test_an_earlier_timer_outlives_the_deadline_of_each_call():
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=manager, call_deadline=5)
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 20 < left <= 30 and signal.getsignal(signal.SIGALRM) is not previous and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_the_deadline_stops_a_call_off_the_main_thread_too():
+    out = []
+    thread = threading.Thread(target=lambda: out.append(
+        cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=hangs, call_deadline=0.3)))
+    thread.start()
+    thread.join(30)
+    assert out and "did not return within 0.3 s" in out[0].stopped
+
+
+def test_a_ctrl_c_inside_a_call_names_the_call(tmp_path):
+    result = cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=interrupted)
+    assert result.interrupted and result.stopped.startswith("interrupted (Ctrl-C) in ")
+    assert "interrupted append('a', 'a1')" in result.stopped, result.stopped
+
+
+@pytest.mark.parametrize("value", ["-1", '"soon"', "100000"])
+def test_a_bad_call_deadline_is_one_line(tmp_path, value):
+    path = scenario_file(tmp_path, f"{ADAPTERS}:manager", body=f"call_deadline = {value}\n" + TWO)
+    line = error_line(CliRunner().invoke(main, ["check", str(path), "--out", str(tmp_path / "cx")]))
+    assert "'call_deadline'" in line and "number of seconds from 0" in line and str(path) in line, line
+
+
+def test_the_progress_line_names_the_call_running():
+    from cowcheck.adapters.deadline import Deadline
+    from cowcheck.cli.check import Progress
+    progress = Progress("s")
+    try:
+        with Deadline(0, "toy:manager")("append('a', 'a2')"):
+            line = progress.line()
+        assert "calling toy:manager append('a', 'a2') (0.0 s)" in line, line
+        assert "calling" not in progress.line()
+    finally:
+        progress.close()

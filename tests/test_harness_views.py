@@ -29,7 +29,9 @@ from cowcheck.views.pages import decoded_on_pool, page_data
 from cowcheck.traces.replay import replay
 from cowcheck.engines.counterexample import Counterexample
 from conftest import opened, screenshot  # browser is a fixture in conftest
-from toy_allocators import TOY
+from toy_allocators import TOY, double_free
+
+TOY_FILE = TOY
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -159,9 +161,35 @@ def test_explain_tells_a_call_that_raised(error):
     assert text[n][1].startswith("b has finished: it checks its output, positions 0 to ")
     assert ("then calls free('b'), which raises AssertionError: Double free! block 1 — allocator-error: the allocator's "
             "own code fails, and no state follows.") in text[n][1]
-    assert len(text[n]) == 2 + 4              # the action, its sentence; then the verdict (no state follows the call)
+    frames = error.witness["traceback"]
+    # the action, its sentence; then the verdict (no state follows the call) and the allocator's traceback
+    assert len(text[n]) == 2 + 4 + 1 + len(frames)
     assert f"allocator-error breaks at step {n}." in text[n]
-    assert "what happened: free('b') raised AssertionError: Double free! block 1" in text[n]
+    assert f"what happened: free('b') raised AssertionError: Double free! block 1 at {error.witness['at']}" in text[n]
+    assert text[n][-1 - len(frames):] == ["the allocator's traceback (innermost last):"] + frames
+
+
+def test_an_allocator_error_keeps_the_allocators_own_file_line_and_frames(tmp_path):
+    """Only the allocator's frames, labelled the same on every machine: a
+    module by its name, a file the scenario names by path by its path
+    relative to the scenario's folder (its name when outside it)."""
+    toy_line = next(i for i, line in enumerate(TOY_FILE.read_text().splitlines(), 1) if "Double free! block" in line)
+    by_module = cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=double_free).verdicts["allocator-error"]
+    frames = by_module.witness["traceback"]
+    assert by_module.witness["at"] == f"toy_allocators:{toy_line}"
+    assert frames[-1] == f'toy_allocators:{toy_line} in _dec: assert self.rc[b] > 0, f"Double free! block {{b}}"'
+    assert frames[0].startswith("toy_allocators:") and " in free: " in frames[0]
+    assert not any("cowcheck" in f or "harness" in f for f in frames)
+    assert by_module.witness["message"].endswith(f" at toy_allocators:{toy_line}")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "alloc.py").write_text(TOY_FILE.read_text())
+    (tmp_path / "s.toml").write_text('allocator = "code/alloc.py:double_free"\ndevice = "stream"\nblock_size = 2\nprompt = 3\n'
+                                     "[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n")
+    by_path = cowcheck.check(tmp_path / "s.toml").verdicts["allocator-error"]
+    assert by_path.witness["at"] == f"code/alloc.py:{toy_line}"
+    assert [f.split(":", 1)[1] for f in by_path.witness["traceback"]] == [f.split(":", 1)[1] for f in frames]
+    outside = cowcheck.check(make_scenario(2, 3, [2, 2], device="stream"), allocator=f"{tmp_path}/code/alloc.py:double_free")
+    assert outside.verdicts["allocator-error"].witness["at"] == f"alloc.py:{toy_line}"
 
 
 def test_explain_says_when_a_block_in_use_stays_free():
@@ -336,6 +364,8 @@ def test_the_stepper_shows_allocator_error(browser, tmp_path, error):
         assert f"allocator-error (harm) breaks at step {error.length}" in panel
         assert "free('b') raised AssertionError: Double free! block 1" in panel
         assert "the allocator raises nothing but out-of-blocks" in panel
+        assert "The allocator's traceback (innermost last):" in panel
+        assert page.inner_text("#violation pre.traceback").splitlines() == error.witness["traceback"]
         screenshot(page, "stepper-harness-allocator-error")
 
 

@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from click.testing import CliRunner
 
 from cowcheck import cli
@@ -351,3 +353,63 @@ def test_index_links_to_the_pages(browser, tmp_path):
         assert page.inner_text("#violation .decoded .tag") == "DIFFERS"
         assert page.inner_text("#violation .decoded-token") == "b1"
         screenshot(page, "stepper-from-index-violation")
+
+
+ARROWS = """() => {
+  const svg = document.getElementById("arrows").getBoundingClientRect();
+  const rect = r => ({left: r.left, right: r.right, top: r.top, bottom: r.bottom});
+  const paths = [...document.querySelectorAll("#arrows path.copy-arrow")].map(p => {
+    const n = p.getTotalLength(), points = [];
+    for (let i = 0; i <= 200; i++) {
+      const q = p.getPointAtLength(n * i / 200);
+      points.push([q.x + svg.left, q.y + svg.top]);
+    }
+    return points;
+  });
+  return {
+    labels: [...document.querySelectorAll("#arrows .copy-label")].map(t => [t.textContent, rect(t.getBoundingClientRect())]),
+    cards: [...document.querySelectorAll("#pool .block")].map(b => rect(b.getBoundingClientRect())),
+    heads: [...document.querySelectorAll("#pool .block")].map(b => [b.dataset.block,
+      rect(b.querySelector(".block-head").getBoundingClientRect()), rect(b.getBoundingClientRect())]),
+    paths: paths,
+  };
+}"""
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+
+
+@pytest.mark.parametrize("width", [420, 600, 1000, 1400])
+def test_copy_arrows_cross_no_card_and_their_labels_do_not_overlap(browser, tmp_path, width):
+    """Issue 27, item 24: at step 8 of the premature-decrement page two
+    copy labels overlapped, and in a 420 px window the arcs crossed a
+    block's heading. At every step: no two labels intersect, and no arc
+    passes through a card (its heading included), but where it ends, at
+    the destination card's top edge, and no label is crossed by another
+    copy's arc."""
+    cx = load(RACE)
+    page_file = tmp_path / "race.html"
+    page_file.write_text(stepper_html(cx))
+    with opened(browser, page_file, width=width) as page:
+        for n in range(cx["length"] + 1):
+            seen = page.evaluate(ARROWS)
+            labels = seen["labels"]
+            for i, (text, box) in enumerate(labels):
+                for other, other_box in labels[:i]:
+                    assert not _overlap(box, other_box), (n, width, text, other)
+                for block, head, _ in seen["heads"]:
+                    assert not _overlap(box, head), (n, width, text, f"block {block}'s heading")
+                for j, points in enumerate(seen["paths"]):       # another copy's arc does not run through it
+                    crossing = [(x, y) for x, y in points if box["left"] < x < box["right"] and box["top"] < y < box["bottom"]]
+                    assert j == i or not crossing, (n, width, text, f"crossed by {labels[j][0]}'s arc")
+            for points in seen["paths"]:
+                for x, y in points[1:-1]:
+                    for block, head, card in seen["heads"]:
+                        inside = card["left"] + 1 < x < card["right"] - 1 and card["top"] + 1 < y < card["bottom"] - 1
+                        assert not inside, (n, width, f"an arc crosses block {block}", x, y)
+            assert fits(page, width)
+            if n == 8:
+                assert len(seen["paths"]) == 2
+                screenshot(page, f"stepper-{width}-step-8-arrows")
+            page.keyboard.press("ArrowRight")

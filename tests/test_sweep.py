@@ -399,3 +399,126 @@ def test_the_html_page_labels_every_cell_and_links_the_violations(small, tmp_pat
         page = tmp_path / "page" / link
         assert page.is_file() and "cowcheck-data" in page.read_text()
     assert (tmp_path / "page" / "grid" / "small~premature-decrement-async-lifo-B2-L3-2x2.faithful-output.json").is_file()
+
+
+TWO_CELLS = '[grid]\nname = "g"\nprotocol = ["cow", "premature-decrement"]\nblock_size = 2\nprompt = 3\nbranches = 2\nappends = 1\n'
+
+
+def test_the_progress_bar_is_there_before_the_cells_are_made(tmp_path, monkeypatch):
+    """Issue 27, item 5: a big grid's cells take a while to make; the bar
+    counts them from the start, then the cells checked."""
+    from click.testing import CliRunner
+    from cowcheck.cli import main, sweep as sweep_cli
+    (tmp_path / "g.toml").write_text(TWO_CELLS)
+    events: list = []
+    real_init, real_expand, real_checking = sweep_cli.SweepProgress.__init__, sweep_cli.expand, sweep_cli.SweepProgress.checking
+
+    def init(self, console, total):
+        real_init(self, console, total)
+        events.append(("bar", total))
+
+    def expand(grids, made=None):
+        events.append("making")
+        return real_expand(grids, made=lambda n: (events.append(("made", n)), made(n) if made else None))
+
+    def checking(self, total):
+        events.append(("checking", self.bar.tasks[0].completed, self.bar.tasks[0].fields["phase"]))
+        real_checking(self, total)
+
+    monkeypatch.setattr(sweep_cli.SweepProgress, "__init__", init)
+    monkeypatch.setattr(sweep_cli.SweepProgress, "checking", checking)
+    monkeypatch.setattr(sweep_cli, "expand", expand)
+    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "g.toml"), "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    assert events == [("bar", 2), "making", ("made", 2), ("checking", 2, "made")]
+    assert result.stderr.splitlines()[0] == "2 cell(s) in 1 grid(s)"
+
+
+def test_summary_leaves_the_per_cell_table_out_and_so_does_a_big_grid(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+    from cowcheck.cli import main, sweep as sweep_cli
+    (tmp_path / "g.toml").write_text(TWO_CELLS)
+
+    def run(*flags: str) -> str:
+        result = CliRunner().invoke(main, ["sweep", str(tmp_path / "g.toml"), "--workers", "0", *flags])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    full = run()
+    assert "per cell" in full and "g~cow-async-lifo-B2-L3-2x1 " in full and "left out" not in full
+    summary = run("--summary")
+    assert "per invariant" in summary and "exclusive-write" in summary and "per cell" not in summary
+    assert "g~cow-async-lifo-B2-L3-2x1 " not in summary
+    assert "per-cell table left out (--summary): --per-cell prints it; --json and --html keep every cell" in summary
+    assert summary.rstrip().splitlines()[-1].startswith("2 cell(s): 1 safe and disciplined, 1 safe but undisciplined")
+    monkeypatch.setattr(sweep_cli, "PER_CELL_MAX", 1)
+    big = run()
+    assert "per cell" not in big and "per-cell table left out (2 cells, more than 1): --per-cell prints it" in big
+    assert "per cell" in run("--per-cell")
+
+
+# -- the page of several grids, in the browser ----------------------------------------------
+#: the longest list of broken invariants a cell of the shipped grids shows, in every other cell
+WORST = {"faithful-output": 27, "no-underflow": 17, "exclusive-write": 18, "refcount-write": 12, "no-use-after-free": 10,
+         "refcount-exact": 12, "copy-before-use": 14}
+
+
+def shipped_grids_sweep():
+    """The shipped grids' cells with made-up verdicts (checking them all
+    takes a while): every other cell unsafe with the longest list of
+    broken invariants."""
+    from cowcheck.sweeps.grid import grid_files
+    from cowcheck.sweeps.sweep import Sweep
+    grids = [load_grid(p) for p in grid_files(ROOT / "specs" / "grids")]
+    cells = expand(grids)
+    for c in cells:
+        broken = WORST if c.index % 2 else {}
+        c.data = {"summary": "unsafe" if broken else "safe and disciplined", "complete": True,
+                  "verdicts": {i: {"outcome": "violated", "length": n, "kind": "harm"} for i, n in broken.items()}}
+    return Sweep(grids, cells)
+
+
+def test_the_page_of_several_grids_has_a_table_per_grid_with_its_own_axes():
+    from cowcheck.sweeps.page import COLUMNS_PER_TABLE, sweep_html
+    import re
+    result = shipped_grids_sweep()
+    text = sweep_html(result, {})
+    sections = re.findall(r'<section class="grid-section" id="grid-([^"]+)">(.*?)</section>', text, re.S)
+    assert [name for name, _ in sections] == [g.name for g in result.grids]
+    for name, body in sections:
+        heads = re.findall(r"<thead><tr>(.*?)</tr></thead>", body, re.S)
+        assert heads and all(h.count('scope="col"') - 1 <= COLUMNS_PER_TABLE for h in heads)
+        axes = set(re.findall(r'<span class="axis">([a-z_]+)</span>', body))
+        grid = next(g for g in result.grids if g.name == name)
+        assert axes == {a for a, values in grid.axes.items() if len(values) > 1} - {"protocol", "allocator", "device", "reuse"}
+        cells = sum(len(re.findall(r'<td class="v-', t)) for t in re.findall(r"<tbody>(.*?)</tbody>", body, re.S))
+        assert cells == grid.size, name
+    append_only = dict(sections)["append-only"]
+    assert "In every cell: reuse lifo · block_size 2 · prompt 3 · branches 2 · pool default" in append_only
+    assert "program" not in append_only and "prompts" not in append_only
+
+
+def test_the_page_of_several_grids_reads_in_a_window_1400_px_wide(browser, tmp_path):
+    """Issue 27, item 6: no column squeezed to a letter's width, no word
+    broken down a column, nothing cut off or sticking out, and not 21,000 px tall."""
+    from conftest import fits, opened, screenshot
+    from cowcheck.sweeps.page import sweep_html
+    path = tmp_path / "grids.html"
+    path.write_text(sweep_html(shipped_grids_sweep(), {}))
+    with opened(browser, path, width=1400) as page:
+        assert fits(page, 1400)
+        seen = page.evaluate("""() => [...document.querySelectorAll('table.cells')].map(t => ({
+            width: t.getBoundingClientRect().width, room: t.parentElement.clientWidth,
+            columns: [...t.querySelectorAll('thead th')].map(th => th.getBoundingClientRect().width),
+            words: [...t.querySelectorAll('.inv, .tag')].map(e => [e.textContent, e.getBoundingClientRect().width,
+                                                                              e.getBoundingClientRect().height]),
+        }))""")
+        assert len(seen) >= 5
+        for table in seen:
+            assert table["width"] <= table["room"], table            # nothing cut off behind a scroll bar
+            assert min(table["columns"]) >= 120, table["columns"]    # 8rem: a word and its length on a line
+        for text, width, height in (w for t in seen for w in t["words"]):
+            assert width >= 40 and height < 60, (text, width, height)   # no word stacked letter by letter
+        height = page.evaluate("document.documentElement.scrollHeight")
+        assert height < 12000, height       # every other cell with seven broken invariants; the real page is about 6,000
+        screenshot(page, "sweep-several-grids")

@@ -7,6 +7,7 @@ tests/test_harness_views.py import them, and name them by this file's path
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from cowcheck.adapters import OutOfBlocks
@@ -167,3 +168,27 @@ def released(pool, block_size): return Released(pool, block_size)
 def takes_nothing():
     """Not a factory: it does not take (pool, block_size)."""
     return Manager(4, 2)
+
+
+class Hangs(Manager):
+    """The second append of branch a never returns (a loop that waits for a
+    block nobody frees)."""
+
+    def append(self, branch, token):
+        while token == "a2":
+            try:
+                time.sleep(0.01)
+            except Exception:      # the engine's own catch-all does not swallow the deadline
+                pass
+        return super().append(branch, token)
+
+
+class Interrupted(Manager):
+    """Its first append takes a Ctrl-C (as if the user pressed it there)."""
+
+    def append(self, branch, token):
+        raise KeyboardInterrupt()
+
+
+def hangs(pool, block_size): return Hangs(pool, block_size)
+def interrupted(pool, block_size): return Interrupted(pool, block_size)

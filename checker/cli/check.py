@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cowcheck import api, atomic, interrupts
+from cowcheck.adapters import deadline
 from cowcheck.cli.common import console, emit_json, err_console, fail, scenario_files, writable_file, writable_folder
 from cowcheck.engines import invariants as invs
 from cowcheck.engines.options import SearchOptions
@@ -32,30 +34,60 @@ from cowcheck.views.report import overview, show
 
 
 class Progress:
-    """A progress line that appears once a run takes longer than a second."""
+    """A progress line that appears once a run takes longer than a second,
+    and names the allocator call in progress (cowcheck.adapters.deadline):
+    it is drawn again four times a second, so a call that does not return
+    shows, growing, even before the explorer reports anything."""
 
     def __init__(self, name: str):
         self.name = name
         self.start = time.perf_counter()
         self.live: Optional[Live] = None
+        self.explorer = None
+        self.queued = 0
+        self.closed = False
+        self.lock = threading.Lock()
+        self.timer = threading.Timer(1.0, self._show)   # a first call that hangs shows too
+        self.timer.daemon = True
+        self.timer.start()
+
+    def line(self) -> str:
+        now = time.perf_counter()
+        elapsed = now - self.start
+        words = f"[bold]{escape(self.name)}[/]: "
+        explorer = self.explorer
+        if explorer is not None:
+            states = explorer.count
+            words += (f"{states:,} states, {explorer.result.transitions:,} transitions, "
+                      f"depth {explorer.result.depth}, {self.queued:,} queued, {states / elapsed:,.0f} states/s, "
+                      f"{len(explorer.result.violations)} invariant(s) broken so far")
+        else:
+            words += f"starting, {elapsed:.0f} s"
+        call = deadline.running()
+        if call is not None:
+            words += f"; calling {escape(call.describe(now))}"
+        return words
+
+    def __rich__(self) -> str:
+        return self.line()
 
     def __call__(self, explorer, queued: int) -> None:
-        elapsed = time.perf_counter() - self.start
-        if elapsed < 1.0:
-            return
-        states = explorer.count
-        line = (f"[bold]{escape(self.name)}[/]: {states:,} states, {explorer.result.transitions:,} transitions, "
-                f"depth {explorer.result.depth}, {queued:,} queued, {states / elapsed:,.0f} states/s, "
-                f"{len(explorer.result.violations)} invariant(s) broken so far")
-        if self.live is None:
-            self.live = Live(line, console=err_console, transient=True, refresh_per_second=4)
-            self.live.start()
-        else:
-            self.live.update(line)
+        self.explorer, self.queued = explorer, queued
+        if time.perf_counter() - self.start >= 1.0:
+            self._show()
+
+    def _show(self) -> None:
+        with self.lock:
+            if self.live is None and not self.closed:
+                self.live = Live(self, console=err_console, transient=True, refresh_per_second=4)
+                self.live.start()
 
     def close(self) -> None:
-        if self.live is not None:
-            self.live.stop()
+        self.timer.cancel()
+        with self.lock:
+            self.closed = True
+            if self.live is not None:
+                self.live.stop()
 
 
 @click.command()
@@ -72,6 +104,9 @@ class Progress:
 @click.option("--max-memory", "max_memory", type=click.IntRange(min=0), metavar="MIB",
               help="Stop once the process holds this many MiB (partial result) [default: the memory available "
                    "at the start, less a fifth; 0: no bound].")
+@click.option("--call-deadline", "call_deadline", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Allocator code: stop the check once one adapter call has run this long, naming it "
+                   "[default: the scenario's call_deadline, else 10; 0: no deadline].")
 @click.option("--engine", type=click.Choice(["explicit", "bmc", "kind"]), default="explicit", show_default=True,
               help="explicit: breadth-first exploration (exhaustive, every measure); bmc: z3 bounded model checking "
                    "(shortest bugs in deep scenarios); kind: z3 k-induction (proofs).")
@@ -94,8 +129,8 @@ class Progress:
                    "with --protocol, --allocator, --device, --reuse or --engine bmc|kind].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
-def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, engine, depth, symmetry,
-          por, compact, fingerprints, json_path, junit_path, out_dir, html_dir) -> None:
+def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
+          depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input, 130 when interrupted (143 on
@@ -105,7 +140,8 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
     out_dir = Path(out_dir or default_out(overridden, engine))
     try:
         options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
-                                compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory)
+                                compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory,
+                                call_deadline=call_deadline)
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None
         scenarios: list[Scenario] = []

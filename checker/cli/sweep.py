@@ -21,7 +21,7 @@ from cowcheck.model.errors import SpecError
 from cowcheck.sweeps.page import write_sweep_pages
 from cowcheck.sweeps.shrink import DEFAULT_BUDGET, DEFAULT_MAX_CANDIDATES, Shrunk, write_shrunk
 from cowcheck.sweeps.cells import FAILED, INVALID, PARTIAL, Cell, size_key
-from cowcheck.sweeps.grid import expand, grid_files, load_grid
+from cowcheck.sweeps.grid import check_size, expand, grid_files, load_grid
 from cowcheck.sweeps.runner import NO_WORKERS_SECONDS, NoWorkers, Runner
 from cowcheck.sweeps.sweep import Sweep, sweep as run_sweep
 
@@ -33,15 +33,24 @@ VERDICT_STYLE = {"unsafe": "bold red", "safe but undisciplined": "yellow", "safe
 
 
 class SweepProgress:
-    """A rich progress bar: cells done, cells violating, time left."""
+    """A rich progress bar, from the start: first the cells being made
+    (`made`, a big grid takes a while), then the cells checked, violating,
+    and the time left."""
 
     def __init__(self, console: Console, total: int):
-        self.bar = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
+        self.bar = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("cells {task.fields[phase]}"),
                             TextColumn("[red]{task.fields[violating]}[/] violating"), TimeElapsedColumn(),
                             TextColumn("left"), TimeRemainingColumn(), console=console, transient=False)
-        self.task = self.bar.add_task("cells", total=total, violating=0)
+        self.task = self.bar.add_task("cells", total=total, violating=0, phase="made")
         self.violating = 0
         self.bar.start()
+
+    def made(self, count: int) -> None:
+        self.bar.update(self.task, completed=count)
+
+    def checking(self, total: int) -> None:
+        """The cells are made: from now on the bar counts those checked."""
+        self.bar.reset(self.task, total=total, violating=0, phase="checked")
 
     def __call__(self, result: Sweep, cell: Cell) -> None:
         if cell.broken():
@@ -81,7 +90,14 @@ def _close(runner: Runner) -> bool:
     return True
 
 
-def show_summary(result: Sweep, out: Console) -> None:
+#: above this many cells the per-cell table is left out unless asked for (--per-cell)
+PER_CELL_MAX = 200
+
+
+def show_summary(result: Sweep, out: Console, per_cell: Optional[bool] = None) -> None:
+    """The per-invariant table, the per-cell table and the counts. The
+    per-cell table is left out, with a line that says so, when `per_cell`
+    is False (--summary) or, by default, above PER_CELL_MAX cells."""
     table = Table(title="per invariant: cells that break it, and the smallest of them", title_justify="left",
                   show_edge=False, pad_edge=False)
     for col in ("invariant", "kind", "cells", "smallest cell", "shortest there"):
@@ -93,6 +109,28 @@ def show_summary(result: Sweep, out: Console) -> None:
         out.print(table)
     else:
         out.print("no invariant breaks in any cell")
+    if per_cell is None:
+        per_cell = len(result.cells) <= PER_CELL_MAX
+        why = f"{len(result.cells):,} cells, more than {PER_CELL_MAX:,}"
+    else:
+        why = "--summary"
+    if per_cell:
+        _per_cell(result, out)
+    else:
+        out.print(f"per-cell table left out ({why}): --per-cell prints it; --json and --html keep every cell")
+    counts: dict[str, int] = {}
+    for c in result.cells:
+        counts[c.verdict] = counts.get(c.verdict, 0) + 1
+    tally = ", ".join(f"{n} {v}" for v, n in counts.items())
+    where = f"scheduler {result.scheduler}" if result.scheduler else \
+        ("serially" if result.workers == 0 else f"{result.workers} worker process(es)")
+    ran = sum(1 for c in result.cells if c.done and not c.resumed)
+    out.print(f"[bold]{len(result.cells)} cell(s)[/]: {tally} [dim]({ran} checked in {result.seconds:.1f} s, {where}"
+              + (f", {sum(1 for c in result.cells if c.resumed)} resumed" if any(c.resumed for c in result.cells) else "")
+              + ")[/]")
+
+
+def _per_cell(result: Sweep, out: Console) -> None:
     cells = Table(title="per cell", title_justify="left", show_edge=False, pad_edge=False)
     for col in ("#", "cell", "verdict", "broken (shortest)", "states", "s"):
         cells.add_column(col, justify="right" if col in ("#", "states", "s") else "left", overflow="fold")
@@ -105,16 +143,6 @@ def show_summary(result: Sweep, out: Console) -> None:
                       + (" [dim](resumed)[/]" if c.resumed else ""), markup(detail), states,
                       f"{d['seconds']:.2f}" if "seconds" in d else "")
     out.print(cells)
-    counts: dict[str, int] = {}
-    for c in result.cells:
-        counts[c.verdict] = counts.get(c.verdict, 0) + 1
-    tally = ", ".join(f"{n} {v}" for v, n in counts.items())
-    where = f"scheduler {result.scheduler}" if result.scheduler else \
-        ("serially" if result.workers == 0 else f"{result.workers} worker process(es)")
-    ran = sum(1 for c in result.cells if c.done and not c.resumed)
-    out.print(f"[bold]{len(result.cells)} cell(s)[/]: {tally} [dim]({ran} checked in {result.seconds:.1f} s, {where}"
-              + (f", {sum(1 for c in result.cells if c.resumed)} resumed" if any(c.resumed for c in result.cells) else "")
-              + ")[/]")
 
 
 
@@ -132,8 +160,11 @@ def show_summary(result: Sweep, out: Console) -> None:
 @click.option("--shrink", "do_shrink", is_flag=True, help="Then shrink, per protocol and invariant, the smallest cell that breaks it.")
 @click.option("--shrink-out", type=click.Path(file_okay=False), default="counterexamples/shrunk", show_default=True,
               help="Where --shrink writes its scenarios and counterexamples.")
+@click.option("--summary", "per_cell", flag_value=False, default=None,
+              help=f"Print the per-invariant table and the counts, not the per-cell table (left out by default above {PER_CELL_MAX} cells).")
+@click.option("--per-cell", "per_cell", flag_value=True, help="Print the per-cell table however many cells there are.")
 @_NO_WORKERS_OPTION
-def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, shrink_out, no_workers) -> None:
+def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, shrink_out, per_cell, no_workers) -> None:
     """Check every cell of a grid of scenarios (grid files, or folders of
     them) as tasks on Dask, with a progress bar; then a summary per
     invariant and per cell. Exit 0 when no cell is unsafe, 1 when one is
@@ -157,18 +188,21 @@ def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, s
         fail(error)
     try:
         err.print(f"{sum(g.size for g in grids):,} cell(s) in {len(grids)} grid(s)")   # first, before any is made
-        cells = expand(grids)
+        total = check_size(grids)
     except SpecError as error:
         fail(error)
-    for c in cells:
-        if c.error:
-            click.echo(f"cowcheck: error: {grids[0].source if len(grids) == 1 else c.grid}: cell {c.index} ({c.name}): {c.error}", err=True)
-    runner = _reached(Runner(workers, scheduler, no_workers_seconds=no_workers), len(cells))
-    progress = SweepProgress(err, len(cells))
+    runner = _reached(Runner(workers, scheduler, no_workers_seconds=no_workers), total)
+    progress = SweepProgress(err, total)      # from the start: making a big grid's cells takes a while too
     result: Optional[Sweep] = None
     try:
         try:
-            result = run_sweep(grids, runner=runner, json_path=json_path, out=out_dir, progress=progress)
+            cells = expand(grids, made=progress.made)
+            for c in cells:
+                if c.error:
+                    err.print(f"cowcheck: error: {grids[0].source if len(grids) == 1 else c.grid}: cell {c.index} ({c.name}): {c.error}",
+                              markup=False, highlight=False, soft_wrap=True)
+            progress.checking(len(cells))
+            result = run_sweep(grids, runner=runner, json_path=json_path, out=out_dir, progress=progress, cells=cells)
         finally:
             progress.close()
         shrunk = _shrink_cells(result, runner, Path(shrink_out), console) if do_shrink and not result.interrupted else []
@@ -185,15 +219,15 @@ def sweep(paths, workers, scheduler, json_path, html_path, out_dir, do_shrink, s
         if not _close(runner) and result is not None:
             result.interrupted = True
     assert result is not None
-    sys.exit(_finish(result, json_path, html_path, out_dir, shrunk))
+    sys.exit(_finish(result, json_path, html_path, out_dir, shrunk, per_cell))
 
 
 
 def _finish(result: Sweep, json_path: Optional[str], html_path: Optional[str], out_dir: Optional[str],
-            shrunk: list[Shrunk]) -> int:
+            shrunk: list[Shrunk], per_cell: Optional[bool] = None) -> int:
     out = console
     with interrupts.held():
-        show_summary(result, out)
+        show_summary(result, out, per_cell)
         if result.stopped:
             out.print(f"[bold yellow]incomplete[/]: {markup(result.stopped)}")
         if result.interrupted:

@@ -34,6 +34,7 @@ from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.system import ProtocolModel, TransitionSystem
 
+from cowcheck.adapters.deadline import DEFAULT_SECONDS, Deadline
 from cowcheck.engines.explorer import PEAK_REACHED, Explorer, NotRebuilt
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
@@ -55,6 +56,8 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     rename."""
     model = system or system_for(scenario)
     harness = isinstance(model, HarnessModel)
+    if isinstance(model, HarnessModel):
+        model.guard = Deadline(deadline_for(scenario, options), model.ref)
     invariants, unsupported = for_system(invariants, model)
     validate_expect(scenario, harness)
     searches = _Searches(scenario, model, options, progress)
@@ -240,6 +243,14 @@ def _auto(searches: _Searches, invariants: tuple[Invariant, ...], ample: Ample) 
         why = f"auto: with partial-order reduction, stopped ({x.stopped}): every figure from the search without it"
     plain = searches.run("verdicts", invariants, None, replace(options, por=False, max_seconds=searches.time_left()))
     return _Staged(plain, plain, plain, why)
+
+
+def deadline_for(scenario: Scenario, options: SearchOptions) -> float:
+    """Seconds one adapter call may run: the command line's, the scenario's, or the default (0: none)."""
+    for seconds in (options.call_deadline, scenario.call_deadline):
+        if seconds is not None:
+            return seconds
+    return DEFAULT_SECONDS
 
 
 #: a state's parts, as a sentence names what a call changed

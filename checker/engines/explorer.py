@@ -46,6 +46,7 @@ from typing import Any, Callable, Optional
 from cowcheck.model.system import TransitionSystem
 
 from cowcheck.interrupts import Terminated
+from cowcheck.model.harness import CallDeadline
 from cowcheck.engines.invariants import Invariant, Judge
 from cowcheck.engines.options import SearchOptions
 
@@ -349,6 +350,8 @@ class Explorer:
             res.complete, res.stopped = False, "out of memory (MemoryError)"
         except KeyboardInterrupt as interrupt:
             res.complete, res.stopped = False, interrupted(interrupt)
+        except CallDeadline as late:     # allocator code that did not return (cowcheck.adapters.deadline)
+            res.complete, res.stopped = False, str(late)
         finally:
             gc.unfreeze()        # back under the collector: what is garbage once the run ends is collected
         res.states = len(self.keys)
@@ -441,7 +444,8 @@ class Explorer:
 def interrupted(interrupt: KeyboardInterrupt) -> str:
     """Why a run stopped early: Ctrl-C, or SIGTERM (delivered as an interrupt
     by the command line, cowcheck.__main__)."""
-    return "interrupted (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted (Ctrl-C)"
+    during = getattr(interrupt, "during", None)     # the adapter call it stopped (cowcheck.adapters.deadline)
+    return ("interrupted (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted (Ctrl-C)") + (f" in {during}" if during else "")
 
 
 class NotRebuilt(RuntimeError):

@@ -330,8 +330,13 @@ CACHE_INVARIANTS: tuple[Invariant, ...] = (
 
 
 def allocator_error(model, before, tr, fact):
-    return {"branch": model.names[fact.branch], "call": fact.call, "error": fact.error,
-            "message": f"{fact.call} raised {fact.error}"}
+    out = {"branch": model.names[fact.branch], "call": fact.call, "error": fact.error,
+           "message": f"{fact.call} raised {fact.error}"}
+    if fact.frames:     # where in the allocator's own code, and the calls that led there
+        out["at"] = fact.frames[-1].split(" in ")[0]
+        out["message"] += f" at {out['at']}"
+        out["traceback"] = list(fact.frames)
+    return out
 
 
 #: allocator code only (the engine harness): an exception other than

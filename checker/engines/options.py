@@ -35,7 +35,10 @@ class SearchOptions:
       `fingerprints`: keep 64-bit fingerprints instead of states.
     - `max_memory_mib`: stop once the process holds this many MiB (None: the
       memory available at the start, less a fifth; 0: no bound).
-    - `max_seconds`: stop after searching this long (None: no bound)."""
+    - `max_seconds`: stop after searching this long (None: no bound).
+    - `call_deadline`: allocator code only: stop once one adapter call has
+      run this many seconds (None: the scenario's `call_deadline`, else
+      10 s; 0: no deadline; cowcheck.adapters.deadline)."""
     max_states: Optional[int] = None
     max_depth: Optional[int] = None
     first: bool = False
@@ -45,6 +48,7 @@ class SearchOptions:
     fingerprints: bool = False
     max_memory_mib: Optional[int] = None
     max_seconds: Optional[float] = None
+    call_deadline: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.por and self.max_depth is not None:

@@ -27,7 +27,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.harness import allocator_label
@@ -341,10 +341,12 @@ def check_size(grids: list[Grid]) -> int:
     return total
 
 
-def expand(grids: list[Grid]) -> list[Cell]:
+def expand(grids: list[Grid], made: Optional[Callable[[int], None]] = None) -> list[Cell]:
     """Every cell of the grids, numbered in order; a cell whose coordinates
     make no valid scenario carries its error and is not run. More than
-    MAX_CELLS is refused before any is made (check_size)."""
+    MAX_CELLS is refused before any is made (check_size). `made` is told
+    how many cells are made so far, every MADE_EVERY cells and at the end
+    (the command line's progress bar)."""
     check_size(grids)
     cells: list[Cell] = []
     names: dict[str, int] = {}
@@ -362,4 +364,12 @@ def expand(grids: list[Grid]) -> list[Cell]:
             except SpecError as err:
                 cell.data = _error_data(cell, f"invalid cell: {err.key + ': ' if err.key else ''}{err.message}", INVALID)
             cells.append(cell)
+            if made is not None and not len(cells) % MADE_EVERY:
+                made(len(cells))
+    if made is not None:
+        made(len(cells))
     return cells
+
+
+#: how often `expand` reports the cells it has made
+MADE_EVERY = 100

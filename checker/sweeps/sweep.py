@@ -98,7 +98,8 @@ def write_json(result: Sweep, path: Path) -> None:
 
 def sweep(grids: Union[str, Path, Grid, list[Any]], *, workers: Optional[int] = None, scheduler: Optional[str] = None,
           json_path: Union[str, Path, None] = None, out: Union[str, Path, None] = None,
-          progress: Optional[Callable[[Sweep, Cell], None]] = None, runner: Optional[Runner] = None) -> Sweep:
+          progress: Optional[Callable[[Sweep, Cell], None]] = None, runner: Optional[Runner] = None,
+          cells: Optional[list[Cell]] = None) -> Sweep:
     """Check every cell of one or more grids (files, folders of grid files,
     or Grid objects) and return a Sweep: each cell with its result (the
     JSON of `cowcheck.api.check`'s Result plus its coordinates).
@@ -111,7 +112,9 @@ def sweep(grids: Union[str, Path, Grid, list[Any]], *, workers: Optional[int] = 
     the counterexample files go (None: none are written; each cell keeps
     them in memory). A Ctrl-C stops the sweep: the result says
     `interrupted`, and holds (and `json_path` gets) what finished; so does
-    a cluster left with no worker (`stopped` says so)."""
+    a cluster left with no worker (`stopped` says so). `cells`: the
+    grids' cells, already made (`expand(grids)`, the command line's, which
+    shows them being made)."""
     items = grids if isinstance(grids, list) else [grids]
     loaded: list[Grid] = []
     for item in items:
@@ -119,7 +122,7 @@ def sweep(grids: Union[str, Path, Grid, list[Any]], *, workers: Optional[int] = 
             loaded.append(item)
         else:
             loaded.extend(load_grid(p) for p in grid_files(item))
-    cells = expand(loaded)
+    cells = cells if cells is not None else expand(loaded)
     json_file = Path(json_path) if json_path is not None else None
     previous = read_done(json_file, loaded) if json_file is not None else {}
     for cell in cells:

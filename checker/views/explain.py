@@ -140,6 +140,10 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
         if holds_when:
             console.print(f"   it holds when: {escape(holds_when)}")
         console.print(f"   what happened: {escape(describe(replayed.witness))}")
+        if replayed.witness.get("traceback"):        # allocator-error: the allocator's own frames, innermost last
+            console.print("   the allocator's traceback (innermost last):")
+            for frame in replayed.witness["traceback"]:
+                console.print(f"     {escape(frame)}")
     else:
         console.print(f"[bold]{escape(replayed.message)}[/]")
 

@@ -117,9 +117,14 @@
     drawArrows(frame.state);
   }
 
-  /* Copy arrows from the top of the source card to the top of the
-     destination card, arching through the gap above the row so they cross
-     no card; several copies arch at different heights. */
+  /* Copy arrows, drawn only through the space between cards so that they
+     cross no card (and no block heading): between two cards of one row,
+     an arch from the source's top to the destination's top through the gap
+     above the row; between rows (a narrow window stacks the cards), up
+     into the gap above the source's row, along it to the gutter right of
+     the cards, along the gutter to the gap above the destination's row, and
+     down into the destination's top. Several copies take different heights
+     and gutter lanes; a label that would overlap another is moved up. */
   function drawArrows(state) {
     const svg = $("arrows");
     const box = svg.getBoundingClientRect();
@@ -129,32 +134,71 @@
       for (const k in attrs) node.setAttribute(k, attrs[k]);
       return node;
     }
-    function top(id, shift) {
-      const card = document.querySelector('.block[data-block="' + id + '"]');
-      if (!card) return null;
-      const r = card.getBoundingClientRect();
-      return { x: r.left + r.width / 2 + shift - box.left, y: r.top - box.top };
+    function card(id, shift) {
+      const node = document.querySelector('.block[data-block="' + id + '"]');
+      if (!node) return null;
+      const r = node.getBoundingClientRect();
+      return { x: r.left + r.width / 2 + shift - box.left, y: r.top - box.top, right: r.right - box.left };
     }
+    const cards = [...document.querySelectorAll("#pool .block")].map(function (n) { return n.getBoundingClientRect(); });
+    const gutter = Math.max.apply(null, cards.map(function (r) { return r.right - box.left; }).concat([0]));
     const marker = svgEl("marker", { id: "head", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "6", markerHeight: "6", orient: "auto-start-reverse" });
     marker.appendChild(svgEl("path", { d: "M0,0 L10,5 L0,10 z", class: "copy-head" }));
     const defs = svgEl("defs", {});
     defs.appendChild(marker);
     const items = [defs];
-    let drawn = 0;
+    const labels = [], paths = [];
+    let drawn = 0, lanes = 0;
     state.queue.forEach(function (op) {
       if (!op.copy) return;
-      const p = top(op.copy.src, -12), q = top(op.copy.dst, 12);
+      const p = card(op.copy.src, -12), q = card(op.copy.dst, 12);
       if (!p || !q) return;
-      const lift = 18 + 20 * (drawn++ % 3);
-      const mx = (p.x + q.x) / 2, my = Math.min(p.y, q.y) - lift;
-      const apex = 0.25 * Math.min(p.y, q.y) + 0.75 * my;   // where the curve peaks
-      items.push(svgEl("path", { d: "M" + p.x + "," + p.y + " C" + p.x + "," + my + " " + q.x + "," + my + " " + q.x + "," + q.y,
-        class: "copy-arrow", "marker-end": "url(#head)" }));
-      const label = svgEl("text", { x: mx, y: apex - 4, "text-anchor": "middle", class: "copy-label" });
+      const lift = 14 + 12 * (drawn++ % 3);
+      let d, lx, ly;
+      if (Math.abs(p.y - q.y) < 4) {          // one row: an arch through the gap above it
+        const my = Math.min(p.y, q.y) - lift * 4 / 3;
+        d = "M" + p.x + "," + p.y + " C" + p.x + "," + my + " " + q.x + "," + my + " " + q.x + "," + q.y;
+        lx = (p.x + q.x) / 2; ly = Math.min(p.y, q.y) - lift - 4;
+      } else {                                  // rows apart: through the gaps and the gutter
+        const gx = gutter + 8 + 9 * (lanes++ % 3), ps = p.y - lift, qs = q.y - lift, r = 6;
+        const down = qs > ps ? 1 : -1;
+        d = "M" + p.x + "," + p.y + " V" + (ps + r) + " Q" + p.x + "," + ps + " " + (p.x + r) + "," + ps
+          + " H" + (gx - r) + " Q" + gx + "," + ps + " " + gx + "," + (ps + down * r)
+          + " V" + (qs - down * r) + " Q" + gx + "," + qs + " " + (gx - r) + "," + qs
+          + " H" + (q.x + r) + " Q" + q.x + "," + qs + " " + q.x + "," + (qs + r) + " V" + q.y;
+        lx = (q.x + gx) / 2; ly = qs - 4;
+      }
+      const path = svgEl("path", { d: d, class: "copy-arrow", "marker-end": "url(#head)" });
+      items.push(path);
+      paths.push(path);
+      const label = svgEl("text", { x: lx, y: ly, "text-anchor": "middle", class: "copy-label" });
       label.textContent = "copy " + op.copy.src + "→" + op.copy.dst;
       items.push(label);
+      labels.push(label);
     });
     svg.replaceChildren.apply(svg, items);
+    // a label that overlaps a label placed before it, or another copy's arc,
+    // moves up until it is clear of both
+    const arcs = paths.map(function (path) {
+      const n = path.getTotalLength(), points = [];
+      for (let i = 0; i <= n; i += 3) points.push(path.getPointAtLength(i));
+      return points;
+    });
+    const placed = [];
+    labels.forEach(function (label, own) {
+      for (let tries = 0; tries < 24; tries++) {
+        const b = label.getBBox();
+        const onLabel = placed.some(function (o) {
+          return b.x < o.x + o.width + 2 && o.x < b.x + b.width + 2 && b.y < o.y + o.height + 1 && o.y < b.y + b.height + 1;
+        });
+        const onArc = arcs.some(function (points, i) {
+          return i !== own && points.some(function (q) { return q.x > b.x - 2 && q.x < b.x + b.width + 2 && q.y > b.y - 2 && q.y < b.y + b.height + 2; });
+        });
+        if (!onLabel && !onArc) break;
+        label.setAttribute("y", String(Number(label.getAttribute("y")) - 3));
+      }
+      placed.push(label.getBBox());
+    });
   }
 
   /* -- the prefix cache (cache scenarios) -------------------------------- */
@@ -307,6 +351,10 @@
         "."));
       if (decoded) parts.push(decodedLine(violation.step));
       parts.push(sequences(w));
+    }
+    if (w.traceback && w.traceback.length) {     // allocator-error: the allocator's own frames, innermost last
+      parts.push(el("p", { class: "traceback-title" }, "The allocator's traceback (innermost last):"),
+        el("pre", { class: "traceback" }, w.traceback.join("\n")));
     }
     panel.replaceChildren.apply(panel, parts);
   }

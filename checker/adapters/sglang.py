@@ -1,0 +1,302 @@
+"""SGLang's own `RadixCache` over its `TokenToKVPoolAllocator`, as an adapter
+for the engine harness (README, "Checking vLLM V1 and SGLang").
+
+    cowcheck check SCENARIO --allocator cowcheck.adapters.sglang:make
+
+SGLang keeps KV per token slot, not per block: its page-size-1 allocator
+is cowcheck's B = 1, one slot a block. The adapter plays SGLang's
+scheduler: admission matches the prompt in the radix tree (at most L - 1
+tokens: the last is recomputed for its logits, as `Req` does), locks the
+matched node (`inc_lock_ref`), and allocates slots for the rest, evicting
+unlocked tree leaves first when the allocator is short (the scheduler's
+`evict_from_tree_cache`); each append allocates one slot the same way; a
+verify frees the rejected drafts' slots; finishing inserts the request's
+tokens and slots into the tree and frees the slots the tree already held
+for the same tokens (SGLang's de-duplication), then unlocks
+(`dec_lock_ref`). The observers are the allocator's free slots and the
+tree's slots (`cached()`); SGLang keeps no count per slot, so `refcount`
+is not offered (refcount-exact is reported as not checked). Slot s of the
+allocator (1 .. P; slot 0 is its padding slot) is cowcheck's block s - 1.
+
+Scenarios with B > 1 are refused in one line: SGLang's paged allocator
+(allocator/paged.py) imports Triton kernels at import time.
+
+Which SGLang: the folder in `COWCHECK_SGLANG_SOURCE` (an unpacked wheel or
+a checkout), else an installed SGLang. Tested on 0.5.23 (`TESTED`). From
+a folder, radix_cache.py, base_prefix_cache.py, the allocator's base.py
+and token.py and three small modules run unchanged; torch is a small
+numpy stand-in (`Tensor`) for exactly the operations they use."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import types
+from array import array
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from cowcheck.adapters import OutOfBlocks
+from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, extract, load
+from cowcheck.model.errors import SpecError
+
+ENV = "COWCHECK_SGLANG_SOURCE"
+TESTED = ("0.5.23",)
+REF = "cowcheck.adapters.sglang:make"
+MC = "sglang.srt.mem_cache"
+REAL = (f"{MC}.radix_cache", f"{MC}.base_prefix_cache", f"{MC}.allocator.base", f"{MC}.allocator.token",
+        f"{MC}.cache_init_params", f"{MC}.evict_policy", f"{MC}.unified_cache.component_type")
+
+
+# -- torch, for index tensors --------------------------------------------------
+
+class Tensor(np.ndarray):
+    """A 1-D index tensor: the methods the radix tree and the token
+    allocator call on theirs (numel, clone, to) over numpy."""
+
+    def numel(self) -> int:
+        return int(self.size)
+
+    def clone(self) -> "Tensor":
+        return np.array(self, copy=True).view(Tensor)
+
+    def to(self, dtype: Any = None, copy: bool = False, **kwargs: Any) -> "Tensor":
+        return np.array(self, dtype=dtype.np if isinstance(dtype, DType) else self.dtype, copy=True).view(Tensor)
+
+
+class DType:
+    def __init__(self, name: str):
+        self.name, self.np = name, np.dtype(name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DType, (self.name,))
+
+
+def _np(dtype: Any) -> Any:
+    return dtype.np if isinstance(dtype, DType) else (dtype or np.int64)
+
+
+def _torch(module: types.ModuleType) -> None:
+    def arange(start: int, end: Optional[int] = None, dtype: Any = None, device: Any = None) -> Tensor:
+        return np.arange(start, end, dtype=_np(dtype)).view(Tensor)
+
+    def empty(shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        return np.empty(shape, dtype=_np(dtype)).view(Tensor)
+
+    def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        return np.asarray(list(data), dtype=_np(dtype)).view(Tensor)
+
+    def cat(tensors: Any, dim: int = 0) -> Tensor:
+        return np.concatenate([np.asarray(t, dtype=np.int64) for t in tensors]).view(Tensor)
+
+    for name, value in dict(Tensor=Tensor, dtype=DType, device=lambda kind="cpu": str(kind), int64=DType("int64"),
+                            int32=DType("int32"), arange=arange, empty=empty, zeros=lambda *a, **k: np.zeros(*a).view(Tensor),
+                            tensor=tensor, cat=cat, iinfo=lambda dt: np.iinfo(_np(dt))).items():
+        setattr(module, name, value)
+
+
+class _Placeholder:
+    def __init__(self, *args: Any, **kwargs: Any):
+        pass
+
+
+class EventRecorder:
+    """KV events are off: the real recorder imports msgspec."""
+
+    def __init__(self, enabled: bool = False, *args: Any, **kwargs: Any):
+        assert not enabled
+
+    def record_all_cleared(self) -> None: ...
+
+    def record_store(self, *args: Any) -> None: ...
+
+    def record_remove(self, *args: Any) -> None: ...
+
+    def take(self) -> list[Any]:
+        return []
+
+
+def _put(module: types.ModuleType, **attrs: Any) -> None:
+    for name, value in attrs.items():
+        setattr(module, name, value)
+
+
+def _allocator_package(module: types.ModuleType) -> None:
+    """allocator/__init__.py also imports paged.py (Triton): only the two classes."""
+    from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    _put(module, BaseTokenToKVPoolAllocator=BaseTokenToKVPoolAllocator, TokenToKVPoolAllocator=TokenToKVPoolAllocator)
+
+
+def _utils(root: Path, module: types.ModuleType) -> None:
+    """mem_cache/utils.py imports Triton kernels: the eviction policies only."""
+    import sglang.srt.mem_cache.evict_policy as policies
+    _put(module, **{n: getattr(policies, n) for n in dir(policies) if n.endswith("Strategy")})
+    extract(root / "sglang/srt/mem_cache/utils.py", ("_EVICTION_POLICY_FACTORIES", "get_eviction_strategy", "split_node_hash_value"),
+            module)
+
+
+def stand_ins(root: Path) -> dict[str, Fill]:
+    return {
+        "torch": _torch,
+        f"{MC}.allocator": _allocator_package,
+        f"{MC}.events": lambda m: _put(m, KVCacheEventRecorder=EventRecorder, LoRANameTable=_Placeholder,
+                                       KvEventLoraNames=_Placeholder),
+        f"{MC}.utils": lambda m: _utils(root, m),
+        f"{MC}.memory_pool": lambda m: _put(m, ReqToTokenPool=_Placeholder),
+        "sglang.srt.observability.metrics_collector": lambda m: _put(
+            m, RadixCacheMetricsCollector=_Placeholder, STAT_LOGGER_ROLE_RADIX_CACHE="radix_cache",
+            radix_cache_metric_labels=lambda *a: {}, resolve_collector_class=lambda role, default: default),
+        "sglang.srt.runtime_context": lambda m: _put(m, get_observability=lambda: types.SimpleNamespace(extra_metric_labels=None),
+                                                     get_parallel=lambda: None),
+        "sglang.srt.utils.common": lambda m: extract(root / "sglang/srt/utils/common.py", ("ceil_align",), m),
+    }
+
+
+_loaded: dict[str, Any] = {}
+
+
+def engine(source: Optional[str]) -> dict[str, types.ModuleType]:
+    """SGLang's modules from `source` (None: the installed SGLang)."""
+    if _loaded.get("source", "") == source and all(sys.modules.get(n) is m for n, m in _loaded["mods"].items()):
+        return _loaded["mods"]  # type: ignore[no-any-return]
+    wanted = (f"{MC}.radix_cache", f"{MC}.base_prefix_cache", f"{MC}.allocator.token", f"{MC}.cache_init_params")
+    if source is None:
+        import importlib
+        unload("sglang")
+        try:
+            mods = {name: importlib.import_module(name) for name in wanted}
+        except ImportError as err:
+            raise SpecError(REF, "factory", f"SGLang is not importable ({err}): pip install sglang=={TESTED[-1]}, "
+                            f"or set {ENV} to a folder of SGLang's Python sources (an unpacked wheel or a checkout)") from None
+    else:
+        root = Path(source)
+        if not (root / "sglang/srt/mem_cache/radix_cache.py").is_file():
+            raise SpecError(REF, "factory", f"{ENV}={source!r} holds no sglang/srt/mem_cache/radix_cache.py: point it at the folder "
+                            "that contains sglang/ (an unpacked wheel or an SGLang checkout's python/ folder)")
+        try:
+            mods = load(root, "sglang", REAL, stand_ins(root), wanted)
+        except SourceError as err:
+            raise SpecError(REF, "factory", f"SGLang from {source}: {err}") from None
+    _loaded.update(source=source, mods=mods)
+    return mods
+
+
+def source() -> Optional[str]:
+    return os.environ.get(ENV) or None
+
+
+def _restore(source: Optional[str], state: bytes) -> "SGLang":
+    engine(source)
+    adapter = SGLang.__new__(SGLang)
+    adapter.__dict__.update(pickle.loads(state))
+    return adapter
+
+
+class SGLang:
+    """One RadixCache over one TokenToKVPoolAllocator of `pool` slots, and
+    per request its token ids, slots, matched length and locked node."""
+
+    def __init__(self, pool: int, source: Optional[str]):
+        self.source = source
+        mods = engine(source)
+        torch = sys.modules.get("torch") if source is None else None
+        dtype = torch.int64 if torch is not None else DType("int64")
+        self.allocator = mods[f"{MC}.allocator.token"].TokenToKVPoolAllocator(
+            size=pool, dtype=dtype, device="cpu", kvcache=None, need_sort=False)
+        self.tree = mods[f"{MC}.radix_cache"].RadixCache(mods[f"{MC}.cache_init_params"].CacheInitParams(
+            disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=self.allocator, page_size=1))
+        self.ids: dict[str, int] = {}
+        #: per request: token ids, slots (allocator ids), matched length, locked node
+        self.requests: dict[str, dict[str, Any]] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (self.source, dumps(self.__dict__)))
+
+    def _key(self, ids: list[int]) -> Any:
+        return engine(self.source)[f"{MC}.radix_cache"].RadixKey(array("q", ids))
+
+    def _id(self, name: str) -> int:
+        return self.ids.setdefault(name, len(self.ids) + 1)
+
+    def _alloc(self, n: int) -> Any:
+        """n slots, evicting unlocked tree leaves first when short, as the
+        scheduler does before it allocates."""
+        short = n - self.allocator.available_size()
+        if short > 0:
+            self.tree.evict(engine(self.source)[f"{MC}.base_prefix_cache"].EvictParams(num_tokens=short))
+        slots = self.allocator.alloc(n) if n else np.zeros(0, dtype=np.int64).view(Tensor)
+        if slots is None:
+            raise OutOfBlocks(f"SGLang has {self.allocator.available_size()} free slots, {n} needed")
+        return slots
+
+    def admit(self, branch: str, tokens: list[str]) -> int:
+        ids = [self._id(t) for t in tokens]
+        match = self.tree.match_prefix(engine(self.source)[f"{MC}.base_prefix_cache"].MatchPrefixParams(key=self._key(ids[:-1])))
+        node = match.last_device_node
+        prefix = self.tree.path_device_indices(node) if hasattr(self.tree, "path_device_indices") else match.device_indices
+        self.tree.inc_lock_ref(node)
+        slots = self._alloc(len(ids) - len(prefix))
+        self.requests[branch] = dict(ids=ids, slots=[int(s) for s in prefix] + [int(s) for s in slots],
+                                     matched=len(prefix), node=node, drafts=0)
+        return len(prefix)
+
+    def append(self, branch: str, token: str, draft: bool = False) -> list[tuple[int, int]]:
+        req = self.requests[branch]
+        slot = self._alloc(1)
+        req["ids"].append(self._id(token))
+        req["slots"].append(int(slot[0]))
+        req["drafts"] += bool(draft)
+        return []
+
+    def rollback(self, branch: str, n: int) -> None:
+        """Verify: the rejected drafts' slots go back to the allocator."""
+        req = self.requests[branch]
+        if n:
+            rejected = req["slots"][-n:]
+            del req["slots"][-n:], req["ids"][-n:]
+            self.allocator.free(np.asarray(rejected, dtype=np.int64).view(Tensor))
+        req["drafts"] = 0
+
+    def free(self, branch: str) -> None:
+        """Finish: insert into the tree, free the duplicates, unlock."""
+        req = self.requests.pop(branch)
+        base = engine(self.source)[f"{MC}.base_prefix_cache"]
+        slots = np.asarray(req["slots"], dtype=np.int64).view(Tensor)
+        result = self.tree.insert(base.InsertParams(key=self._key(req["ids"]), value=slots.clone()))
+        duplicates = slots[req["matched"]:result.prefix_len]
+        if len(duplicates):
+            self.allocator.free(duplicates)
+        self.tree.dec_lock_ref(req["node"])
+
+    def table(self, branch: str) -> list[int]:
+        req = self.requests.get(branch)
+        return [s - 1 for s in req["slots"]] if req else []
+
+    def free_blocks(self) -> list[int]:
+        return [int(s) - 1 for s in self.allocator.free_pages.tolist()] + \
+            [int(s) - 1 for s in getattr(self.allocator, "release_pages", np.zeros(0)).tolist()]
+
+    def cached(self) -> dict[int, tuple[str, ...]]:
+        """Every slot the tree holds, with its token."""
+        names = {i: n for n, i in self.ids.items()}
+        out: dict[int, tuple[str, ...]] = {}
+        stack = [self.tree.root_node]
+        while stack:
+            node = stack.pop()
+            for child in node.children.values():
+                for tid, slot in zip(child.key.token_ids, child.value.tolist()):
+                    out[int(slot) - 1] = (names[int(tid)],)
+                stack.append(child)
+        return out
+
+
+def make(pool: int, block_size: int) -> SGLang:
+    """The adapter factory: `--allocator cowcheck.adapters.sglang:make`."""
+    if block_size != 1:
+        raise SpecError(REF, "factory", f"SGLang's radix cache is checked with page size 1 (its TokenToKVPoolAllocator), "
+                        f"so B must be 1, got {block_size}: its paged allocator imports Triton kernels and cannot run here")
+    return SGLang(pool, source())

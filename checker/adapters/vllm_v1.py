@@ -31,7 +31,7 @@ stand-in table knows fails with one line naming it.
 Pickling (the harness copies the adapter into every state): V1's objects
 pickle as they are; `VllmV1.__reduce__` wraps them so that unpickling in a
 fresh process first loads the same sources. A state costs one pickle of
-the manager (about 4-8 KB for the shipped scenarios)."""
+the manager (3-6 KB on the tests' scenarios)."""
 
 from __future__ import annotations
 

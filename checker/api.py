@@ -131,8 +131,9 @@ def with_allocator(scenario: Scenario, allocator: Union[Callable[[int, int], Any
     else:
         ref = f"{getattr(allocator, '__module__', '?')}:{getattr(allocator, '__qualname__', repr(allocator))}"
         changed, factory = _replace(scenario, allocator=ref), allocator
-    if scenario.allocator is None and scenario.pool == default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches):
-        changed = _replace(changed, pool=harness_pool(scenario.block_size, scenario.prompt, scenario.branches))
+    if scenario.allocator is None and scenario.pool == default_pool(scenario.protocol, scenario.block_size, scenario.prompt,
+                                                                    scenario.branches, scenario.cache):
+        changed = _replace(changed, pool=harness_pool(scenario.block_size, scenario.prompt, scenario.branches, scenario.cache))
     return changed, HarnessModel(changed, factory)
 
 

@@ -52,6 +52,11 @@ class Allocated(NamedTuple):
     """A cache scenario's allocation handed `block` out (no-stale-key is
     judged on the state after it)."""
     block: int
+    #: the engine harness: the keys the block's new owner may give it in
+    #: the same call, which are not stale (allocator code keys at schedule
+    #: time): its own B tokens at each entry of its table that maps the
+    #: block and that its sequence covers whole; (): any key is stale
+    allowed: tuple[tuple[str, ...], ...] = ()
 
 
 class Keyed(NamedTuple):
@@ -60,6 +65,10 @@ class Keyed(NamedTuple):
     branch: int
     block: int
     length: int
+    #: the engine harness: the branch's verified count after the host call
+    #: that keyed it (a rollback verifies in the same call); None: the
+    #: count before the action, as the protocol model keeps it
+    verified: Optional[int] = None
 
 
 class AllocatorRaised(NamedTuple):

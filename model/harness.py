@@ -24,7 +24,16 @@ B) answers `start(branches, L)`, `append(branch, token) -> [(src, dst)]`,
 `table(branch)`, and optionally `refcount(block)`, `free_blocks()` and
 `snapshot()`. It raises `OutOfBlocks` when it has no block to give: the
 call is then not enabled (the branch waits, as an engine's scheduler
-would)."""
+would).
+
+In a cache scenario (requests that share full blocks through a prefix
+cache) the adapter answers `admit(branch, tokens)` in place of `start`:
+how many prompt tokens the engine already holds, or that and the copies it
+must run first; the harness launches them and one prefill kernel for the
+rest of the prompt. `append(branch, token, draft)` says whether the token
+is a speculative draft, `rollback(branch, n)` follows every verify, and the
+optional observer `cached()` (`{block: its B tokens}`) lets the harness
+judge the cache invariants (docs/semantics.md#engine-harness)."""
 
 from __future__ import annotations
 
@@ -42,12 +51,12 @@ from typing import Any, Callable, Hashable, Optional, cast
 
 from cowcheck.model import device
 from cowcheck.model.action import Action, Transition, completion
-from cowcheck.model.block import AllocatorRaised, Draft, Freed, OutputChecked, TableMiss
+from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Freed, Keyed, OutputChecked, TableMiss
 from cowcheck.model.errors import SpecError
 from cowcheck.model.branches import Operation
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import (UNBORN, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final, is_steady,
-                    prompt, prompt_slots, read)
+from cowcheck.model.state import (UNBORN, WAITING, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final,
+                                  is_steady, prompt, prompt_slots, read)
 from cowcheck.model.structure import Op
 
 #: the prefix of the module name a file named by path is imported under
@@ -62,8 +71,14 @@ def _standard(path: str) -> bool:
 
 
 REQUIRED = ("start", "append", "fork", "rollback", "free", "table")
+#: what a cache scenario's adapter answers: admit in place of start, no fork
+CACHE_REQUIRED = ("admit", "append", "rollback", "free", "table")
 #: the invariants an optional observer is needed for, and why they are not checked without it
 NEEDS = {"refcount": ("refcount-write", "refcount-exact"), "free_blocks": ("no-leak", "no-use-after-free")}
+#: the same, in a cache scenario only
+CACHE_NEEDS = {"cached": ("no-stale-key", "cache-immutable", "verified-only-cached")}
+#: a request's `after` request is done once it is one of these
+_DONE = (Status.FINISHED, Status.CANCELLED)
 
 
 class OutOfBlocks(Exception):
@@ -178,12 +193,18 @@ class HarnessModel:
         #: (`append('a', 'a1')`): the checker's per-call deadline
         #: (cowcheck.adapters.deadline); the model itself sets none
         self.guard: Callable[[str], AbstractContextManager[None]] = unguarded
+        #: a cache scenario: requests admitted with their own prompts
+        self.cache = scenario.cache
+        self.prompts = tuple(scenario.prompt_of(i) for i in range(len(scenario.branches)))
+        self.after_of = tuple(spec.after for spec in scenario.branches)
+        self.drafts = tuple(spec.drafts for spec in scenario.branches)
         adapter = self._make()
-        self.observes = {name: callable(getattr(adapter, name, None)) for name in NEEDS}
+        needs = {**NEEDS, **CACHE_NEEDS} if self.cache else NEEDS
+        self.observes = {name: callable(getattr(adapter, name, None)) for name in {**NEEDS, **CACHE_NEEDS}}
         self.coarse = callable(getattr(adapter, "snapshot", None))
         #: invariant id -> why it is not checked (an observer is missing)
         self.unsupported = {inv: f"not checked: the adapter has no {name}()"
-                            for name, invs in NEEDS.items() if not self.observes[name] for inv in invs}
+                            for name, invs in needs.items() if not self.observes[name] for inv in invs}
 
     # -- the adapter ----------------------------------------------------------
     def _bad(self, method: str, message: str) -> SpecError:
@@ -195,8 +216,13 @@ class HarnessModel:
                 adapter = self.factory(self.P, self.B)
         except TypeError as err:
             raise self._bad("factory", f"must accept (pool, block_size) and return the adapter ({err})") from None
-        missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
+        required = CACHE_REQUIRED if self.cache else REQUIRED
+        missing = [m for m in required if not callable(getattr(adapter, m, None))]
         if missing:
+            if self.cache:
+                raise self._bad(missing[0], f"the adapter has no {missing[0]}(); in a cache scenario (cache = \"prefix\") an adapter "
+                                f"answers {', '.join(required)}: admit(branch, tokens) in place of start, returning the prompt "
+                                "tokens the engine already holds (and optionally refcount, free_blocks, cached, snapshot)")
             raise self._bad(missing[0], f"the adapter has no {missing[0]}(); an adapter answers {', '.join(REQUIRED)} "
                             "(and optionally refcount, free_blocks, snapshot)")
         return adapter
@@ -245,7 +271,7 @@ class HarnessModel:
                 if type(count) is not int:
                     raise self._bad("refcount", f"must return an integer, got {count!r} for block {b}")
                 if count != blocks[b].refcount:
-                    blocks[b] = Block(count, 0, blocks[b].slots)
+                    blocks[b] = blocks[b]._replace(refcount=count, holds=0)
         free = before.free
         if self.observes["free_blocks"]:
             raw = adapter.free_blocks()
@@ -254,7 +280,67 @@ class HarnessModel:
             free = tuple(self._block_id("free_blocks", b, "every entry") for b in raw)
             was = set(before.free)
             d.facts.extend(Freed(b) for b in free if b not in was)
+        if self.cache and self.observes["cached"]:
+            keys = self._cached(adapter)
+            for b in range(self.P):
+                if blocks[b].key != keys.get(b):
+                    blocks[b] = blocks[b]._replace(key=keys.get(b))
         return State(tuple(blocks), free, tuple(branches), tuple(d.queue), self._freeze(adapter))
+
+    def _cached(self, adapter: Any) -> dict[int, tuple[str, ...]]:
+        """The blocks the engine could serve as hits, with the tokens of
+        their own B slots that their keys name (a State's Block.key in a
+        harness trace: the harness sees no chain)."""
+        raw = adapter.cached()
+        if not isinstance(raw, dict):
+            raise self._bad("cached", f"must return a dict {{block: tokens}}, got {type(raw).__name__}")
+        out = {}
+        for block, tokens in raw.items():
+            b = self._block_id("cached", block, "every key")
+            if not isinstance(tokens, (list, tuple)) or len(tokens) != self.B or not all(isinstance(t, str) for t in tokens):
+                raise self._bad("cached", f"must map each block to the {self.B} token names of its slots that its key names "
+                                f"(a tuple of {self.B} strings), got {tokens!r} for block {b}")
+            out[b] = tuple(tokens)
+        return out
+
+    def _cache_facts(self, before: State, after: State, hits: tuple[int, int], d: Draft) -> None:
+        """The facts the cache invariants judge after a host call, from
+        what `cached()` reports: each block that joined a table other than
+        as one of admit's reported hits (`hits`: the branch and how many of
+        its first entries) is an allocation (no-stale-key: its key after
+        the call, if any, must be its new owner's own B tokens at an entry
+        that maps it); each
+        block whose key is new is keyed by a branch that maps it
+        (verified-only-cached, against that branch's verified count after
+        the call)."""
+        if not self.observes["cached"]:
+            return
+        B = self.B
+        for j, br in enumerate(after.branches):
+            if br.status is not Status.RUNNING:
+                continue
+            was = before.branches[j]
+            old = set(was.working) if was.status is Status.RUNNING else set()
+            own: dict[int, list[tuple[str, ...]]] = {}     # block -> its B tokens at each entry the sequence covers whole
+            for k, b in enumerate(br.working[:len(br.seq) // B]):
+                own.setdefault(b, []).append(tuple(br.seq[k * B:(k + 1) * B]))
+            for k, b in enumerate(br.working):
+                if (j == hits[0] and k < hits[1]) or b in old:
+                    continue
+                d.facts.append(Allocated(b, tuple(own.get(b, ()))))
+        for b, blk in enumerate(after.blocks):
+            if blk.key is None or blk.key == before.blocks[b].key:
+                continue
+            keyed: Optional[Keyed] = None
+            for j, br in enumerate(after.branches):
+                if br.status is Status.RUNNING and b in br.working:
+                    length = (br.working.index(b) + 1) * B
+                    if keyed is None or length > br.verified:
+                        keyed = Keyed(j, b, length, br.verified)
+                    if length > br.verified:
+                        break
+            if keyed is not None:
+                d.facts.append(keyed)
 
     # -- the TransitionSystem interface ---------------------------------------
     def init_state(self) -> State:
@@ -264,6 +350,11 @@ class HarnessModel:
             raise self._bad(late.call.partition("(")[0], str(late)) from None
 
     def _init_state(self) -> State:
+        if self.cache:      # nothing has happened: every request waits for its admission
+            adapter = self._make()
+            empty = State(tuple(Block(0, 0, (None,) * self.B) for _ in range(self.P)), (), (), ())
+            with self.guard("refcount(...), free_blocks(), cached() before any call"):
+                return self._observe(adapter, empty, [WAITING] * len(self.names), Draft(empty, "lifo"))
         adapter = self._make()
         roots = [self.names[i] for i in self.scenario.roots]
         try:
@@ -296,22 +387,31 @@ class HarnessModel:
     def is_copy_launch(action: Action) -> int:
         """The copies a host call launched (an append may launch several)."""
         sources = dict(action.binds).get("copy_src")
-        return len(sources) if action.op is Op.APPEND and isinstance(sources, tuple) else 0
+        return len(sources) if action.op in (Op.APPEND, Op.ADMIT) and isinstance(sources, tuple) else 0
 
     @staticmethod
     def hits(action: Action) -> int:
-        """No cache scenario runs through the harness yet (system_for refuses one)."""
-        return 0
+        """The prompt blocks an admission served from the cache: the
+        computed count it returned, // B (the first entries of its table)."""
+        if action.op is not Op.ADMIT:
+            return 0
+        hits = dict(action.binds).get("hits")
+        return len(hits) if isinstance(hits, tuple) else 0
 
     def where(self, br: Branch) -> str:
         if br.status is Status.UNBORN:
             return "unborn (its parent has not forked it)"
+        if br.status is Status.WAITING:
+            return "waiting for admission"
         return "between host calls"
 
     def successors(self, state: State) -> list[Transition]:
         out: list[Transition] = []
         in_flight = {op.branch for op in state.queue if type(op) is Kernel}
         for i, br in enumerate(state.branches):
+            if br.status is Status.WAITING:
+                self._waiting(state, i, out)
+                continue
             if br.status is not Status.RUNNING:
                 continue
             ops = self.operations[i]
@@ -320,7 +420,11 @@ class HarnessModel:
                     self._operation(state, i, br, ops[br.done], out)
                 else:
                     self._call(state, i, Op.FINISH, "free", out)
-            if self.scenario.branches[i].may_cancel:    # pruning: between operations, even with a kernel in flight
+            # pruning: between operations, even with a kernel in flight (but
+            # not while a request's prefill is: the admission's wait is not a
+            # cancellation point, as in the protocol model)
+            if self.scenario.branches[i].may_cancel and not (
+                    self.cache and any(type(op) is Kernel and op.branch == i and op.pos < len(self.prompts[i]) for op in state.queue)):
                 self._call(state, i, Op.CANCEL, "free", out)
         for index in device.ready(state, self.device):
             d = Draft(state, "lifo")
@@ -328,6 +432,18 @@ class HarnessModel:
             device.complete(d, index, self.B)
             out.append(Transition(completion(op, self.B, self.names), d.freeze(), tuple(d.facts)))
         return out
+
+    def _waiting(self, state: State, i: int, out: list[Transition]) -> None:
+        """A waiting request of a cache scenario: its admission, once its
+        `after` request is done, and (may_cancel) a cancel without any call:
+        it owns nothing."""
+        after = self.after_of[i]
+        if after is None or state.branches[after].status in _DONE:
+            self._call(state, i, Op.ADMIT, "admit", out)
+        if self.scenario.branches[i].may_cancel:
+            branches = list(state.branches)
+            branches[i] = branches[i]._replace(status=Status.CANCELLED)
+            out.append(Transition(Action(self.names[i], Op.CANCEL, "cancel", ()), state._replace(branches=tuple(branches)), ()))
 
     def _operation(self, state: State, i: int, br: Branch, operation: Operation, out: list[Transition]) -> None:
         if operation.op is Op.APPEND:
@@ -352,7 +468,9 @@ class HarnessModel:
         if op is Op.FINISH:     # check-output, then free
             d.facts.append(OutputChecked(i, read(state.blocks, br.working, br.pos, self.B), br.seq))
         args: tuple[Any, ...] = {Op.APPEND: (name, token), Op.FORK: (name, self.names[child] if child is not None else ""),
-                                 Op.ROLLBACK: (name, rejected)}.get(op, (name,))
+                                 Op.ROLLBACK: (name, rejected), Op.ADMIT: (name, list(self.prompts[i]))}.get(op, (name,))
+        if op is Op.APPEND and self.cache:      # whether the token is a speculative draft
+            args += (self.drafts[i][br.done],)
         call = f"{method}({', '.join(map(repr, args))})"
         try:
             with self.guard(call):      # the observers right after it count in its time
@@ -372,9 +490,13 @@ class HarnessModel:
                rejected: int) -> Transition:
         """What follows a host call in the same action."""
         name, br = self.names[i], state.branches[i]
+        if op is Op.ADMIT:
+            return self._admitted(state, adapter, i, returned, d, branches)
         if op is Op.APPEND:
             copies = self._copies(returned)
             binds += [("token", token), ("copy_src", tuple(s for s, _ in copies)), ("copy_dst", tuple(t for _, t in copies))]
+            if self.cache and self.drafts[i][br.done]:
+                binds.append(("draft", True))
             d.queue.extend(Copy(src, dst, self.B) for src, dst in copies)
             table = self._table(adapter, name)
             if len(table) <= br.pos // self.B:
@@ -382,7 +504,9 @@ class HarnessModel:
                 return Transition(Action(name, op, method, tuple(binds) + (("table", table),)), None, tuple(d.facts))
             seq = br.seq + (token,)
             d.queue.append(Kernel(i, br.pos, token, table, seq))
-            branches[i] = br._replace(pos=br.pos + 1, writes=br.writes + 1, seq=seq, done=br.done + 1)
+            # a draft's position stays unverified until its verify
+            verified = br.pos + 1 if self.cache and not self.drafts[i][br.done] else br.verified
+            branches[i] = br._replace(pos=br.pos + 1, writes=br.writes + 1, seq=seq, done=br.done + 1, verified=verified)
         elif op is Op.FORK:
             assert child is not None
             binds.append(("child", self.names[child]))
@@ -390,17 +514,55 @@ class HarnessModel:
             branches[i] = br._replace(done=br.done + 1)
         elif op is Op.ROLLBACK:
             binds += [("accepted", self.operations[i][br.done].arg - rejected), ("rejected", rejected)]
-            pos = br.pos - rejected
-            branches[i] = br._replace(pos=pos, seq=br.seq[:pos], done=br.done + 1)
+            pos = br.pos - rejected          # the accepted drafts are verified now, the rejected ones gone
+            branches[i] = br._replace(pos=pos, seq=br.seq[:pos], done=br.done + 1, verified=pos if self.cache else br.verified)
         else:                   # finish or cancel: the branch is done with, and so are its unborn children
             branches[i] = br._replace(status=Status.FINISHED if op is Op.FINISH else Status.CANCELLED, working=(), published=())
             if op is Op.CANCEL:
                 cancel_unborn(branches, self.descendants[i])
         after = self._observe(adapter, state, branches, d)
+        if self.cache:
+            self._cache_facts(state, after, (i, 0), d)
         if op is Op.FINISH:     # what check-output read, for a replay on a real pool
             binds.append(("pos", br.pos))
         binds.append(("table", after.branches[i].working if op not in (Op.FINISH, Op.CANCEL) else br.working))
         return Transition(Action(name, op, method, tuple(binds)), after, tuple(d.facts))
+
+    def _admitted(self, state: State, adapter: Any, i: int, returned: Any, d: Draft, branches: list[Branch]) -> Transition:
+        """What follows an admission in the same action: the copies it
+        returned, then one prefill kernel for positions computed .. L - 1
+        through the request's table (none when it holds the whole prompt)."""
+        name, prompt, B = self.names[i], self.prompts[i], self.B
+        L = len(prompt)
+        computed, copies = self._computed(returned, L)
+        d.queue.extend(Copy(src, dst, B) for src, dst in copies)
+        table = self._table(adapter, name)
+        hits = table[:computed // B]
+        binds: list[tuple[str, Any]] = [("computed", computed), ("hits", hits), ("copy_src", tuple(s for s, _ in copies)),
+                                        ("copy_dst", tuple(t for _, t in copies)), ("from", computed), ("to", L - 1)]
+        if computed < L:
+            if len(table) <= (L - 1) // B:
+                d.facts.append(TableMiss(i, max(computed, len(table) * B)))
+                return Transition(Action(name, Op.ADMIT, "admit", tuple(binds) + (("table", table),)), None, tuple(d.facts))
+            d.queue.append(Kernel(i, L - 1, prompt[-1], table, prompt, L - computed))
+        branches[i] = WAITING._replace(status=Status.RUNNING, pos=L, seq=prompt, verified=L)
+        after = self._observe(adapter, state, branches, d)
+        self._cache_facts(state, after, (i, len(hits)), d)
+        binds.append(("table", after.branches[i].working))
+        return Transition(Action(name, Op.ADMIT, "admit", tuple(binds)), after, tuple(d.facts))
+
+    def _computed(self, returned: Any, length: int) -> tuple[int, list[tuple[int, int]]]:
+        """admit's answer: a count, or (count, copies)."""
+        shape = ("must return how many prompt tokens the engine already holds (an integer), or that and the copies "
+                 "to run first, (count, [(src, dst), ...])")
+        copies: Any = None
+        if isinstance(returned, (list, tuple)) and len(returned) == 2:
+            returned, copies = returned
+        if type(returned) is not int:
+            raise self._bad("admit", f"{shape}, got {returned!r}")
+        if not 0 <= returned <= length:
+            raise self._bad("admit", f"returned {returned} tokens computed, outside 0 .. {length} (the prompt's length)")
+        return returned, self._copies(copies, "admit")
 
     def user_frames(self, err: BaseException, keep: int = 6) -> tuple[str, ...]:
         """The allocator's own frames of the traceback (its innermost
@@ -427,16 +589,16 @@ class HarnessModel:
             out.append(f"{label}:{line} in {frame.f_code.co_name}" + (f": {code}" if code else ""))
         return tuple(out[-keep:])
 
-    def _copies(self, returned: Any) -> list[tuple[int, int]]:
+    def _copies(self, returned: Any, method: str = "append") -> list[tuple[int, int]]:
         if returned is None:
             return []
         if not isinstance(returned, (list, tuple)):
-            raise self._bad("append", f"must return the copies as a list of (src, dst) block-id pairs, got {type(returned).__name__}")
+            raise self._bad(method, f"must return the copies as a list of (src, dst) block-id pairs, got {type(returned).__name__}")
         out = []
         for pair in returned:
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise self._bad("append", f"must return the copies as a list of (src, dst) block-id pairs, got {returned!r}")
-            out.append((self._block_id("append", pair[0], "a copy's source"), self._block_id("append", pair[1], "a copy's destination")))
+                raise self._bad(method, f"must return the copies as a list of (src, dst) block-id pairs, got {returned!r}")
+            out.append((self._block_id(method, pair[0], "a copy's source"), self._block_id(method, pair[1], "a copy's destination")))
         return out
 
 
@@ -444,9 +606,6 @@ def system_for(scenario: Scenario) -> Any:
     """The transition system a scenario is checked on: its protocol file's
     model, or its allocator code through the harness."""
     if scenario.allocator is not None:
-        if scenario.cache:
-            raise SpecError(scenario.source, "allocator", "allocator code cannot be checked on a cache scenario yet "
-                            "(the harness has no admit call); check the scenario with a protocol file instead")
         return HarnessModel(scenario)
     from cowcheck.model.system import ProtocolModel
     return ProtocolModel(scenario)

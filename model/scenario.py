@@ -185,12 +185,13 @@ def default_pool(protocol: Protocol, block_size: int, prompt: int, branches: tup
             + sum(b.speculates for b in branches) * protocol.rollback_allocs)
 
 
-def harness_pool(block_size: int, prompt: int, branches: tuple[BranchSpec, ...]) -> int:
-    """The default pool for allocator code: the prompt's blocks and one
-    block per append (drafts included), what an allocator that copies a
-    shared tail or opens a fresh block needs; code that needs more is
-    given `pool`."""
-    return -(-prompt // block_size) + sum(b.appends for b in branches)
+def harness_pool(block_size: int, prompt: int, branches: tuple[BranchSpec, ...], cache: bool = False) -> int:
+    """The default pool for allocator code: the prompt's blocks (in a cache
+    scenario each request's) and one block per append (drafts included),
+    what an allocator that copies a shared tail or opens a fresh block
+    needs; code that needs more is given `pool`."""
+    prompt_blocks = sum(-(-len(b.prompt or ()) // block_size) for b in branches) if cache else -(-prompt // block_size)
+    return prompt_blocks + sum(b.appends for b in branches)
 
 
 def parse_expect(value: Any, source: str) -> tuple[str, ...]:
@@ -250,7 +251,7 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
     largest = max(-(-len(b.prompt or ()) // block_size) for b in branches_t) if cache else -(-prompt // block_size)
     pool = integer(data, "pool", source, 0, required=False)
     if pool is None:
-        pool = default_pool(protocol, block_size, prompt, branches_t, cache) if allocator is None else harness_pool(block_size, prompt, branches_t)
+        pool = default_pool(protocol, block_size, prompt, branches_t, cache) if allocator is None else harness_pool(block_size, prompt, branches_t, cache)
     elif pool < largest:
         what = "the largest request's prompt" if cache else f"the prompt; it needs at least {largest} (ceil({prompt}/{block_size}))"
         raise SpecError(source, "pool", f"{pool} blocks cannot hold {what}" + (f"; it needs at least {largest}" if cache else ""))

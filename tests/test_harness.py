@@ -198,7 +198,7 @@ def test_the_manual_adapter_runs_as_written(tmp_path, monkeypatch):
 
     root = Path(__file__).resolve().parent.parent
     section = (root / "docs" / "how-to" / "allocator-code.md").read_text()
-    adapter, pytest_use = re.findall(r"```python\n(.*?)```", section, re.S)
+    adapter, pytest_use, cache_adapter = re.findall(r"```python\n(.*?)```", section, re.S)
     (tmp_path / "my_allocator.py").write_text(adapter)
     (tmp_path / "test_engine.py").write_text(pytest_use)
     command = re.search(r"```sh\n(cowcheck check .*?)\n```", section).group(1).split()
@@ -212,6 +212,13 @@ def test_the_manual_adapter_runs_as_written(tmp_path, monkeypatch):
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr
+    # "An allocator with a prefix cache": its adapter and its command, as printed
+    (tmp_path / "my_cache_allocator.py").write_text(cache_adapter)
+    command = re.findall(r"```sh\n(cowcheck check .*?)\n```", section)[-1].split()
+    assert command[3:] == ["--allocator", "my_cache_allocator.py:factory"]
+    cache = subprocess.run([exe, "check", str(root / command[2]), *command[3:], "--out", str(tmp_path / "cx")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "safe but undisciplined" in cache.stdout and "exclusive-write" in cache.stdout, cache.stdout + cache.stderr
 
 
 def test_the_non_determinism_error_names_the_step_the_call_and_what_differs(monkeypatch):

@@ -1,5 +1,7 @@
 """The harness is honest: on every shipped allocator scenario and under
-every device model, the shipped allocators (specs/allocators/engine.py)
+every device model, the shipped allocators (specs/allocators/engine.py,
+and for cache scenarios the V1-style pool of specs/allocators/prefix.py,
+also on every shipped cache scenario's shape)
 checked as code through the engine harness break exactly the invariants
 that the protocol files describing the same orders (specs/protocols/engine*.toml)
 break. Lengths differ (one host call is one action, where a protocol file
@@ -48,4 +50,45 @@ def test_every_shipped_allocator_has_a_scenario_and_a_protocol_file():
     named = {load_scenario(p).allocator.rpartition(":")[2] for p in CODE}
     assert named == set(PROTOCOL_OF)
     for protocol in PROTOCOL_OF.values():
+        assert load_builtin(protocol).name == protocol
+
+
+# -- prefix caching: the V1-style pool (specs/allocators/prefix.py) --------------------
+PREFIX_CODE = sorted((SPECS / "scenarios").glob("prefix-code*.toml"))
+#: each shipped V1-style factory and the protocol file that describes it
+PREFIX_PROTOCOL_OF = {"correct": "prefix-v1", "touch_after_alloc": "prefix-v1-touch-after-alloc",
+                      "no_evict": "prefix-v1-no-evict", "cache_drafts": "prefix-v1-cache-drafts"}
+#: the shipped cache scenarios' shapes (lifo: allocator code has its own order)
+CACHE_SHAPES = sorted(p for p in (SPECS / "scenarios").glob("*.toml")
+                      if load_scenario(p).cache and load_scenario(p).allocator is None)
+
+
+def _agree(code, protocol_name):
+    protocol = replace(code, allocator=None, allocator_base="", protocol=load_builtin(protocol_name))
+    through_harness, from_file = cowcheck.check(code), cowcheck.check(protocol)
+    assert through_harness.complete and from_file.complete
+    assert broken(through_harness) == broken(from_file)
+    assert through_harness.summary is from_file.summary
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("path", PREFIX_CODE, ids=lambda p: p.stem)
+def test_the_v1_style_pool_and_its_protocol_file_break_the_same_invariants(path, device):
+    code = replace(load_scenario(path), device=device, expect=())
+    _agree(code, PREFIX_PROTOCOL_OF[code.allocator.rpartition(":")[2]])
+
+
+@pytest.mark.parametrize("factory", sorted(PREFIX_PROTOCOL_OF))
+@pytest.mark.parametrize("path", CACHE_SHAPES, ids=lambda p: p.stem)
+def test_every_v1_style_pool_agrees_with_its_protocol_file_on_every_shipped_cache_shape(path, factory):
+    base = replace(load_scenario(path), reuse="lifo", expect=())
+    for device in DEVICES:
+        code = replace(base, device=device, allocator=f"cowcheck.specs.allocators.prefix:{factory}")
+        _agree(code, PREFIX_PROTOCOL_OF[factory])
+
+
+def test_every_v1_style_pool_has_a_scenario_and_a_protocol_file():
+    named = {load_scenario(p).allocator.rpartition(":")[2] for p in PREFIX_CODE}
+    assert named == set(PREFIX_PROTOCOL_OF)
+    for protocol in PREFIX_PROTOCOL_OF.values():
         assert load_builtin(protocol).name == protocol

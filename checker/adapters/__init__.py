@@ -8,7 +8,7 @@ from typing import Hashable, Protocol, runtime_checkable
 
 from cowcheck.model.harness import HarnessModel, OutOfBlocks, load_factory
 
-__all__ = ["Adapter", "OutOfBlocks", "HarnessModel", "load_factory"]
+__all__ = ["Adapter", "CacheAdapter", "OutOfBlocks", "HarnessModel", "load_factory"]
 
 
 @runtime_checkable
@@ -42,6 +42,32 @@ class Adapter(Protocol):
         """The block table the branch's next kernel uses."""
 
 
+@runtime_checkable
+class CacheAdapter(Protocol):
+    """The host side of an allocator with a prefix cache, for cache
+    scenarios (docs/semantics.md#engine-harness): `admit` in place of
+    `start`, no `fork`; `cached()` is optional (without it no-stale-key,
+    cache-immutable and verified-only-cached are not checked)."""
+
+    def admit(self, branch: str, tokens: list[str]) -> int | tuple[int, list[tuple[int, int]]]:
+        """Admit the request with this prompt (token names); return the
+        prompt tokens the engine holds already, or that and the copies to
+        run before the prefill. Raise OutOfBlocks to make it wait."""
+
+    def append(self, branch: str, token: str, draft: bool) -> list[tuple[int, int]]:
+        """Make room for the request's next token (`draft`: a speculative
+        draft, not verified until its rollback); return the copies."""
+
+    def rollback(self, branch: str, n: int) -> None:
+        """After every verify: the last n drafts are rejected, the others verified."""
+
+    def free(self, branch: str) -> None:
+        """The request finished or was cancelled."""
+
+    def table(self, branch: str) -> list[int]:
+        """The block table the request's next kernel uses."""
+
+
 class Observed(Protocol):
     """The optional observers."""
 
@@ -50,3 +76,8 @@ class Observed(Protocol):
     def free_blocks(self) -> list[int]: ...
 
     def snapshot(self) -> Hashable: ...
+
+    def cached(self) -> dict[int, tuple[str, ...]]:
+        """Cache scenarios: each block the engine could serve as a hit, with
+        the tokens of its own B slots that its key names."""
+        ...

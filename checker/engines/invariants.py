@@ -268,7 +268,7 @@ def _key_text(key: tuple) -> str:
 def no_stale_key(model, before, tr, fact):
     block = fact.block
     key = tr.state.blocks[block].key if tr.state is not None else None
-    if key is None:
+    if key is None or key in fact.allowed:     # allowed: the new owner's own keys (allocator code)
         return None
     return {"block": block, "key": list(key),
             "message": f"block {block} was handed out while the cache still maps the key {_key_text(key)} to it"}
@@ -308,13 +308,13 @@ def cache_immutable_copy(model, before, tr, fact):
 
 
 def verified_only_cached(model, before, tr, fact):
-    br = before.branches[fact.branch]
-    if fact.length <= br.verified:
+    verified = before.branches[fact.branch].verified if fact.verified is None else fact.verified
+    if fact.length <= verified:
         return None
-    return {"block": fact.block, "branch": model.names[fact.branch], "verified": br.verified, "covers": fact.length,
+    return {"block": fact.block, "branch": model.names[fact.branch], "verified": verified, "covers": fact.length,
             "message": f"block {fact.block} was keyed with the first {fact.length} tokens of branch "
-                       f"{model.names[fact.branch]}'s sequence, only {br.verified} of which are verified "
-                       f"(position {br.verified} is a pending draft)"}
+                       f"{model.names[fact.branch]}'s sequence, only {verified} of which are verified "
+                       f"(position {verified} is a pending draft)"}
 
 
 #: cache scenarios only (docs/semantics.md#prefix-caching)

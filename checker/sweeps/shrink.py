@@ -183,7 +183,8 @@ def _cache_candidates(scenario: Scenario) -> list[Scenario]:
     for requests in _requests(scenario.branches):
         for block_size in range(1, scenario.block_size + 1):
             largest = max(-(-len(b.prompt or ()) // block_size) for b in requests)
-            default = default_pool(scenario.protocol, block_size, 0, requests, cache=True)
+            default = harness_pool(block_size, 0, requests, cache=True) if scenario.allocator is not None \
+                else default_pool(scenario.protocol, block_size, 0, requests, cache=True)
             for pool in range(largest, min(scenario.pool, default) + 1):
                 out.append(replace(scenario, block_size=block_size, pool=pool, branches=requests))
     out.sort(key=size_key)
@@ -357,7 +358,7 @@ def scenario_toml(scenario: Scenario, description: str, expect: str) -> str:
              f"block_size = {scenario.block_size}", f"prompt = {scenario.prompt}"]
     if scenario.cache:
         lines.append('cache = "prefix"')
-    default = harness_pool(scenario.block_size, scenario.prompt, scenario.branches) if scenario.allocator is not None \
+    default = harness_pool(scenario.block_size, scenario.prompt, scenario.branches, scenario.cache) if scenario.allocator is not None \
         else default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches, scenario.cache)
     if scenario.pool != default:
         lines.append(f"pool = {scenario.pool}")

@@ -302,7 +302,7 @@ class Sequences:
             token = str(binds.get("token") or f"{who}{self.writes[who]}")
             self.of[who] += (token,)
             self.kernel[who, token] = self.of[who]
-        elif action.step == "prefill" and "from" in binds:
+        elif action.step in ("prefill", "admit") and "from" in binds:     # a protocol's prefill, allocator code's admit
             self.of[who] = self.prompts[who]
             self.kernel[who, self.of[who][-1]] = self.of[who]
         elif action.step in ("share", "fork"):

@@ -34,7 +34,7 @@ from cowcheck.model.branches import BRANCH_NAMES, parse_operation
 from cowcheck.model.structure import Op
 
 #: the host calls of the engine harness, as an action's step names them
-HOST_CALLS = ("append", "fork", "rollback", "free")
+HOST_CALLS = ("append", "fork", "rollback", "free", "admit", "cancel")
 
 
 # -- a branch's program --------------------------------------------------------------
@@ -571,9 +571,14 @@ def _host_words(action: dict, binds: dict, before: dict, after: Optional[dict]) 
         if op == "cancel":
             return f"{who} is pruned: it {failed}."
         return f"{who} {failed}."
+    if op == "cancel" and action["step"] == "cancel":
+        return f"{who} is cancelled while it waits for admission: it owns nothing, so no call is made."
+    if op == "admit":
+        return _admit_words(who, binds, before, after, B)
     if op == "append":
         token, pos, table = binds["token"], was["pos"], binds["table"]
-        call = f"{who} calls append({who!r}, {token!r}): {_copies(binds, B)}"
+        draft = ", draft" if "draft" in binds else ""
+        call = f"{who} calls append({who!r}, {token!r}{draft}): {_copies(binds, B)}"
         if after is None:
             return (f"{call}; but its table {table} has no block for position {pos}: "
                     f"no kernel is launched (kernel-table-miss).")
@@ -608,6 +613,21 @@ def _host_words(action: dict, binds: dict, before: dict, after: Optional[dict]) 
     flight = (f", while its kernel for position {kernel['pos']} ({kernel['token']}) is still in flight"
               if kernel is not None else "")
     return f"{who} is pruned: it calls free({who!r}) with its table {binds['table']}{flight}. {_books(who, before, after)}"
+
+
+def _admit_words(who: str, binds: dict, before: dict, after: Optional[dict], B: int) -> str:
+    """An admission of allocator code (a cache scenario): the call, what it
+    says the engine holds already, the copies, then the prefill."""
+    computed, last, table, hits = binds["computed"], binds["to"], binds["table"], list(binds["hits"])
+    held = (f"the engine holds {computed} of its {last + 1} prompt tokens already"
+            + (f" (its hits: {_blocks(hits)}, the first entries of its table)" if hits else "") if computed else
+            "the engine holds none of its prompt tokens")
+    call = f"{who} is admitted: it calls admit({who!r}, its prompt): {held}; {_copies(binds, B)}"
+    if after is None:
+        return f"{call}; but its table {table} has no block for position {last}: no prefill is launched (kernel-table-miss)."
+    prefill = (f"then its prefill kernel for positions {computed} to {last} is launched through its table {table}"
+               if computed <= last else f"nothing is left to prefill; its table is {table}")
+    return f"{call}; {prefill}. {_books(who, before, after)}" + _still_free(who, binds, after)
 
 
 def _device_words(op: str, binds: dict, before: dict, after: dict) -> str:

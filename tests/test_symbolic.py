@@ -116,7 +116,7 @@ class Bench:
         self.sym = self.enc.fresh("t.")
         self.executed = [self.enc.execute(self.sym, inst) for inst in self.enc.instances]
         self.judge = SymbolicJudge(self.enc, self.sym, self.executed)
-        self.explicit = Judge(INVARIANTS)
+        self.explicit = Judge(INVARIANTS + CACHE_INVARIANTS if scenario.cache else INVARIANTS)
 
     def agree(self, state) -> None:
         enc, model = self.enc, self.enc.model

@@ -15,7 +15,24 @@ sequences are the branches' references. Absent values are -1 (an empty
 slot, an unbound local, an unused table entry), and every entry past a
 length is kept at its canonical empty value, so that two symbolic states
 are equal exactly when the explicit states are (k-induction's simple-path
-constraint relies on that)."""
+constraint relies on that).
+
+A cache scenario (docs/semantics.md#prefix-caching) gets the program
+fields with L = 0: a request has no sequence until its prefill, and its
+prompt is its own, so every position of its sequence is a field (token
+ids: each request's own tokens first, consecutive, then the other names
+its prompts use). Its sequence is state (speculation rewinds it), so a
+key cannot be named by (request, length): a block's key is stored as its
+tokens, `klen` (0: no key; else a multiple of B) and KL token fields
+(KL: the longest key any request can make, -1 past klen). Two keys are
+equal exactly when their fields are, a key names a block exactly while it
+is the block's (the cache is the keyed blocks), and lookup compares the
+constant prefixes of the request's prompt with every block's key. A
+branch adds `verified`, and the admission's local `hits` (H entries and a
+length, H = (L_j - 1) // B); status `waiting` has its own code; a queue
+slot adds `span`, the positions a kernel writes ending at kpos (1 for a
+write, the uncached prompt for a prefill, 0 for a copy and an empty slot),
+its expected sequence (kseq) giving the token of each."""
 
 from __future__ import annotations
 

@@ -27,6 +27,18 @@ is pos - L and every sequence is a prefix of the branch's reference, so a
 plain scenario's encoding has none of them and stays as small as before
 (`self.programs` says which encoding a scenario gets).
 
+Cache scenarios (docs/semantics.md#prefix-caching) use the program
+fields with L = 0 and add keys, `verified`, `hits` and kernel spans
+(cowcheck.symbolic.state says how they are encoded). A request is
+`waiting` until its admission's first step, which needs its `after`
+request finished or cancelled and, for an atomic [admit], the steps up to
+its first wait each enabled in turn, each with its first choice
+(`admissible` runs their handlers symbolically, as model.system._admissible
+applies them); a waiting request may also be cancelled. Under `any` reuse
+`alloc-prompt` is one instance per ordered choice of its blocks (for every
+count of hits it can need), as `alloc` is one per block: the instances grow
+as P! / (P - n)!, so `any` is for small pools.
+
 The sizes T (table entries) and Q (queue slots) come from
 cowcheck.symbolic.bounds: tight bounds derived from the scenario, since
 every unused slot costs fields in every state of an unrolling."""

@@ -175,7 +175,7 @@ class Pool:
         if initial is None and not scenario.cache:
             for i in range(scenario.prompt):  # the fork: the prompt fills blocks 0 .. in order
                 memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
-        else:       # where the trace's initial state has them (allocator code chooses the prompt's blocks)
+        elif initial is not None:   # where the trace's initial state has them (allocator code chooses the prompt's blocks)
             for block in initial["blocks"]:
                 for slot, token in enumerate(block["slots"]):
                     if token is not None:

@@ -110,9 +110,6 @@ def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICI
         return _explicit.explore(scenario, options, invariants=invariants, progress=progress, system=system)
     if scenario.allocator is not None:
         raise SpecError(scenario.source, "allocator", f"the {engine} engine checks protocol files; allocator code is checked by the explorer (--engine explicit)")
-    if scenario.cache:
-        raise SpecError(scenario.source, "cache", f"the {engine} engine has no encoding of prefix caching yet; "
-                        "check a cache scenario with the explorer (--engine explicit)")
     from cowcheck import symbolic   # z3 loads only for the engines that use it
     run = symbolic.run_bmc if engine is Engine.BMC else symbolic.run_kinduction
     return run(scenario, invariants, depth)

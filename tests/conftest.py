@@ -55,20 +55,21 @@ def program_branches(draw, st, most: int = 3) -> list[dict]:
 
 
 def cache_requests(draw, st, most: int = 3, tokens: tuple[str, ...] = ("p0", "p1", "p2", "p3", "x0"),
-                   speculate: bool = True) -> list[dict]:
+                   speculate: bool = True, longest: int = 4) -> list[dict]:
     """Request tables of a cache scenario, for hypothesis: prompts drawn
     from a few token names (so they share prefixes, or continue an earlier
-    request's output: `a1`), an `after` on an earlier request, appends or a
-    short speculation, and any request may be cancellable."""
+    request's output: `a1`), at most `longest` tokens long, an `after` on
+    an earlier request, appends or a short speculation, and any request may
+    be cancellable."""
     names = "abcdefgh"
     total = draw(st.integers(1, most))
     requests: list[dict] = []
     for i in range(total):
         pool = list(tokens) + [f"{names[j]}{k}" for j in range(i) for k in (1, 2)]
         # most prompts start with the shared p0 p1 ..., so that they hit
-        shared = draw(st.integers(0, 3))
+        shared = draw(st.integers(0, min(3, longest)))
         prompt = [f"p{k}" for k in range(shared)] + draw(st.lists(st.sampled_from(pool), min_size=0 if shared else 1,
-                                                                   max_size=4 - shared))
+                                                                   max_size=longest - shared))
         request: dict = {"prompt": prompt, "may_cancel": draw(st.booleans())}
         ops = ["append", "speculate 1", "speculate 2"] if speculate else ["append"]
         program = draw(st.lists(st.sampled_from(ops), max_size=2))
@@ -84,11 +85,12 @@ def cache_requests(draw, st, most: int = 3, tokens: tuple[str, ...] = ("p0", "p1
 CACHE_PROTOCOLS = ("prefix-cache", "cow", "vllm-v1", "touch-after-alloc", "no-evict", "cache-drafts", "free-in-flight")
 
 
-def _cache_scenarios(draw, protocols=CACHE_PROTOCOLS, most=3, tight=True):
+def _cache_scenarios(draw, protocols=CACHE_PROTOCOLS, most=3, tight=True, longest=4):
     """Random cache scenarios; `tight`: the pool may be just the largest
-    prompt or a little more (evictions, and out-of-memory deadlocks)."""
+    prompt or a little more (evictions, and out-of-memory deadlocks);
+    `longest`: the longest prompt."""
     from hypothesis import strategies as st
-    requests = cache_requests(draw, st, most=most)
+    requests = cache_requests(draw, st, most=most, longest=longest)
     B = draw(st.integers(1, 3))
     largest = max(-(-len(r["prompt"]) // B) for r in requests)
     pool = draw(st.one_of(st.none(), st.integers(largest, largest + 2))) if tight else None

@@ -43,24 +43,16 @@ from cowcheck.engines.counterexample import load
 
 
 def test_every_invariant_has_an_encoding():
-    """Every invariant but prefix caching's: the z3 engines refuse cache
-    scenarios (test_a_z3_engine_refuses_a_cache_scenario)."""
-    assert set(ENCODINGS) == set(IDS) - {inv.id for inv in CACHE_INVARIANTS}
+    """Prefix caching's included (tests/test_symbolic_cache.py checks them)."""
+    assert set(ENCODINGS) == set(IDS)
     for inv in ENCODINGS.values():
         assert inv.explicit, f"{inv.id} names no explicit predicate"
 
 
 def test_every_step_has_a_handler():
-    assert set(HANDLERS) == set(ARITY) - set(CACHE_STEPS)
-
-
-@pytest.mark.parametrize("engine", ["bmc", "kind"])
-def test_a_z3_engine_refuses_a_cache_scenario(engine):
-    from cowcheck import check
-    from cowcheck.model.errors import SpecError
-    from cowcheck.model.scenario import make_scenario
-    with pytest.raises(SpecError, match="prefix caching"):
-        check(make_scenario(2, 3, [1, 1], "prefix-cache", cache=True), engine=engine)
+    """Prefix caching's steps included."""
+    assert set(HANDLERS) == set(ARITY)
+    assert set(CACHE_STEPS) <= set(HANDLERS)
 
 
 @pytest.mark.parametrize("protocol", builtin_names(cache=False))
@@ -116,7 +108,7 @@ class Bench:
         self.sym = self.enc.fresh("t.")
         self.executed = [self.enc.execute(self.sym, inst) for inst in self.enc.instances]
         self.judge = SymbolicJudge(self.enc, self.sym, self.executed)
-        self.explicit = Judge(INVARIANTS)
+        self.explicit = Judge(INVARIANTS + CACHE_INVARIANTS if scenario.cache else INVARIANTS)
 
     def agree(self, state) -> None:
         enc, model = self.enc, self.enc.model

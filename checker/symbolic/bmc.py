@@ -36,10 +36,11 @@ import z3
 from cowcheck.model.action import Action
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import State
+from cowcheck.model.system import ProtocolModel
 
 from cowcheck.engines.explorer import interrupted
 from cowcheck.interrupts import poll
-from cowcheck.engines.invariants import INVARIANTS, Invariant, Judge, validate_expect
+from cowcheck.engines.invariants import INVARIANTS, Invariant, Judge, for_system, validate_expect
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import BmcResult, Outcome, Verdict
 from cowcheck.engines.counterexample import Counterexample
@@ -226,6 +227,7 @@ def run_bmc(scenario: Scenario, invariants: tuple[Invariant, ...] = INVARIANTS, 
     adds cowcheck.symbolic.reduction's constraints to the run (the answers
     are the same without them, only slower to get)."""
     validate_expect(scenario)
+    invariants, unjudged = scenario_invariants(scenario, invariants)
     checked, left_out = encoded(invariants)
     verdicts: dict[str, Verdict] = {inv.id: unsupported(inv) for inv in left_out}
     deepening = Deepening()
@@ -239,13 +241,22 @@ def run_bmc(scenario: Scenario, invariants: tuple[Invariant, ...] = INVARIANTS, 
     for inv in checked:
         if inv.id not in verdicts:
             verdicts[inv.id] = Verdict(inv.id, Kind(inv.kind), Outcome.HOLDS if deepening.exhausted else Outcome.NOT_SEEN)
-    verdicts = {inv.id: verdicts[inv.id] for inv in invariants}
+    verdicts = {**{inv.id: verdicts[inv.id] for inv in invariants}, **unjudged}
     # nothing left open within any bound
     settled = stopped is None and (deepening.exhausted or all(verdicts[inv.id].outcome is Outcome.VIOLATED for inv in checked))
     if not settled:
         stopped = stopped or f"bmc bound {depth}"
     return BmcResult(scenario, verdicts, settled, stopped, sum(deepening.seconds),
                      bound=depth, reached=deepening.reached, depth_seconds=deepening.seconds)
+
+
+def scenario_invariants(scenario: Scenario, invariants: tuple[Invariant, ...]) -> tuple[tuple[Invariant, ...], dict[str, Verdict]]:
+    """The invariants a scenario is judged on, as the explorer's
+    (cowcheck.engines.invariants.for_system: a cache scenario adds prefix
+    caching's to the built-in ones, any other has none of them), and the
+    verdicts of those it cannot have."""
+    kept, why = for_system(invariants, ProtocolModel(scenario))
+    return kept, {i: Verdict(i, Kind(kind), Outcome.UNSUPPORTED, note=note) for i, (kind, note) in why.items()}
 
 
 @dataclass

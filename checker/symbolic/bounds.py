@@ -69,7 +69,7 @@ class Pending(NamedTuple):
     def after(self, step: Step) -> "Pending":
         """The pending ops once `step` has been taken."""
         op, args = step.op, step.args
-        if op == "write":
+        if op in ("write", "prefill"):
             return self._replace(kernels=self.kernels + 1)
         if op == "wait-kernel":
             return self._replace(kernels=0)
@@ -77,7 +77,7 @@ class Pending(NamedTuple):
             return self._replace(**{args[1]: getattr(self, args[1]) + 1})
         if op == "wait-copy":
             return self._replace(**{args[0]: 0})
-        if op == "alloc":   # the local now names another block: its copies are out of reach
+        if op in ("alloc", "alloc-no-evict"):   # the local now names another block: its copies are out of reach
             return self._replace(**{args[0]: 0, "stale": self.stale + getattr(self, args[0])})
         return self
 
@@ -110,7 +110,7 @@ def walk(structure: Structure, op: Op, path: Optional[str], start: Pending,
 #: rules_at(k): the indices of the rules the append at operation k of a
 #: branch's flattened program can choose (empty for a fork or a rollback)
 RulesAt = Callable[[int], list[int]]
-LAUNCHES = COPIES + ("write",)
+LAUNCHES = COPIES + ("write", "prefill")
 
 
 def paths(scenario: Scenario, rules: list[int]) -> list[AppendPath]:
@@ -126,7 +126,9 @@ def positions(scenario: Scenario, j: int) -> list[set[int]]:
     and a child starts where its parent can be at the fork. Plain: the n-th
     append begins at L + n."""
     spec = scenario.branches[j]
-    if spec.parent is None:
+    if scenario.cache:      # a request's operations begin after its admission's prefill
+        now = {len(scenario.prompt_of(j))}
+    elif spec.parent is None:
         now = {scenario.prompt}
     else:
         parent = scenario.branches[spec.parent].operations
@@ -159,6 +161,12 @@ def branch_queue_bound(scenario: Scenario, structure: Structure, j: int, rules_a
         nonlocal peak
         for start in starts:
             peak = max(peak, walk(structure, op, None, start, False)[0])
+
+    if scenario.cache:      # a waiting request may be cancelled; else it is admitted first
+        if spec.may_cancel:
+            end_with(Op.CANCEL, between)
+        most, end, _ = walk(structure, Op.ADMIT, None, Pending(), False)
+        peak, between = max(peak, most), {end}
 
     for k, operation in enumerate(spec.operations):
         after: set[Pending] = set()
@@ -201,7 +209,9 @@ def _grown(scenario: Scenario, structure: Structure, j: int, rules_at: Callable[
     """The most entries branch j's working table can have after each of
     its operations (first: when it begins)."""
     spec = scenario.branches[j]
-    if spec.parent is None:
+    if scenario.cache:
+        size = admit_table(scenario, structure, j)
+    elif spec.parent is None:
         size = scenario.prompt_blocks
     else:
         parent = scenario.branches[spec.parent].operations
@@ -216,6 +226,20 @@ def _grown(scenario: Scenario, structure: Structure, j: int, rules_at: Callable[
             size += own_steps(structure, operation.op, "append")
         out.append(size)
     return out
+
+
+def admit_table(scenario: Scenario, structure: Structure, j: int) -> int:
+    """The longest working table request j's admission can leave (or have
+    midway): ceil(L / B) when one lookup comes before its one touch-hits
+    and its one alloc-prompt (the hits and the allocation add up to the
+    prompt's blocks); else every touch-hits, alloc-prompt and append added up."""
+    admit = [step.op for step in structure.program(Op.ADMIT)]
+    blocks = -(-len(scenario.prompt_of(j)) // scenario.block_size)
+    hits = (len(scenario.prompt_of(j)) - 1) // scenario.block_size
+    if admit.count("lookup") == admit.count("touch-hits") == admit.count("alloc-prompt") == 1 \
+            and admit.index("lookup") < min(admit.index("touch-hits"), admit.index("alloc-prompt")):
+        return blocks + admit.count("append")
+    return hits * admit.count("touch-hits") + blocks * admit.count("alloc-prompt") + admit.count("append")
 
 
 class _Integers(Algebra[list[int]]):
@@ -316,6 +340,9 @@ def earliest(scenario: Scenario, structure: Structure, j: int, rules_at: Callabl
 
     born = 0 if spec.parent is None else earliest(scenario, structure, spec.parent, rules_at, memo).births.get(j)
     start: Optional[int] = born
+    if scenario.cache:      # the admission comes first (waiting for `after` only delays it)
+        program(Op.ADMIT, None, 0)
+        start = len(structure.program(Op.ADMIT))
     mine = rules_at(j)
     for k, operation in enumerate(spec.operations):
         if start is None:

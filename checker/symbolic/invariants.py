@@ -26,7 +26,7 @@ import z3
 
 from cowcheck.engines import invariants as explicit
 from cowcheck.engines.invariants import Invariant
-from cowcheck.model.block import CopyDone, Freed, KernelDone, OutputChecked, TableMiss, Underflow
+from cowcheck.model.block import Allocated, CopyDone, Freed, KernelDone, Keyed, OutputChecked, TableMiss, Underflow
 from cowcheck.model.state import Status
 
 from cowcheck.engines.invariants import Kind
@@ -99,22 +99,31 @@ def fact_happens(system, pre, post, fact):
 
 
 # -- kernel-complete discipline  (explicit: exclusive_write, refcount_write, copy_before_use)
+def targets(system, k) -> list:
+    """(whether the kernel writes it, block) for each block a kernel may
+    write (cowcheck.engines.invariants._targets): its one target, or in a
+    cache scenario the block of each position of its span."""
+    return [(active, block) for active, _, block in system.layout.written(k)]
+
+
 def exclusive_write(system, pre, post, fact):
     i, k = fact.kernel
-    target = system.target(k)
-    seen_by_branch = any_of(
-        z3.And(k.br != j, _running(b), in_tables(system, b, target))
-        for j, b in enumerate(pre.br))
-    seen_by_queue = any_of(
-        z3.And(m < pre.qlen, z3.Or(z3.And(o.kind == COPY_KIND, o.src == target),
-                                   z3.And(o.kind == KERNEL_KIND, member(o.snap, o.slen, target))))
-        for m, o in enumerate(pre.q) if m != i)
-    return z3.Or(seen_by_branch, seen_by_queue)
+
+    def seen(target):
+        seen_by_branch = any_of(
+            z3.And(k.br != j, _running(b), in_tables(system, b, target))
+            for j, b in enumerate(pre.br))
+        seen_by_queue = any_of(
+            z3.And(m < pre.qlen, z3.Or(z3.And(o.kind == COPY_KIND, o.src == target),
+                                       z3.And(o.kind == KERNEL_KIND, member(o.snap, o.slen, target))))
+            for m, o in enumerate(pre.q) if m != i)
+        return z3.Or(seen_by_branch, seen_by_queue)
+    return any_of(z3.And(active, seen(target)) for active, target in targets(system, k))
 
 
 def refcount_write(system, pre, post, fact):
-    target = system.target(fact.kernel.op)
-    return z3.Not(z3.And(select(pre.rc, target, 0) == 1, select(pre.hd, target, 0) == 0))
+    return any_of(z3.And(active, z3.Not(z3.And(select(pre.rc, target, 0) == 1, select(pre.hd, target, 0) == 0)))
+                  for active, target in targets(system, fact.kernel.op))
 
 
 def copy_before_use(system, pre, post, fact):
@@ -130,10 +139,10 @@ def uaf_copy(system, pre, post, fact):
 
 def uaf_kernel(system, pre, post, fact):
     k = fact.kernel.op
-    target = system.target(k)
+    written = any_of(z3.And(active, system.in_free(pre, target)) for active, target in targets(system, k))
     # snapshot[:pos // B + 1]: entries t with t * B <= pos (and t < its length)
     read = any_of(z3.And(t < k.slen, t * system.B <= k.kpos, system.in_free(pre, x)) for t, x in enumerate(k.snap))
-    return z3.Or(system.in_free(pre, target), read)
+    return z3.Or(written, read)
 
 
 def uaf_freed(system, pre, post, fact):
@@ -167,6 +176,32 @@ def no_deadlock(system, s, final, stuck):
     return z3.And(z3.Not(final), stuck)
 
 
+# -- prefix caching  (explicit: no_stale_key, cache_immutable_kernel, cache_immutable_copy, verified_only_cached)
+def _keyed(s: Sym, b: Term) -> Term:
+    return select(s.klen, b, 0) > 0
+
+
+def no_stale_key(system, pre, post, fact):
+    return _keyed(post, fact.block)
+
+
+def cache_immutable_kernel(system, pre, post, fact):
+    k, layout = fact.kernel.op, system.layout
+    return any_of(z3.And(active, _keyed(pre, block), layout.sequence(k.kseq, p) != layout.key_token(pre, block, p % system.B))
+                  for active, p, block in layout.written(k))
+
+
+def cache_immutable_copy(system, pre, post, fact):
+    o, layout = fact.copy.op, system.layout
+    source = [select([pre.slot[b][c] for b in range(system.P)], o.src, -1) for c in range(system.B)]
+    return z3.And(_keyed(pre, o.dst), any_of(z3.And(o.n > c, source[c] != layout.key_token(pre, o.dst, c))
+                                             for c in range(system.B)))
+
+
+def verified_only_cached(system, pre, post, fact):
+    return pre.br[fact.branch].verified < fact.length
+
+
 ENCODINGS: dict[str, SymbolicInvariant] = {inv.id: inv for inv in (
     SymbolicInvariant("faithful-output", {KernelDone: faithful_kernel, OutputChecked: faithful_check},
                       explicit=(explicit.faithful_kernel, explicit.faithful_check)),
@@ -184,6 +219,11 @@ ENCODINGS: dict[str, SymbolicInvariant] = {inv.id: inv for inv in (
     # refuses allocator code for them), whose steps never raise, so no
     # symbolic action produces the fact (AllocatorRaised) that breaks it
     SymbolicInvariant("allocator-error", explicit=(explicit.allocator_error,)),
+    # cache scenarios only (cowcheck.engines.invariants.for_system says which invariants a scenario has)
+    SymbolicInvariant("no-stale-key", {Allocated: no_stale_key}, explicit=(explicit.no_stale_key,)),
+    SymbolicInvariant("cache-immutable", {KernelDone: cache_immutable_kernel, CopyDone: cache_immutable_copy},
+                      explicit=(explicit.cache_immutable_kernel, explicit.cache_immutable_copy)),
+    SymbolicInvariant("verified-only-cached", {Keyed: verified_only_cached}, explicit=(explicit.verified_only_cached,)),
 )}
 
 

@@ -62,7 +62,7 @@ from cowcheck.engines.explorer import interrupted
 from cowcheck.engines.invariants import INVARIANTS, Invariant, validate_expect
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import KindResult, Outcome, Verdict
-from cowcheck.symbolic.bmc import run_bmc
+from cowcheck.symbolic.bmc import run_bmc, scenario_invariants
 from cowcheck.symbolic.invariants import encoded, unsupported
 from cowcheck.symbolic.prover import Candidate, Prover
 from cowcheck.symbolic.terms import solving
@@ -205,12 +205,15 @@ def run_kinduction(scenario: Scenario, invariants: tuple[Invariant, ...] = INVAR
     open (KInduction). `closed_at` maps each invariant to the k that closed
     its proof (None: not closed within the bound)."""
     validate_expect(scenario)
+    invariants, unjudged = scenario_invariants(scenario, invariants)
     if not encoded(invariants)[0]:     # nothing to prove: no lemmas either
-        return KindResult(scenario, {inv.id: unsupported(inv) for inv in invariants}, True, bound=depth)
+        return KindResult(scenario, {**{inv.id: unsupported(inv) for inv in invariants}, **unjudged}, True, bound=depth)
     try:
         with solving():
             prover = KInduction(scenario, invariants, depth, lemma_depth)
     except KeyboardInterrupt as interrupt:       # while building the lemmas: nothing decided yet
-        return KindResult(scenario, {inv.id: Verdict(inv.id, Kind(inv.kind), Outcome.NOT_SEEN) for inv in invariants},
-                          False, interrupted(interrupt), bound=depth)
-    return prover.run()
+        return KindResult(scenario, {**{inv.id: Verdict(inv.id, Kind(inv.kind), Outcome.NOT_SEEN) for inv in invariants},
+                                     **unjudged}, False, interrupted(interrupt), bound=depth)
+    result = prover.run()
+    result.verdicts.update(unjudged)
+    return result

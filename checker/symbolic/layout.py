@@ -51,6 +51,12 @@ class Layout:
     pc_of: Mapping[Place, int]              # program counter of each place
     descendants: tuple[tuple[int, ...], ...]    # what a cancel of each branch cancels while unborn
     references: tuple[tuple[int, ...], ...]     # each branch's reference sequence as token ids (plain scenarios)
+    # cache scenarios (docs/semantics.md#prefix-caching; SymbolicSystem says how they are encoded)
+    cache: bool = False
+    KL: int = 0                                 # key token fields per block
+    prompts: tuple[tuple[int, ...], ...] = ()   # each request's prompt as token ids
+    drafts: tuple[tuple[bool, ...], ...] = ()   # per request and operation: a speculative draft's append
+    H: tuple[int, ...] = ()                     # each request's most hits: (L_j - 1) // B
 
     def num(self, value: int) -> Term:
         return z3.BitVecVal(value, self.width)
@@ -85,6 +91,29 @@ class Layout:
         """The block a kernel writes: snapshot[pos // B] (cowcheck.engines.invariants._target)."""
         kdom = range(self.L, max(max(self.maxpos), self.L + 1))
         return by_value(o.kpos, kdom, lambda p: o.snap[p // self.B] if p // self.B < self.T else -1)
+
+    def written(self, o: SymOp) -> list[tuple[Term, int, Term]]:
+        """What a kernel writes: (whether it writes position p, p, the block
+        snapshot[p // B]) for each position it could; a plain write writes
+        kpos only, a cache scenario's kernel the `span` positions ending
+        there (cowcheck.engines.invariants._targets)."""
+        if not self.cache:
+            return [(z3.BoolVal(True), -1, self.target(o))]
+        out = []
+        for p in range(max(max(self.maxpos), 1)):
+            block = o.snap[p // self.B] if p // self.B < self.T else -1
+            out.append((z3.And(o.kpos >= p, o.kpos - o.span < p), p, block))
+        return out
+
+    def key_token(self, s: Sym, b: Term, slot: int) -> Term:
+        """The token block b's key has at slot `slot` of the block (its
+        klen - B + slot-th): -1 when b has no key."""
+        lengths = range(self.B, self.KL + 1, self.B)
+        if not lengths:
+            return -1
+        cells = [by_value(s.klen[x], [0, *lengths], lambda n: s.key[x][n - self.B + slot] if n else -1)
+                 for x in range(self.P)]
+        return select(cells, b, -1)
 
     def ready(self, s: Sym, i: int) -> Term:
         """Queue slot i may complete under the scenario's device model."""

@@ -47,7 +47,11 @@ def interchangeable(system: SymbolicSystem) -> list[tuple[int, int]]:
     such branch after j. Children are never paired: two children of one
     parent are forked at different points of its program (renaming them
     would rename its forks), and two roots with equal programs fork no one
-    (a child is forked exactly once)."""
+    (a child is forked exactly once). A cache scenario has none: another
+    request's prompt may name one request's tokens (and a waiting request
+    has not started, whatever `started` says of its status)."""
+    if system.cache:
+        return []
     last: dict = {}
     pairs = []
     for j, spec in enumerate(system.scenario.branches):

@@ -15,7 +15,24 @@ sequences are the branches' references. Absent values are -1 (an empty
 slot, an unbound local, an unused table entry), and every entry past a
 length is kept at its canonical empty value, so that two symbolic states
 are equal exactly when the explicit states are (k-induction's simple-path
-constraint relies on that)."""
+constraint relies on that).
+
+A cache scenario (docs/semantics.md#prefix-caching) gets the program
+fields with L = 0: a request has no sequence until its prefill, and its
+prompt is its own, so every position of its sequence is a field (token
+ids: each request's own tokens first, consecutive, then the other names
+its prompts use). Its sequence is state (speculation rewinds it), so a
+key cannot be named by (request, length): a block's key is stored as its
+tokens, `klen` (0: no key; else a multiple of B) and KL token fields
+(KL: the longest key any request can make, -1 past klen). Two keys are
+equal exactly when their fields are, a key names a block exactly while it
+is the block's (the cache is the keyed blocks), and lookup compares the
+constant prefixes of the request's prompt with every block's key. A
+branch adds `verified`, and the admission's local `hits` (H entries and a
+length, H = (L_j - 1) // B); status `waiting` has its own code; a queue
+slot adds `span`, the positions a kernel writes ending at kpos (1 for a
+write, the uncached prompt for a prefill, 0 for a copy and an empty slot),
+its expected sequence (kseq) giving the token of each."""
 
 from __future__ import annotations
 
@@ -28,7 +45,8 @@ from cowcheck.model.state import Status
 from cowcheck.symbolic.terms import Term
 
 #: a branch's status as the symbolic state stores it
-STATUS_CODE: dict[Status, int] = {Status.RUNNING: 0, Status.FINISHED: 1, Status.CANCELLED: 2, Status.UNBORN: 3}
+STATUS_CODE: dict[Status, int] = {Status.RUNNING: 0, Status.FINISHED: 1, Status.CANCELLED: 2, Status.UNBORN: 3,
+                                   Status.WAITING: 4}
 #: a queue slot's kind
 COPY_KIND, KERNEL_KIND, EMPTY = 0, 1, -1
 NONE_READ = -2      # what a read past the end of a table yields: never a token
@@ -53,6 +71,11 @@ class SymBranch:
     writes: Optional[Term] = None
     rejected: Optional[Term] = None
     seq: list = field(default_factory=list)
+    # cache scenarios only (None / empty otherwise): the verified count, and
+    # the admission's local `hits` as H entries plus a length
+    verified: Optional[Term] = None
+    hlen: Optional[Term] = None
+    hits: list = field(default_factory=list)
 
     def has(self, status: Status) -> Term:
         return self.status == STATUS_CODE[status]
@@ -71,6 +94,9 @@ class SymOp:
     # branch programs only: a kernel's expected sequence at positions
     # L .. max(maxpos)-1 (-1 past its own position and for copies)
     kseq: list = field(default_factory=list)
+    # cache scenarios only: the positions a kernel writes, ending at kpos
+    # (1 for a write, the uncached prompt for a prefill; 0 for a copy)
+    span: Optional[Term] = None
 
 
 @dataclass
@@ -83,21 +109,33 @@ class Sym:
     br: list[SymBranch]
     q: list[SymOp]
     qlen: Term
+    # cache scenarios only (empty otherwise): per block its key's length
+    # (0: no key) and its tokens (KL fields, -1 past the length)
+    klen: list = field(default_factory=list)
+    key: list = field(default_factory=list)       # key[b][i]
 
     def copy(self) -> "Sym":
         return Sym(list(self.rc), list(self.hd), [list(s) for s in self.slot], list(self.free), self.flen,
-                   [SymBranch(**{**b.__dict__, "wk": list(b.wk), "pb": list(b.pb), "seq": list(b.seq)}) for b in self.br],
-                   [SymOp(**{**o.__dict__, "snap": list(o.snap), "kseq": list(o.kseq)}) for o in self.q], self.qlen)
+                   [SymBranch(**{**b.__dict__, "wk": list(b.wk), "pb": list(b.pb), "seq": list(b.seq), "hits": list(b.hits)})
+                    for b in self.br],
+                   [SymOp(**{**o.__dict__, "snap": list(o.snap), "kseq": list(o.kseq)}) for o in self.q], self.qlen,
+                   list(self.klen), [list(k) for k in self.key])
 
     def flat(self) -> list:
         """Every field in one fixed order (the order of SymbolicSystem.values)."""
-        out = list(self.rc) + list(self.hd) + [c for s in self.slot for c in s] + list(self.free) + [self.flen]
+        out = list(self.rc) + list(self.hd) + [c for s in self.slot for c in s]
+        out += list(self.klen) + [t for k in self.key for t in k]
+        out += list(self.free) + [self.flen]
         for b in self.br:
             out += [b.status, b.pos, b.done, b.pc, b.tail, b.new, *b.wk, b.wlen, *b.pb, b.plen]
             if b.writes is not None:
                 out += [b.writes, b.rejected, *b.seq]
+            if b.verified is not None:
+                out += [b.verified, b.hlen, *b.hits]
         for o in self.q:
             out += [o.kind, o.src, o.dst, o.n, o.br, o.kpos, *o.snap, o.slen, *o.kseq]
+            if o.span is not None:
+                out.append(o.span)
         return out + [self.qlen]
 
 

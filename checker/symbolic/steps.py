@@ -22,11 +22,11 @@ references), and its handlers are what they were before programs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import z3
 
-from cowcheck.model.block import CopyDone, Freed, KernelDone, OutputChecked, TableMiss, Underflow
+from cowcheck.model.block import Allocated, CopyDone, Freed, KernelDone, Keyed, OutputChecked, TableMiss, Underflow
 from cowcheck.model.protocol import Step
 from cowcheck.model.state import Status
 from cowcheck.model.structure import Op, Place
@@ -34,7 +34,7 @@ from cowcheck.model.system import PROGRAM_OPS, STATUS_AFTER
 
 from cowcheck.symbolic.layout import Layout
 from cowcheck.symbolic.state import COPY_KIND, EMPTY, KERNEL_KIND, NONE_READ, STATUS_CODE, Guarded, Queued, Sym, SymBranch, SymOp, symbolic
-from cowcheck.symbolic.terms import Term, any_of, by_value, select
+from cowcheck.symbolic.terms import Term, all_of, any_of, by_value, select
 
 @dataclass
 class Executed:
@@ -43,6 +43,11 @@ class Executed:
     leads: Term                              # it has a successor (False only for a table-miss write)
     post: Sym
     facts: list[Guarded] = field(default_factory=list)
+
+
+#: an instance's free choice under `any` reuse: the block an `alloc` takes,
+#: the blocks (in order) an `alloc-prompt` takes, or None
+Choice = Union[None, int, tuple[int, ...]]
 
 
 # -- block operations (model.block) -------------------------------------------------
@@ -61,11 +66,17 @@ def set_block(layout: Layout, s: Sym, b: Term, rc: Optional[Term] = None, hd: Op
 
 
 def push_free(layout: Layout, s: Sym, when: Term, b: Term, facts: list[Guarded]) -> None:
+    """Back on the free list (model.block._push_free): in a cache scenario
+    a keyed block goes to the back whatever the reuse order (but `any`)."""
     when = z3.And(when, z3.Not(layout.in_free(s, b)))
+    back = [z3.If(s.flen == i, b, s.free[i]) for i in range(layout.P)]
     if layout.reuse == "lifo":
         pushed = [b] + s.free[:-1]
+        if layout.cache:
+            keyed = select(s.klen, b, 0) > 0
+            pushed = [z3.If(keyed, x, y) for x, y in zip(back, pushed)]
     elif layout.reuse == "fifo":
-        pushed = [z3.If(s.flen == i, b, s.free[i]) for i in range(layout.P)]
+        pushed = back
     else:
         pushed = sorted_insert(layout, s, b)
     s.free = [z3.If(when, new, old) for new, old in zip(pushed, s.free)]
@@ -79,6 +90,24 @@ def sorted_insert(layout: Layout, s: Sym, b: Term) -> list:
     first place that is not below it, the rest move up one."""
     below = [z3.And(i < s.flen, x < b) for i, x in enumerate(s.free)]
     return [z3.If(below[i], s.free[i], b if i == 0 else z3.If(below[i - 1], b, s.free[i - 1])) for i in range(layout.P)]
+
+
+def set_key(layout: Layout, s: Sym, b: Term, when: Term, length: Term, tokens: list) -> None:
+    """Block b's key becomes `tokens` (length `length`, 0: no key) when `when`."""
+    targets = [(x, b == x) for x in range(layout.P)] if z3.is_expr(b) else [(b, z3.BoolVal(True))] if 0 <= b < layout.P else []
+    for x, here in targets:
+        here = z3.And(when, here)
+        s.klen[x] = z3.If(here, length, s.klen[x])
+        s.key[x] = [z3.If(here, new, old) for new, old in zip(tokens, s.key[x])]
+
+
+def remove_free(layout: Layout, s: Sym, b: Term, when: Term) -> None:
+    """Take block b off the free list, wherever it is, if it is on it and `when`."""
+    at = [z3.And(when, i < s.flen, x == b) for i, x in enumerate(s.free)]
+    gone = [any_of(at[:i + 1]) for i in range(layout.P)]       # b is at or before entry i
+    after = s.free[1:] + [-1]
+    s.free = [z3.If(g, a, x) for g, a, x in zip(gone, after, s.free)]
+    s.flen = z3.If(any_of(at), s.flen - 1, s.flen)
 
 
 def take_free(s: Sym, b: int) -> list:
@@ -99,11 +128,14 @@ def counter_down(layout: Layout, s: Sym, b: Term, which: str, facts: list[Guarde
 
 
 def push_op(layout: Layout, s: Sym, kind: int, src: Term = -1, dst: Term = -1, n: Term = -1, br: Term = -1,
-            kpos: Term = -1, snap: Optional[list] = None, slen: Term = 0, kseq: Optional[list] = None) -> None:
+            kpos: Term = -1, snap: Optional[list] = None, slen: Term = 0, kseq: Optional[list] = None,
+            span: Term = 0) -> None:
     snap = snap or [-1] * layout.T
     kseq = kseq or [-1] * layout.KS
     for i, o in enumerate(s.q):
         at = s.qlen == i
+        if layout.cache:
+            o.span = z3.If(at, span, o.span)
         o.kind, o.src, o.dst, o.n = (z3.If(at, kind, o.kind), z3.If(at, src, o.src),
                                      z3.If(at, dst, o.dst), z3.If(at, n, o.n))
         o.br, o.kpos, o.slen = z3.If(at, br, o.br), z3.If(at, kpos, o.kpos), z3.If(at, slen, o.slen)
@@ -113,7 +145,7 @@ def push_op(layout: Layout, s: Sym, kind: int, src: Term = -1, dst: Term = -1, n
 
 
 def pop_op(layout: Layout, s: Sym, i: int) -> None:
-    empty = SymOp(EMPTY, -1, -1, -1, -1, -1, [-1] * layout.T, 0, [-1] * layout.KS)
+    empty = SymOp(EMPTY, -1, -1, -1, -1, -1, [-1] * layout.T, 0, [-1] * layout.KS, 0 if layout.cache else None)
     s.q = s.q[:i] + s.q[i + 1:] + [empty]
     s.qlen = s.qlen - 1
 
@@ -142,7 +174,7 @@ class StepRun:
     j: int
     step: Step
     guard: Term
-    choice: Optional[int]     # an `alloc` under `any` reuse: the block it takes
+    choice: Choice            # under `any` reuse: the block an `alloc` takes, the blocks an `alloc-prompt` takes
     child: Optional[int] = None   # a fork's step: the branch it forks
     leads: Term = field(default_factory=lambda: z3.BoolVal(True))
     facts: list[Guarded] = field(default_factory=list)
@@ -175,11 +207,14 @@ def handles(*ops: str) -> Callable[[Handler], Handler]:
     return register
 
 
-@handles("alloc")
+@handles("alloc", "alloc-no-evict")
 def _alloc(r: StepRun) -> None:
-    """The front of the free list under lifo and fifo, the given free block under `any`."""
+    """The front of the free list under lifo and fifo, the given free block
+    under `any`. In a cache scenario `alloc` evicts the block's key, and
+    `alloc-no-evict` (a bug) keeps it."""
     layout, pre = r.layout, r.pre
     if r.choice is not None:
+        assert isinstance(r.choice, int)
         enabled, chosen, r.post.free = layout.in_free(pre, r.choice), r.choice, take_free(pre, r.choice)
     else:
         enabled, chosen = z3.And(pre.flen > 0, layout.P > 0), pre.free[0] if layout.P else -1
@@ -187,6 +222,10 @@ def _alloc(r: StepRun) -> None:
     r.guard, r.post.flen = z3.And(r.guard, enabled), pre.flen - 1
     set_block(layout, r.post, chosen, rc=1)
     setattr(r.branch, r.step.args[0], chosen)
+    if layout.cache:
+        if r.step.op == "alloc":
+            set_key(layout, r.post, chosen, z3.BoolVal(True), 0, [-1] * layout.KL)
+        r.facts.append(Guarded(z3.BoolVal(True), symbolic(Allocated, chosen)))
 
 
 @handles("incref")
@@ -262,14 +301,19 @@ def _write(r: StepRun) -> None:
         b.seq = [z3.If(b.pos == layout.L + n, token, x) for n, x in enumerate(b.seq)]
         b.writes = b.writes + 1
         kseq = b.seq + [-1] * (layout.KS - len(b.seq))
-    push_op(layout, r.post, KERNEL_KIND, br=r.j, kpos=b.pos, snap=list(b.pb), slen=b.plen, kseq=kseq)
+    push_op(layout, r.post, KERNEL_KIND, br=r.j, kpos=b.pos, snap=list(b.pb), slen=b.plen, kseq=kseq, span=1)
+    if layout.cache:      # a draft's position stays unverified until its verify
+        drafts = layout.drafts[r.j]
+        draft = by_value(b.done, range(len(drafts) + 1), lambda k: z3.BoolVal(k < len(drafts) and drafts[k]))
+        b.verified = z3.If(draft, b.verified, b.pos + 1)
     b.pos = b.pos + 1
 
 
 @handles("decref-all")
 def _decref_all(r: StepRun) -> None:
     layout, before, b = r.layout, r.pre.br[r.j], r.branch
-    for t in range(layout.T):
+    # a cache scenario frees a request's blocks last entry first (as V1 does)
+    for t in reversed(range(layout.T)) if layout.cache else range(layout.T):
         counter_down(layout, r.post, before.wk[t], "rc", r.facts, when=t < before.wlen)
     b.wk, b.pb, b.wlen, b.plen = [-1] * layout.T, [-1] * layout.T, 0, 0
 
@@ -313,6 +357,8 @@ def _rewind(r: StepRun) -> None:
     layout, b = r.layout, r.branch
     b.pos = b.pos - b.rejected
     b.seq = [z3.If(b.pos <= layout.L + n, -1, x) for n, x in enumerate(b.seq)]
+    if layout.cache:
+        b.verified = z3.If(b.verified < b.pos, b.verified, b.pos)
 
 
 @handles("trim")
@@ -328,12 +374,131 @@ def _trim(r: StepRun) -> None:
     b.wlen = z3.If(b.wlen > keep, keep, b.wlen)
 
 
-def take(layout: Layout, s: Sym, j: int, place: Place, guard: Term, choice: Optional[int] = None,
+# -- prefix caching (model.steps._cache_step) ----------------------------------------
+def _keys_equal(layout: Layout, s: Sym, x: int, length: int, tokens: list) -> Term:
+    """Block x's key is the `length` tokens given."""
+    return z3.And(s.klen[x] == length, *[s.key[x][n] == tokens[n] for n in range(length)])
+
+
+@handles("lookup")
+def _lookup(r: StepRun) -> None:
+    """hits := the blocks keyed by the prompt's first i * B tokens, i = 1, 2, ...
+    while each is cached, at most (L - 1) // B (a key names one block; of
+    two, the explicit model's dict keeps the highest)."""
+    layout, pre, b, B = r.layout, r.pre, r.branch, r.layout.B
+    prompt = layout.prompts[r.j]
+    hits, count, found_all = [], layout.num(0), z3.BoolVal(True)
+    for i in range(1, layout.H[r.j] + 1):
+        match = [_keys_equal(layout, pre, x, i * B, list(prompt[:i * B])) for x in range(layout.P)]
+        block: Term = layout.num(-1)
+        for x in range(layout.P):
+            block = z3.If(match[x], x, block)
+        found_all = z3.And(found_all, any_of(match))
+        hits.append(z3.If(found_all, block, -1))
+        count = z3.If(found_all, count + 1, count)
+    b.hits, b.hlen = hits, count
+
+
+@handles("touch-hits")
+def _touch_hits(r: StepRun) -> None:
+    """Each hit in order: off the free list if on it, refcount + 1; the
+    hits become the first entries of the working table."""
+    layout, post, b = r.layout, r.post, r.branch
+    H, hlen = layout.H[r.j], b.hlen
+    assert hlen is not None     # cache scenarios: every branch has its hits
+    for t in range(H):
+        active, x = t < hlen, b.hits[t]
+        remove_free(layout, post, x, active)
+        old = select(post.rc, x, 0)
+        set_block(layout, post, x, rc=z3.If(active, old + 1, old))
+    before, hits = list(b.wk), list(b.hits)
+
+    def entry(t: int) -> Callable[[int], Term]:
+        return lambda h: hits[t] if t < h else before[t - h]
+    b.wk = [by_value(hlen, range(H + 1), entry(t)) for t in range(layout.T)]
+    b.wlen = b.wlen + hlen
+
+
+@handles("alloc-prompt")
+def _alloc_prompt(r: StepRun) -> None:
+    """ceil(L / B) - len(hits) blocks, evicting as alloc does, appended to
+    the working table in order; enabled only when that many are free. Under
+    `any` the instance's choice names them (one instance per ordered choice)."""
+    layout, pre, post, b = r.layout, r.pre, r.post, r.branch
+    blocks = -(-len(layout.prompts[r.j]) // layout.B)
+    n = layout.num(blocks) - b.hlen
+    if isinstance(r.choice, tuple):
+        r.guard = z3.And(r.guard, n == len(r.choice), *[layout.in_free(pre, x) for x in r.choice])
+        taken: list = [(z3.BoolVal(True), x) for x in r.choice]
+        for x in r.choice:
+            post.free, post.flen = take_free(post, x), post.flen - 1
+        for k, x in enumerate(r.choice):
+            b.wk = [z3.If(b.wlen + k == t, x, y) for t, y in enumerate(b.wk)]
+        b.wlen = b.wlen + len(r.choice)
+    else:
+        r.guard = z3.And(r.guard, pre.flen >= n)
+        most = min(blocks, layout.P)
+        taken = [(k < n, pre.free[k]) for k in range(most)]
+        def shifted(i: int) -> Callable[[int], Term]:
+            return lambda m: pre.free[i + m] if i + m < layout.P else -1
+        post.free = [by_value(n, range(most + 1), shifted(i)) for i in range(layout.P)]
+        post.flen = pre.flen - n
+        b.wk = [z3.If(z3.And(t >= b.wlen, t < b.wlen + n), select(pre.free, t - b.wlen, -1), y) for t, y in enumerate(b.wk)]
+        b.wlen = b.wlen + n
+    for active, x in taken:
+        set_block(layout, post, x, rc=z3.If(active, 1, select(post.rc, x, 0)))
+        set_key(layout, post, x, active, 0, [-1] * layout.KL)
+        r.facts.append(Guarded(active, symbolic(Allocated, x)))
+
+
+@handles("prefill")
+def _prefill(r: StepRun) -> None:
+    """One kernel writing the prompt at positions len(hits) * B .. L - 1
+    through the published table; pos and verified := L, the sequence the
+    prompt. A table too short is a kernel-table-miss."""
+    layout, b, B = r.layout, r.branch, r.layout.B
+    prompt = layout.prompts[r.j]
+    last = len(prompt) - 1
+    assert b.hlen is not None
+    start = b.hlen * B
+    covered = b.plen > last // B
+    at = z3.If(start > b.plen * B, start, b.plen * B)
+    r.facts.append(Guarded(z3.Not(covered), symbolic(TableMiss, r.j, at)))
+    r.leads = covered
+    seq = list(prompt) + [-1] * (len(b.seq) - len(prompt))
+    push_op(layout, r.post, KERNEL_KIND, br=r.j, kpos=last, snap=list(b.pb), slen=b.plen,
+            kseq=seq + [-1] * (layout.KS - len(seq)), span=last + 1 - start)
+    b.pos, b.seq, b.verified = len(prompt), seq, len(prompt)
+
+
+@handles("cache-full", "cache-drafts")
+def _cache_full(r: StepRun) -> None:
+    """For each working entry i with (i + 1) * B <= verified (cache-drafts:
+    pos) and no key on its block: key it with the sequence's first
+    (i + 1) * B tokens unless the cache has that key already."""
+    layout, post, b, B = r.layout, r.post, r.branch, r.layout.B
+    limit = b.verified if r.step.op == "cache-full" else b.pos
+    assert limit is not None
+    for i in range(layout.T):
+        length = (i + 1) * B
+        if length > len(b.seq):
+            break
+        x, tokens = b.wk[i], b.seq[:length]
+        cached = any_of(_keys_equal(layout, post, y, length, tokens) for y in range(layout.P))
+        new = z3.And(i < b.wlen, limit >= length, select(post.klen, x, 0) == 0, z3.Not(cached))
+        set_key(layout, post, x, new, length, tokens + [-1] * (layout.KL - length))
+        r.facts.append(Guarded(new, symbolic(Keyed, r.j, x, length)))
+
+
+def take(layout: Layout, s: Sym, j: int, place: Place, guard: Term, choice: Choice = None,
          child: Optional[int] = None) -> Executed:
     """Branch j takes the step at `place` (model.steps.choices + apply) and
     advances (model.system._step and _end); `guard` says when it may,
-    `child` is the branch a fork's `share` brings to life."""
+    `child` is the branch a fork's `share` brings to life. An admission's
+    first step makes a waiting request running."""
     run = StepRun(layout, s, s.copy(), j, layout.structure.step(place), guard, choice, child)
+    if place.op is Op.ADMIT and place.step == 0:
+        run.branch.status = STATUS_CODE[Status.RUNNING]
     HANDLERS[run.step.op](run)
     b = run.branch
     if not layout.structure.is_last(place):
@@ -344,6 +509,8 @@ def take(layout: Layout, s: Sym, j: int, place: Place, guard: Term, choice: Opti
         b.pc, b.tail, b.new = 0, -1, -1
         if layout.programs:
             b.rejected = -1
+        if layout.cache:
+            b.hlen, b.hits = 0, [-1] * len(b.hits)
         if place.op is Op.CANCEL:      # its unforked descendants never owned anything: cancelled with it
             unborn, cancelled = STATUS_CODE[Status.UNBORN], STATUS_CODE[Status.CANCELLED]
             for c in layout.descendants[j]:
@@ -369,12 +536,18 @@ def complete(layout: Layout, s: Sym, i: int) -> Executed:
         token = by_value(o.kpos, kdom, lambda p: layout.sequence(o.kseq, p))
     else:
         token = select([layout.token(j, o.kpos) for j in range(layout.N)], o.br, -1)
+    written = layout.written(o) if layout.cache else []
     for b in range(layout.P):
         for c in range(layout.B):
             by_copy = z3.And(o.dst == b, o.n > c)
-            by_kernel = z3.And(target == b, kslot == c)
-            post.slot[b][c] = z3.If(is_copy, z3.If(by_copy, src_cells[c], s.slot[b][c]),
-                                    z3.If(by_kernel, token, s.slot[b][c]))
+            if layout.cache:     # every position it writes (a later one over an earlier, as the model writes them)
+                kernel_cell = s.slot[b][c]
+                for active, p, block in written:
+                    if p % layout.B == c:
+                        kernel_cell = z3.If(z3.And(active, block == b), layout.sequence(o.kseq, p), kernel_cell)
+            else:
+                kernel_cell = z3.If(z3.And(target == b, kslot == c), token, s.slot[b][c])
+            post.slot[b][c] = z3.If(is_copy, z3.If(by_copy, src_cells[c], s.slot[b][c]), kernel_cell)
     reads = read(layout, post, o.snap, o.slen, o.kpos + 1, max(layout.maxpos))
     facts = [Guarded(is_copy, symbolic(CopyDone, Queued(i, o))),
              Guarded(z3.Not(is_copy), symbolic(KernelDone, Queued(i, o), reads))]

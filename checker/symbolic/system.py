@@ -27,12 +27,25 @@ is pos - L and every sequence is a prefix of the branch's reference, so a
 plain scenario's encoding has none of them and stays as small as before
 (`self.programs` says which encoding a scenario gets).
 
+Cache scenarios (docs/semantics.md#prefix-caching) use the program
+fields with L = 0 and add keys, `verified`, `hits` and kernel spans
+(cowcheck.symbolic.state says how they are encoded). A request is
+`waiting` until its admission's first step, which needs its `after`
+request finished or cancelled and, for an atomic [admit], the steps up to
+its first wait each enabled in turn, each with its first choice
+(`admissible` runs their handlers symbolically, as model.system._admissible
+applies them); a waiting request may also be cancelled. Under `any` reuse
+`alloc-prompt` is one instance per ordered choice of its blocks (for every
+count of hits it can need), as `alloc` is one per block: the instances grow
+as P! / (P - n)!, so `any` is for small pools.
+
 The sizes T (table entries) and Q (queue slots) come from
 cowcheck.symbolic.bounds: tight bounds derived from the scenario, since
 every unused slot costs fields in every state of an unrolling."""
 
 from __future__ import annotations
 
+from itertools import permutations
 from types import MappingProxyType
 from typing import NamedTuple, Optional
 
@@ -40,6 +53,7 @@ import z3
 
 from cowcheck.model.action import DEVICE, Transition, completion
 from cowcheck.model.condition import Condition
+from cowcheck.model.protocol import WAITS
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Copy, State, Status
 from cowcheck.model.structure import Op, Place
@@ -61,7 +75,7 @@ class Instance(NamedTuple):
     label: str
     rule: Optional[int] = None     # decide: the rule
     slot: Optional[int] = None     # complete: the queue slot
-    choice: Optional[int] = None   # an `alloc` under `any` reuse: the free block it takes
+    choice: steps.Choice = None    # under `any` reuse: the free block an `alloc` takes, the blocks an `alloc-prompt` takes
     operation: Optional[int] = None  # a fork's steps and a verify: the index of its operation in the flattened program
     accepted: Optional[int] = None   # verify: how many drafts it keeps
 
@@ -77,10 +91,13 @@ class SymbolicSystem:
         self.model = ProtocolModel(scenario)
         self.structure = self.model.structure
         self.protocol = scenario.protocol
-        self.B, self.L, self.P = scenario.block_size, scenario.prompt, scenario.pool
+        #: a cache scenario: requests with their own prompts, keys on blocks (see the module docstring)
+        self.cache = scenario.cache
+        # a cache scenario's sequences are all fields (L = 0): a request has none until its prefill
+        self.B, self.L, self.P = scenario.block_size, 0 if self.cache else scenario.prompt, scenario.pool
         self.N = len(scenario.branches)
-        #: forks or speculation somewhere: the program fields are encoded
-        self.programs = not scenario.plain
+        #: forks or speculation somewhere, or a cache scenario: the program fields are encoded
+        self.programs = not scenario.plain or self.cache
         self.operations = [spec.operations for spec in scenario.branches]
         self.appends = [b.appends for b in scenario.branches]          # writes, drafts included
         # where each operation can begin, and the furthest each branch gets (plain: L + appends)
@@ -100,6 +117,9 @@ class SymbolicSystem:
         for j in range(self.N):
             for t in scenario.own_tokens(j):
                 self.token_ids.setdefault(t, len(self.token_ids))
+        if self.cache:      # a branch's own tokens keep consecutive ids; then the prompts' other names
+            for t in scenario.prompt_tokens:
+                self.token_ids.setdefault(t, len(self.token_ids))
         self.offset = [self.token_ids[scenario.own_tokens(j)[0]] if self.appends[j] else 0 for j in range(self.N)]
         #: sequence fields per branch and per kernel (positions L .. maxpos-1), with programs only
         self.S = [m - self.L if self.programs else 0 for m in self.maxpos]
@@ -107,16 +127,21 @@ class SymbolicSystem:
         #: the most drafts of any speculate
         self.K = max((o.arg for ops in self.operations for o in ops if o.op is Op.ROLLBACK), default=0)
         # program counters: 0 is "between operations", then the places of the operations the scenario has
-        used = {Op.APPEND, Op.FINISH, Op.CANCEL} | {o.op for ops in self.operations for o in ops}
+        used = {Op.APPEND, Op.FINISH, Op.CANCEL} | {o.op for ops in self.operations for o in ops} | ({Op.ADMIT} if self.cache else set())
         self.pcs: list[Optional[Place]] = [None, *(p for p in self.structure.places if p.op in used)]
         self.pc_of = {place: i for i, place in enumerate(self.pcs) if place is not None}
         #: the branches a cancel of each branch cancels with it while unborn
         self.descendants = [scenario.descendants(j) for j in range(self.N)]
+        #: cache scenarios: each request's prompt (token ids), its most hits, and the key fields per block
+        self.prompts = [tuple(self.token_ids[t] for t in scenario.prompt_of(j)) for j in range(self.N)] if self.cache else []
+        self.H = [(len(p) - 1) // self.B for p in self.prompts]
+        self.KL = max((m // self.B * self.B for m in self.maxpos), default=0) if self.cache else 0
         self.instances = self._instances()
         # B * T: an entry's first position (no-use-after-free compares it with
         # a kernel's); B and the conditions' integers: compared with fill
         largest = max(self.P, self.T, self.Q, len(self.token_ids), len(self.pcs), max(self.maxpos) + 1, self.N + 1,
-                      self.B * self.T, *(len(ops) + 1 for ops in self.operations), *bounds.condition_integers(self.protocol))
+                      self.B * self.T, *(len(ops) + 1 for ops in self.operations), *bounds.condition_integers(self.protocol),
+                      self.KL + 1, STATUS_CODE[Status.WAITING] + 1)
         self.width = (2 * largest).bit_length() + 1   # signed, room for -3 .. 2 * largest
         #: what the step handlers need of this system (cowcheck.symbolic.layout says why it is apart)
         self.layout = Layout(
@@ -124,7 +149,9 @@ class SymbolicSystem:
             maxpos=tuple(self.maxpos), offset=tuple(self.offset), programs=self.programs,
             reuse=scenario.reuse, device=scenario.device, structure=self.structure,
             pc_of=MappingProxyType(self.pc_of), descendants=tuple(self.descendants),
-            references=tuple(tuple(self.token_ids[t] for t in scenario.tokens(j)) for j in range(self.N)))
+            references=tuple(tuple(self.token_ids[t] for t in scenario.tokens(j)) for j in range(self.N)),
+            cache=self.cache, KL=self.KL, prompts=tuple(self.prompts), H=tuple(self.H),
+            drafts=tuple(spec.drafts for spec in scenario.branches))
 
     def num(self, value: int) -> Term:
         return self.layout.num(value)
@@ -170,17 +197,23 @@ class SymbolicSystem:
             if self.programs:
                 b.writes, b.rejected = v(f"b{j}writes"), v(f"b{j}rej")
                 b.seq = [v(f"b{j}seq{i}") for i in range(self.S[j])]
+            if self.cache:
+                b.verified, b.hlen = v(f"b{j}ver"), v(f"b{j}hlen")
+                b.hits = [v(f"b{j}hit{i}") for i in range(self.H[j])]
             return b
 
         T = self.T
+        cache = self.cache
         return Sym(
+            klen=[v(f"kl{b}") for b in range(self.P)] if cache else [],
+            key=[[v(f"key{b}_{i}") for i in range(self.KL)] for b in range(self.P)] if cache else [],
             rc=[v(f"rc{b}") for b in range(self.P)], hd=[v(f"hd{b}") for b in range(self.P)],
             slot=[[v(f"sl{b}_{s}") for s in range(self.B)] for b in range(self.P)],
             free=[v(f"fr{i}") for i in range(self.P)], flen=v("flen"),
             br=[branch(j) for j in range(self.N)],
             q=[SymOp(v(f"q{i}kind"), v(f"q{i}src"), v(f"q{i}dst"), v(f"q{i}n"), v(f"q{i}br"), v(f"q{i}kpos"),
                      [v(f"q{i}snap{t}") for t in range(T)], v(f"q{i}slen"),
-                     [v(f"q{i}kseq{n}") for n in range(self.KS)]) for i in range(self.Q)],
+                     [v(f"q{i}kseq{n}") for n in range(self.KS)], v(f"q{i}span") if cache else None) for i in range(self.Q)],
             qlen=v("qlen"))
 
     def values(self, state: State) -> list[int]:
@@ -200,6 +233,10 @@ class SymbolicSystem:
 
         out = [b.refcount for b in state.blocks] + [b.holds for b in state.blocks]
         out += [-1 if c is None else self.token_ids[c] for b in state.blocks for c in b.slots]
+        if self.cache:
+            keys = [() if b.key is None else b.key for b in state.blocks]
+            out += [len(k) for k in keys]
+            out += [t for k in keys for t in [self.token_ids[x] for x in k] + [-1] * (self.KL - len(k))]
         out += list(state.free) + [-1] * (self.P - len(state.free)) + [len(state.free)]
         for j, br in enumerate(state.branches):
             place = self.model.place(br)
@@ -207,15 +244,17 @@ class SymbolicSystem:
                     none(br.new), *pad(br.working), len(br.working), *pad(br.published), len(br.published)]
             if self.programs:
                 out += [br.writes, none(br.rejected), *tokens(br.seq, self.S[j])]
+            if self.cache:
+                out += [br.verified, len(br.hits), *br.hits, *[-1] * (self.H[j] - len(br.hits))]
         if len(state.queue) > self.Q:
             raise AssertionError(f"queue bound {self.Q} exceeded")
         for op in state.queue:
             if type(op) is Copy:
-                out += [COPY_KIND, op.src, op.dst, op.n, -1, -1, *pad(()), 0, *tokens((), self.KS)]
+                out += [COPY_KIND, op.src, op.dst, op.n, -1, -1, *pad(()), 0, *tokens((), self.KS)] + [0] * self.cache
             else:
                 out += [KERNEL_KIND, -1, -1, -1, op.branch, op.pos, *pad(op.snapshot), len(op.snapshot),
-                        *tokens(op.expected, self.KS)]
-        out += [EMPTY, -1, -1, -1, -1, -1, *pad(()), 0, *tokens((), self.KS)] * (self.Q - len(state.queue))
+                        *tokens(op.expected, self.KS)] + [op.span] * self.cache
+        out += ([EMPTY, -1, -1, -1, -1, -1, *pad(()), 0, *tokens((), self.KS)] + [0] * self.cache) * (self.Q - len(state.queue))
         return out + [len(state.queue)]
 
     def equals(self, sym: Sym, state: State) -> Term:
@@ -252,12 +291,18 @@ class SymbolicSystem:
                 continue
             pos = within(b.pos, self.L, self.maxpos[j])
             child = self.scenario.branches[j].parent is not None    # unborn, or cancelled unborn: pos 0
-            parts += [within(b.status, 0, 3), z3.Or(pos, b.pos == 0) if child else pos,
+            if self.cache:
+                parts += [within(b.verified, 0, self.maxpos[j]), within(b.hlen, 0, self.H[j])] + [block(x) for x in b.hits]
+            parts += [within(b.status, 0, 4 if self.cache else 3), z3.Or(pos, b.pos == 0) if child else pos,
                       within(b.done, 0, len(self.operations[j])), within(b.writes, 0, self.appends[j]),
                       within(b.rejected, -1, self.K)] + [token(x) for x in b.seq]
         for o in s.q:
             parts += [within(o.kind, -1, 1), block(o.src), block(o.dst), within(o.slen, 0, self.T)] + [block(x) for x in o.snap]
             parts += [token(x) for x in o.kseq]
+            if self.cache:
+                parts.append(within(o.span, 0, self.KS))
+        for x in range(len(s.klen)):
+            parts += [z3.Or([s.klen[x] == n for n in range(0, self.KL + 1, self.B)])] + [token(t) for t in s.key[x]]
         return all_of(parts)
 
     def init(self, sym: Sym) -> Term:
@@ -294,6 +339,11 @@ class SymbolicSystem:
             if any(o.op is Op.ROLLBACK for o in ops):
                 for place in bounds.places(structure, Op.ROLLBACK):
                     out += self._choices(Instance(j, "step", place, f"{name} (rollback): {structure.step(place).text}"))
+            if self.cache:      # the admission: its first step starts it
+                program = bounds.places(structure, Op.ADMIT)
+                for place in program:
+                    kind = "start" if place.step == 0 else "step"
+                    out += self._choices(Instance(j, kind, place, f"{name} (admit): {structure.step(place).text}"))
             for op in (Op.FINISH, Op.CANCEL):
                 if op is Op.CANCEL and not self.scenario.branches[j].may_cancel:
                     continue
@@ -312,8 +362,15 @@ class SymbolicSystem:
         instance's effect on the state small (it sets one refcount), where a
         symbolic choice would touch them all. Every other step: itself."""
         assert inst.place is not None
-        if self.structure.step(inst.place).op != "alloc" or self.scenario.reuse != "any":
+        op = self.structure.step(inst.place).op
+        if op not in ("alloc", "alloc-no-evict", "alloc-prompt") or self.scenario.reuse != "any":
             return [inst]
+        if op == "alloc-prompt":    # every ordered choice of the blocks it can need (one per count of hits)
+            assert inst.branch is not None
+            blocks = -(-len(self.prompts[inst.branch]) // self.B)
+            counts = sorted({blocks - h for h in range(self.H[inst.branch] + 1)})
+            return [inst._replace(choice=c, label=f"{inst.label} [blocks {' '.join(map(str, c))}]")
+                    for n in counts for c in permutations(range(self.P), n)]
         return [inst._replace(choice=b, label=f"{inst.label} [block {b}]") for b in range(self.P)]
 
     def earliest(self, inst: Instance) -> Optional[int]:
@@ -359,7 +416,34 @@ class SymbolicSystem:
         return any_of(b.done == k for k, o in enumerate(ops) if o.op is op)
 
     def may_act(self, s: Sym, j: int) -> Term:
-        return z3.And(s.br[j].has(Status.RUNNING), all_of(z3.Not(self.locked(s, i)) for i in range(self.N) if i != j))
+        """Branch j is active and nobody else holds the lock (a cache
+        scenario's waiting request acts too: its admission or its cancel)."""
+        b = s.br[j]
+        active = z3.Or(b.has(Status.RUNNING), b.has(Status.WAITING)) if self.cache else b.has(Status.RUNNING)
+        return z3.And(active, all_of(z3.Not(self.locked(s, i)) for i in range(self.N) if i != j))
+
+    def admissible(self, s: Sym, j: int) -> Term:
+        """A waiting request may start its admission (model.system._admit):
+        its `after` request is done and, for an atomic [admit], its steps up
+        to the first wait can each run, one after another (a
+        kernel-table-miss ends the test: the admission starts)."""
+        after = self.scenario.branches[j].after
+        out = [s.br[j].has(Status.WAITING), s.br[j].pc == 0]
+        if after is not None:
+            out.append(z3.Or(s.br[after].has(Status.FINISHED), s.br[after].has(Status.CANCELLED)))
+        if self.protocol.atomic_admit:
+            chain, cur = [], s
+            for place in bounds.places(self.structure, Op.ADMIT):
+                if self.structure.step(place).op in WAITS:
+                    break
+                x = steps.take(self.layout, cur, j, place, z3.BoolVal(True))
+                chain.append(x)
+                cur = x.post
+            ok: Term = z3.BoolVal(True)
+            for x in reversed(chain):
+                ok = z3.And(x.guard, z3.Or(z3.Not(x.leads), ok))
+            out.append(ok)
+        return all_of(out)
 
     def ready(self, s: Sym, i: int) -> Term:
         """Queue slot i may complete under the scenario's device model."""
@@ -384,11 +468,15 @@ class SymbolicSystem:
         if inst.kind == "verify":
             return self._verify(s, j, inst)
         assert inst.place is not None
-        if inst.kind == "start":
+        if inst.kind == "start" and inst.place.op is Op.ADMIT:
+            guard = z3.And(self.may_act(s, j), self.admissible(s, j))
+        elif inst.kind == "start":
             at = any_of(b.pc == pc for pc in self.starts_from(inst.place.op))
             turn = z3.BoolVal(True) if inst.place.op is Op.CANCEL else self.next_is(b, j, Op.FINISH) \
                 if inst.place.op is Op.FINISH else b.done == inst.operation
             guard = z3.And(self.may_act(s, j), at, turn)
+            if self.cache and inst.place.op is not Op.CANCEL:     # a waiting request only admits or cancels
+                guard = z3.And(guard, b.has(Status.RUNNING))
         else:
             guard = z3.And(self.may_act(s, j), b.pc == self.pc_of[inst.place])
             if inst.operation is not None:      # a fork's later step: this fork's
@@ -407,7 +495,7 @@ class SymbolicSystem:
         conds = [self.condition(r.when, boundary, fill, select(s.rc, tail, 0), select(s.hd, tail, 0))
                  for r in self.protocol.rules]
         chosen = z3.And(conds[inst.rule], *[z3.Not(c) for c in conds[:inst.rule]])
-        guard = z3.And(self.may_act(s, j), b.pc == 0, self.next_is(b, j, Op.APPEND), chosen)
+        guard = z3.And(self.may_act(s, j), b.has(Status.RUNNING), b.pc == 0, self.next_is(b, j, Op.APPEND), chosen)
         post = s.copy()
         nb = post.br[j]
         nb.pc, nb.tail, nb.new = self.pc_of[inst.place], tail, -1
@@ -419,9 +507,11 @@ class SymbolicSystem:
         operation here."""
         assert inst.operation is not None and inst.accepted is not None
         b = s.br[j]
-        guard = z3.And(self.may_act(s, j), b.pc == 0, b.done == inst.operation)
+        guard = z3.And(self.may_act(s, j), b.has(Status.RUNNING), b.pc == 0, b.done == inst.operation)
         post = s.copy()
         nb = post.br[j]
+        if self.cache:      # the accepted drafts are verified now
+            nb.verified = b.pos - (self.operations[j][inst.operation].arg - inst.accepted)
         if self.protocol.rollback:
             nb.pc, nb.rejected = self.pc_of[Place(Op.ROLLBACK, None, 0)], self.operations[j][inst.operation].arg - inst.accepted
         else:
@@ -447,7 +537,9 @@ class SymbolicSystem:
         if inst.operation is not None and br.done != inst.operation:
             return False
         step = self.structure.step(place)
-        if inst.choice is not None and dict(a.binds).get(step.args[0]) != inst.choice:
+        if isinstance(inst.choice, tuple) and dict(a.binds).get("blocks") != inst.choice:
+            return False
+        if isinstance(inst.choice, int) and dict(a.binds).get(step.args[0]) != inst.choice:
             return False
         if inst.kind == "start":
             return br.op != place.op and a.step == step.text

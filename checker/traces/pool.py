@@ -176,7 +176,7 @@ class Pool:
             # the fork: the prompt fills blocks 0 .. in order (a cache scenario starts empty)
             for i in range(0 if scenario.cache else scenario.prompt):
                 memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
-        elif initial is not None:   # where the trace's initial state has them (allocator code chooses the prompt's blocks)
+        else:       # where the trace's initial state has them (allocator code chooses the prompt's blocks)
             for block in initial["blocks"]:
                 for slot, token in enumerate(block["slots"]):
                     if token is not None:

@@ -33,7 +33,12 @@ must run first; the harness launches them and one prefill kernel for the
 rest of the prompt. `append(branch, token, draft)` says whether the token
 is a speculative draft, `rollback(branch, n)` follows every verify, and the
 optional observer `cached()` (`{block: its B tokens}`) lets the harness
-judge the cache invariants (docs/semantics.md#engine-harness)."""
+judge the cache invariants (docs/semantics.md#engine-harness).
+
+One idea, though long: the host calls of the adapter as the actions of a
+transition system, and what each observes and launches; split, the call,
+its checks of what the adapter returned and the state it leads to would
+each need the others' state."""
 
 from __future__ import annotations
 

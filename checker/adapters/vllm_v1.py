@@ -31,7 +31,11 @@ stand-in table knows fails with one line naming it.
 Pickling (the harness copies the adapter into every state): V1's objects
 pickle as they are; `VllmV1.__reduce__` wraps them so that unpickling in a
 fresh process first loads the same sources. A state costs one pickle of
-the manager (3-6 KB on the tests' scenarios)."""
+the manager (3-6 KB on the tests' scenarios).
+
+One idea, though long: V1's manager driven as V1's scheduler drives it,
+with the few places where releases differ kept together (`_V09`, `_V033`).
+"""
 
 from __future__ import annotations
 

@@ -17,7 +17,11 @@ write counter and its sequence, and a kernel the sequence it must read:
 `write` extends the sequence with the token `<name>{writes + 1}` and gives
 the kernel a copy, `rewind` cuts it back, `share` hands it to the child.
 A plain scenario has none of these fields (its sequences are the branches'
-references), and its handlers are what they were before programs."""
+references), and its handlers are what they were before programs.
+
+One idea, though long: one handler per protocol step, the z3 twin of
+cowcheck.model.steps (the steps of prefix caching included), each a few
+lines over the shared update helpers."""
 
 from __future__ import annotations
 

@@ -41,7 +41,11 @@ as P! / (P - n)!, so `any` is for small pools.
 
 The sizes T (table entries) and Q (queue slots) come from
 cowcheck.symbolic.bounds: tight bounds derived from the scenario, since
-every unused slot costs fields in every state of an unrolling."""
+every unused slot costs fields in every state of an unrolling.
+
+One idea, though long: the symbolic transition system, its variables for
+one state and its transition relation built from the step handlers; cache
+scenarios add their fields to the same state."""
 
 from __future__ import annotations
 

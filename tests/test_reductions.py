@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cowcheck.engines import counterexample as trace
 from cowcheck import check
-from conftest import check_into, program_branches
+from conftest import cache_scenarios, check_into, program_branches
 from cowcheck.traces.replay import replay
 from cowcheck.engines.explorer import Exploration, Explorer
 from cowcheck.engines.invariants import INVARIANTS, Judge
@@ -23,7 +23,7 @@ from cowcheck.model.action import DEVICE
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.protocol import Protocol, builtin_names, protocol_from_dict
-from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario
+from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario, scenario_from_dict
 from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.state import Block, Copy, Kernel, State, allocated
 from cowcheck.model.system import ProtocolModel
@@ -32,7 +32,31 @@ from cowcheck.model.system import ProtocolModel
 def measures(result) -> tuple:
     x = result.exploration
     verdicts = {k: (v.holds, v.length) for k, v in result.verdicts.items()}
-    return verdicts, x.peak, x.cost_range, x.steady
+    return verdicts, x.peak, x.cost_range, x.steady, x.hits_range
+
+
+def with_copies(scenario, draw, copies: int = 2):
+    """The scenario with one of its requests repeated at the end, 1 to
+    `copies` more times (same prompt, program, `after`, may_cancel), so
+    that request symmetry has something to do; the pool as it was (a
+    tight pool stays tight)."""
+    data = scenario.definition()
+    del data["name"], data["source"]
+    requests = data["branch"]
+    copied = requests[draw(st.integers(0, len(requests) - 1))]
+    data["branch"] = requests + [dict(copied) for _ in range(draw(st.integers(1, copies)))]
+    return scenario_from_dict(data, "<scenario>", Path("."), scenario.name + "-copies")
+
+
+@st.composite
+def repeated_cache_scenarios(draw, copies: int = 2, **kwargs):
+    """Random cache scenarios (conftest.cache_scenarios(**kwargs)) with one
+    request repeated: requests with one prompt, program and `after`."""
+    return with_copies(draw(cache_scenarios(**kwargs)), draw, copies)
+
+
+#: cache scenarios for the agreement tests: as drawn, and with a request repeated
+any_cache_scenario = st.one_of(cache_scenarios(most=3), repeated_cache_scenarios(copies=2, most=2))
 
 
 @st.composite
@@ -127,7 +151,8 @@ def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factor
 
 def scramble(state, scenario, rnd):
     """The same state under random names: blocks permuted, and branches of
-    equal programs permuted with their tokens."""
+    equal programs permuted with their tokens (in a cache scenario, in keys
+    too)."""
     blocks = list(range(len(state.blocks)))
     rnd.shuffle(blocks)                                   # blocks[old] = new
     order = list(range(len(state.branches)))              # order[new] = old
@@ -144,14 +169,15 @@ def scramble(state, scenario, rnd):
     m = blocks.__getitem__
     new_blocks = [None] * len(blocks)
     for old, blk in enumerate(state.blocks):
-        new_blocks[m(old)] = Block(blk.refcount, blk.holds, tuple(tokens.get(t, t) for t in blk.slots))
+        key = None if blk.key is None else tuple(tokens.get(t, t) for t in blk.key)
+        new_blocks[m(old)] = Block(blk.refcount, blk.holds, tuple(tokens.get(t, t) for t in blk.slots), key)
     branches = [state.branches[old] for old in order]
     branches = [b._replace(tail=None if b.tail is None else m(b.tail), new=None if b.new is None else m(b.new),
                            working=tuple(map(m, b.working)), published=tuple(map(m, b.published)),
-                           seq=tuple(tokens.get(t, t) for t in b.seq)) for b in branches]
+                           hits=tuple(map(m, b.hits)), seq=tuple(tokens.get(t, t) for t in b.seq)) for b in branches]
     queue = tuple(Copy(m(q.src), m(q.dst), q.n) if type(q) is Copy else
                   Kernel(new_of[q.branch], q.pos, tokens.get(q.token, q.token), tuple(map(m, q.snapshot)),
-                         tuple(tokens.get(t, t) for t in q.expected)) for q in state.queue)
+                         tuple(tokens.get(t, t) for t in q.expected), q.span) for q in state.queue)
     free = tuple(map(m, state.free))
     if scenario.reuse == "any":
         free = tuple(sorted(free))
@@ -169,7 +195,8 @@ def many_branches(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(scenarios(), many_branches(), programs()), st.randoms(use_true_random=False))
+@given(st.one_of(scenarios(), many_branches(), programs(), repeated_cache_scenarios(copies=4, most=2)),
+       st.randoms(use_true_random=False))
 def test_representative_is_canonical(scenario, rnd):
     """Walk randomly; every state and any renaming of it get the same
     representative, which is itself a fixed point and keeps the state's shape."""
@@ -350,6 +377,51 @@ def test_reductions_agree_with_the_unreduced_search_on_branch_programs(scenario)
     assume(plain.exploration.complete)
     assert measures(check(scenario, symmetry=True, compact=True)) == measures(plain)
     assert measures(check(scenario, symmetry=True, por=True)) == measures(plain)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(any_cache_scenario)
+def test_every_reduction_agrees_with_the_unreduced_search_on_cache_scenarios(scenario):
+    """Random cache scenarios, as drawn and with a request repeated: request
+    symmetry, partial-order reduction and both report the unreduced
+    search's verdicts, shortest lengths, peak, copies, hits and steady count."""
+    plain = check(scenario, max_states=6_000, symmetry=False)
+    assume(plain.exploration.complete)
+    reduced = check(scenario, symmetry=True)
+    ordered = check(scenario, symmetry=False, por=True)
+    both = check(scenario, symmetry=True, por=True, compact=True)
+    assert measures(reduced) == measures(plain)
+    assert measures(ordered) == measures(plain)
+    assert measures(both) == measures(plain)
+    assert reduced.exploration.states <= plain.exploration.states
+    assert ordered.exploration.states <= plain.exploration.states
+    if Ample(ProtocolModel(scenario)).completions:
+        keeps_reachability(settled_search(scenario, symmetry=True), plain)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(repeated_cache_scenarios(copies=2, most=2))
+def test_request_symmetry_agrees_with_the_unreduced_search(scenario):
+    """The quick form of the above, for symmetry alone (not marked slow)."""
+    plain = check(scenario, max_states=3_000, symmetry=False)
+    assume(plain.exploration.complete)
+    assert measures(check(scenario, symmetry=True)) == measures(plain)
+
+
+def test_which_requests_are_interchangeable():
+    """Requests with one prompt, program, `after` and may_cancel form a
+    class, unless some prompt names their tokens or some request is after
+    them."""
+    p3 = {"prompt": 3, "appends": 1}
+    scenario = make_scenario(2, 0, [p3, p3, p3, {"prompt": ["p0", "p1", "a1"], "appends": 1},     # a: named by d
+                                    {"prompt": 3, "appends": 1, "after": "b"}, p3,                  # b: e is after it
+                                    {"prompt": 3, "appends": 1, "after": "d"}, {"prompt": 3, "appends": 1, "after": "d"},
+                                    {"prompt": 3, "appends": 1, "may_cancel": True}],
+                             "prefix-cache", cache=True)
+    assert Symmetry(scenario).classes == [(2, 5), (6, 7)]
+    other_prompt = make_scenario(2, 0, [p3, {"prompt": ["p0", "p1", "q2"], "appends": 1}], "prefix-cache", cache=True)
+    assert Symmetry(other_prompt).classes == []
 
 
 def test_branches_with_programs_are_never_in_a_symmetry_class():

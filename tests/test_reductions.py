@@ -35,8 +35,8 @@ def measures(result) -> tuple:
     return verdicts, x.peak, x.cost_range, x.steady, x.hits_range
 
 
-def with_copies(scenario, draw, copies: int = 2):
-    """The scenario with one of its requests repeated at the end, 1 to
+def with_copies(scenario, draw, copies: int = 2, least: int = 1):
+    """The scenario with one of its requests repeated at the end, `least` to
     `copies` more times (same prompt, program, `after`, may_cancel), so
     that request symmetry has something to do; the pool as it was (a
     tight pool stays tight)."""
@@ -44,15 +44,15 @@ def with_copies(scenario, draw, copies: int = 2):
     del data["name"], data["source"]
     requests = data["branch"]
     copied = requests[draw(st.integers(0, len(requests) - 1))]
-    data["branch"] = requests + [dict(copied) for _ in range(draw(st.integers(1, copies)))]
+    data["branch"] = requests + [dict(copied) for _ in range(draw(st.integers(least, copies)))]
     return scenario_from_dict(data, "<scenario>", Path("."), scenario.name + "-copies")
 
 
 @st.composite
-def repeated_cache_scenarios(draw, copies: int = 2, **kwargs):
+def repeated_cache_scenarios(draw, copies: int = 2, least: int = 1, **kwargs):
     """Random cache scenarios (conftest.cache_scenarios(**kwargs)) with one
     request repeated: requests with one prompt, program and `after`."""
-    return with_copies(draw(cache_scenarios(**kwargs)), draw, copies)
+    return with_copies(draw(cache_scenarios(**kwargs)), draw, copies, least)
 
 
 #: cache scenarios for the agreement tests: as drawn, and with a request repeated

@@ -462,6 +462,10 @@ def test_which_requests_are_interchangeable():
     assert Symmetry(scenario).classes == [(2, 5), (6, 7)]
     other_prompt = make_scenario(2, 0, [p3, {"prompt": ["p0", "p1", "q2"], "appends": 1}], "prefix-cache", cache=True)
     assert Symmetry(other_prompt).classes == []
+    speculating = {"prompt": 3, "program": ["speculate 2", "append"]}
+    programs = make_scenario(2, 0, [speculating, p3, speculating, {"prompt": 3, "program": ["append", "speculate 2"]}],
+                             "prefix-cache", cache=True)
+    assert Symmetry(programs).classes == [(0, 2)]
 
 
 def test_branches_with_programs_are_never_in_a_symmetry_class():

@@ -60,6 +60,7 @@ class Refinement(Signatures, Relabelling):
     _members: list[tuple[tuple[int, ...], range]]
     exhaustive: bool
     own_set: list[frozenset[str]]
+    plain: list[bool]
 
     # -- the refined representative (classes of more than three) -------------
     def _refined(self, state: State) -> State:
@@ -89,10 +90,9 @@ class Refinement(Signatures, Relabelling):
             return self._relabel(state, order)
         ctx: Optional[_Context] = None
         runs: list[tuple[tuple[int, ...], list[list[int]]]] = []   # (slots, twin classes in slot order) to enumerate
-        fresh = self.fresh
         for slots, run in ties:
             head = branches[run[0]]
-            if head.pos <= fresh[run[0]] and all(map(head.__eq__, map(branches.__getitem__, run))):
+            if head.writes == 0 and all(map(head.__eq__, map(branches.__getitem__, run))):
                 continue     # the same tables and no token yet: twins, and any order of them is as good
             if ctx is None:
                 ctx = _Context(self, state, kernels)
@@ -142,7 +142,7 @@ class Refinement(Signatures, Relabelling):
             return []
         out: list[int] = []
         kernels = self._in_flight(state) if state.queue else _NO_KERNELS
-        branches, fresh = state.branches, self.fresh
+        branches = state.branches
         ctx: Optional[_Context] = None
         for members in self.classes:
             first: dict[Signature, int] = {}
@@ -151,7 +151,7 @@ class Refinement(Signatures, Relabelling):
                 if x == i:
                     continue
                 bx = branches[x]
-                if bx.pos <= fresh[x] and bx == branches[i]:
+                if bx.writes == 0 and bx == branches[i]:
                     out.append(i)       # the same tables and no token yet
                     continue
                 if ctx is None:
@@ -222,7 +222,7 @@ class _Context:
         """Blocks holding one of branch i's tokens (none before its first write)."""
         out = self._holding.get(i)
         if out is None:
-            if self.state.branches[i].pos > self.sym.fresh[i]:
+            if self.state.branches[i].writes:
                 disjoint = self.sym.own_set[i].isdisjoint
                 out = {b for b, (_, _, slots, key) in enumerate(self.state.blocks)
                        if not disjoint(slots) or (key is not None and not disjoint(key))}
@@ -301,10 +301,10 @@ class _Context:
         state, sym, kernels = self.state, self.sym, self.kernels
         branches = state.branches
         bx, by = branches[x], branches[y]
-        if bx[:6] != by[:6] or bx.writes != by.writes or bx.verified != by.verified or x in kernels or y in kernels:
-            return False
+        if bx[:6] != by[:6] or bx[10] != by[10] or bx[12:14] != by[12:14] or x in kernels or y in kernels:
+            return False        # status .. step, writes, rejected and verified differ, or a kernel names one
         _, pos, _, _, _, _, tail_x, new_x, working_x, published_x = bx[:10]
-        if pos <= sym.fresh[x] and bx == by:
+        if bx.writes == 0 and bx == by:
             return True          # the same tables and no token yet: nothing to swap
         _, _, _, _, _, _, tail_y, new_y, working_y, published_y = by[:10]
         hits_x, hits_y = bx.hits, by.hits
@@ -333,16 +333,20 @@ class _Context:
                     return False        # a block that others map too
         blocks = state.blocks
         # blocks holding x's or y's tokens (none before their first write)
-        tokened = self.holding(x) | self.holding(y) if pos > sym.fresh[x] else _NOTHING
+        tokened = self.holding(x) | self.holding(y) if bx.writes else _NOTHING
         for b in moved:                 # blocks without their tokens must match as they are
             if b not in tokened and blocks[beta[b]] != blocks[b]:
                 return False
-        if not tokened:
-            return True
         rho = {}
         for tx, ty in zip(sym.own[x], sym.own[y]):
             rho[tx], rho[ty] = ty, tx
         get = rho.get
+        # a plain branch's sequence is its prompt and its first writes; a
+        # request that speculates may have rewound over some of them
+        if not sym.plain[x] and tuple(map(get, bx.seq, bx.seq)) != by.seq:
+            return False
+        if not tokened:
+            return True
 
         def renamed(b: int) -> Block:
             refcount, holds, slots, key = blocks[b]

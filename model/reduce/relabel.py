@@ -8,9 +8,8 @@ into a state with it (the exhaustive one in cowcheck.model.reduce.symmetry,
 the refined one in cowcheck.model.reduce.refine) and keeps the least of the
 candidates; it chooses no order itself and reads no signature, so it
 imports no other part of the reduction. `Relabelling` is a mixin of
-`Symmetry`, reading the scenario's tokens (`own`), where each branch's
-own tokens start (`fresh`), `identity`, whether blocks carry keys (`keys`)
-and reuse policy (`sort_free`) that `Symmetry.__init__` sets, and keeping the
+`Symmetry`, reading the scenario's tokens (`own`), `identity`, whether
+blocks carry keys (`keys`) and reuse policy (`sort_free`) that `Symmetry.__init__` sets, and keeping the
 token renaming per branch order (`RENAMINGS` of them)."""
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ class Relabelling:
     sort_free: bool
     own: list[tuple[str, ...]]
     identity: list[int]
-    fresh: list[int]
     keys: bool
     # tuple(order) -> (old token -> new token, new_of[old] = new)
     _renamings: dict[tuple[int, ...], tuple[dict[str, str], list[int]]]
@@ -48,11 +46,11 @@ class Relabelling:
         tokens: Optional[dict[str, str]] = None
         if moved:
             tokens, new_of = self._renaming(order)
-            # a plain branch's tokens exist (in blocks, its sequence or a
+            # a branch's tokens exist (in blocks, keys, its sequence or a
             # kernel) only once it has launched a write: if no branch that
             # moves has, there is nothing to rename
-            fresh, branches = self.fresh, state.branches
-            if all(branches[old].pos <= fresh[old] for new, old in enumerate(order) if new != old):
+            branches = state.branches
+            if all(branches[old].writes == 0 for new, old in enumerate(order) if new != old):
                 tokens = None
         else:
             new_of = self.identity
@@ -91,7 +89,7 @@ class Relabelling:
             br = branches[old]
             status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected, verified, hits = br
             # its sequence holds tokens to rename only if it moved and has written
-            rename_seq = tokens is not None and new_index != old and pos > self.fresh[old]
+            rename_seq = tokens is not None and new_index != old and writes != 0
             if same_ids:
                 if not rename_seq:
                     new_branches.append(br)

@@ -13,13 +13,17 @@ Two kinds of renaming are symmetries of the transition system:
   (a coarser symmetry) and keeps every sequence a function of the
   branch and its pos, as the signatures and twins (signature.py,
   refine.py) assume.
-- In a cache scenario the branches are requests, and two are alike only
-  with the same prompt and the same `after` too. Their tokens are renamed
-  wherever they lie: sequences, slots, block keys, kernels. Prompts are
-  fixed text, so a request whose tokens some prompt names, and one that
-  another request is `after`, stay where they are (`_groups`); every
-  renaming then fixes every prompt and every `after`, and lookup, the
-  cache's keys and the admission rule commute with it.
+- In a cache scenario the branches are requests, and two are alike with
+  the same program (speculation included: requests never fork), prompt,
+  `after` and may_cancel. Their tokens are renamed wherever they lie:
+  sequences, slots, block keys, kernels. Prompts are fixed text, so a
+  request whose tokens some prompt names, and one that another request is
+  `after`, stay where they are (`_groups`); every renaming then fixes every
+  prompt and every `after`, and lookup, the cache's keys and the admission
+  rule commute with it. A speculating request's sequence is not a function
+  of its pos (a rewind drops tokens, later writes get new names): the
+  twins compare sequences (renamed) for it, and whether a branch has any
+  token to rename is read from its write count, never from its pos.
 - Block ids are names too: nothing in the model compares ids, except the free
   list's order, which a renaming carries along (and which `any` reuse keeps
   sorted, so there it is re-sorted).
@@ -84,11 +88,8 @@ class Symmetry(Refinement):
         #: the old definition (every tied order) where it is cheap, else the refined one
         self.exhaustive = all(len(c) <= 3 for c in self.classes)
         self.identity = list(range(len(scenario.branches)))
-        #: per branch, the position up to which it has written none of its
-        #: own tokens: the shared prompt's length, or in a cache scenario its
-        #: own prompt's (a waiting request is at 0). A plain branch's tokens
-        #: exist (in blocks, keys, its sequence or a kernel) only beyond it
-        self.fresh = [len(scenario.prompt_of(i)) for i in range(len(scenario.branches))]
+        #: per branch: plain (a root that only appends: its sequence is its prompt and its first writes)
+        self.plain = [spec.plain for spec in scenario.branches]
         #: blocks carry keys (a cache scenario): renamings rename them too
         self.keys = scenario.cache
         # hash(state) -> (state, representative): keyed by the hash so that a
@@ -187,8 +188,8 @@ class Symmetry(Refinement):
 
 def _groups(scenario: Scenario, own: list[tuple[str, ...]]) -> list[list[int]]:
     """The branches that may be interchanged, in groups (a group of one is
-    no class). Only plain branches (roots that only append) are grouped,
-    by their program: appends and may_cancel.
+    no class). Outside cache scenarios only plain branches (roots that only
+    append) are grouped, by their program: appends and may_cancel.
 
     In a cache scenario a request is also described by its prompt and its
     `after`, and renaming it renames its tokens everywhere (sequences,
@@ -196,20 +197,18 @@ def _groups(scenario: Scenario, own: list[tuple[str, ...]]) -> list[list[int]]:
     are fixed text. So a request stays out of every class when some prompt
     names one of its tokens (`a1` in a later turn's prompt), and when some
     request is `after` it (its status gates that admission); requests of one
-    group have the same prompt and the same `after`, which is then no member
+    group have the same program, prompt and `after`, which is then no member
     of a class, so every renaming of a group fixes every prompt and every
     `after` (docs/explanation/reductions.md#symmetry)."""
     groups: dict[tuple[object, ...], list[int]] = {}
     named = frozenset(scenario.prompt_tokens) if scenario.cache else frozenset()
     waited_on = {spec.after for spec in scenario.branches} if scenario.cache else set()
     for i, spec in enumerate(scenario.branches):
-        if not spec.plain:
-            continue
         if scenario.cache:
-            if i in waited_on or not named.isdisjoint(own[i]):
+            if spec.parent is not None or i in waited_on or not named.isdisjoint(own[i]):
                 continue
-            groups.setdefault((spec.appends, spec.may_cancel, scenario.prompt_of(i), spec.after), []).append(i)
-        else:
+            groups.setdefault((spec.program, spec.may_cancel, scenario.prompt_of(i), spec.after), []).append(i)
+        elif spec.plain:
             groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
     return list(groups.values())
 

@@ -135,7 +135,7 @@ def test_every_reduction_agrees_with_the_unreduced_search(scenario):
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenario=any_scenario)
+@given(scenario=st.one_of(any_scenario, any_cache_scenario))
 def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factory):
     out = tmp_path_factory.mktemp("cx")
     result = check_into(scenario, out, symmetry=True, por=True, fingerprints=True, max_states=6_000)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cowcheck.engines import counterexample as trace
 from cowcheck import check
-from conftest import check_into, program_branches
+from conftest import cache_scenarios, check_into, program_branches
 from cowcheck.traces.replay import replay
 from cowcheck.engines.explorer import Exploration, Explorer
 from cowcheck.engines.invariants import INVARIANTS, Judge
@@ -24,7 +24,7 @@ from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol, builtin_names, protocol_from_dict
-from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario
+from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario, scenario_from_dict
 from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.state import Block, Copy, Kernel, State, allocated
 from cowcheck.model.system import ProtocolModel
@@ -33,7 +33,31 @@ from cowcheck.model.system import ProtocolModel
 def measures(result) -> tuple:
     x = result.exploration
     verdicts = {k: (v.holds, v.length) for k, v in result.verdicts.items()}
-    return verdicts, x.peak, x.cost_range, x.steady
+    return verdicts, x.peak, x.cost_range, x.steady, x.hits_range
+
+
+def with_copies(scenario, draw, copies: int = 2, least: int = 1):
+    """The scenario with one of its requests repeated at the end, `least` to
+    `copies` more times (same prompt, program, `after`, may_cancel), so
+    that request symmetry has something to do; the pool as it was (a
+    tight pool stays tight)."""
+    data = scenario.definition()
+    del data["name"], data["source"]
+    requests = data["branch"]
+    copied = requests[draw(st.integers(0, len(requests) - 1))]
+    data["branch"] = requests + [dict(copied) for _ in range(draw(st.integers(least, copies)))]
+    return scenario_from_dict(data, "<scenario>", Path("."), scenario.name + "-copies")
+
+
+@st.composite
+def repeated_cache_scenarios(draw, copies: int = 2, least: int = 1, **kwargs):
+    """Random cache scenarios (conftest.cache_scenarios(**kwargs)) with one
+    request repeated: requests with one prompt, program and `after`."""
+    return with_copies(draw(cache_scenarios(**kwargs)), draw, copies, least)
+
+
+#: cache scenarios for the agreement tests: as drawn, and with a request repeated
+any_cache_scenario = st.one_of(cache_scenarios(most=3), repeated_cache_scenarios(copies=2, most=2))
 
 
 @st.composite
@@ -112,7 +136,7 @@ def test_every_reduction_agrees_with_the_unreduced_search(scenario):
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenario=any_scenario)
+@given(scenario=st.one_of(any_scenario, any_cache_scenario))
 def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factory):
     out = tmp_path_factory.mktemp("cx")
     result = check_into(scenario, out, symmetry=True, por=True, fingerprints=True, max_states=6_000)
@@ -128,7 +152,8 @@ def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factor
 
 def scramble(state, scenario, rnd):
     """The same state under random names: blocks permuted, and branches of
-    equal programs permuted with their tokens."""
+    equal programs permuted with their tokens (in a cache scenario, in keys
+    too)."""
     blocks = list(range(len(state.blocks)))
     rnd.shuffle(blocks)                                   # blocks[old] = new
     order = list(range(len(state.branches)))              # order[new] = old
@@ -145,14 +170,15 @@ def scramble(state, scenario, rnd):
     m = blocks.__getitem__
     new_blocks = [None] * len(blocks)
     for old, blk in enumerate(state.blocks):
-        new_blocks[m(old)] = Block(blk.refcount, blk.holds, tuple(tokens.get(t, t) for t in blk.slots))
+        key = None if blk.key is None else tuple(tokens.get(t, t) for t in blk.key)
+        new_blocks[m(old)] = Block(blk.refcount, blk.holds, tuple(tokens.get(t, t) for t in blk.slots), key)
     branches = [state.branches[old] for old in order]
     branches = [b._replace(tail=None if b.tail is None else m(b.tail), new=None if b.new is None else m(b.new),
                            working=tuple(map(m, b.working)), published=tuple(map(m, b.published)),
-                           seq=tuple(tokens.get(t, t) for t in b.seq)) for b in branches]
+                           hits=tuple(map(m, b.hits)), seq=tuple(tokens.get(t, t) for t in b.seq)) for b in branches]
     queue = tuple(Copy(m(q.src), m(q.dst), q.n) if type(q) is Copy else
                   Kernel(new_of[q.branch], q.pos, tokens.get(q.token, q.token), tuple(map(m, q.snapshot)),
-                         tuple(tokens.get(t, t) for t in q.expected)) for q in state.queue)
+                         tuple(tokens.get(t, t) for t in q.expected), q.span) for q in state.queue)
     free = tuple(map(m, state.free))
     if scenario.reuse == "any":
         free = tuple(sorted(free))
@@ -170,7 +196,8 @@ def many_branches(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(scenarios(), many_branches(), programs()), st.randoms(use_true_random=False))
+@given(st.one_of(scenarios(), many_branches(), programs(), repeated_cache_scenarios(copies=4, most=2)),
+       st.randoms(use_true_random=False))
 def test_representative_is_canonical(scenario, rnd):
     """Walk randomly; every state and any renaming of it get the same
     representative, which is itself a fixed point and keeps the state's shape."""
@@ -259,7 +286,8 @@ def _unordered(state: State, device: str) -> State:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(any_scenario, adversarial()), st.randoms(use_true_random=False))
+@given(st.one_of(any_scenario, adversarial(), cache_scenarios(most=3), repeated_cache_scenarios(copies=2, most=2)),
+       st.randoms(use_true_random=False))
 def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     """Walk randomly; wherever the reduction explores one step alone, that
     step and every other enabled action lead, in either order, to the same
@@ -268,8 +296,13 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     same before and after the other (C1 and C2 for one step, which is where
     a wrong independence claim would show). A settled completion promises
     this only for actions that break nothing; one that breaks an invariant
-    must still break one after the completion."""
+    must still break one after the completion. The one exception: where the
+    other action takes the scheduler lock (an atomic admission starts), the
+    step waits for the lock, which is always given back; there it is taken
+    as if the lock were free, and must still commute (model/reduce/ample.py)."""
     model = ProtocolModel(scenario)
+    unlocked = ProtocolModel(scenario)
+    unlocked.exclusive = lambda state: None      # type: ignore[method-assign]
     ample = Ample(model, completions=True)
     checks = Judge(INVARIANTS)
 
@@ -293,7 +326,9 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
                     if b in chosen or b.state is None:
                         continue
                     after_a = [t for t in model.successors(a.state) if t.action == b.action]
-                    after_b = [t for t in model.successors(b.state) if t.action == a.action]
+                    locked = model.exclusive(b.state) is not None
+                    assert not locked or ample.admission_lock, (a.action, b.action)
+                    after_b = [t for t in (unlocked if locked else model).successors(b.state) if t.action == a.action]
                     assert len(after_a) == len(after_b) == 1, (a.action, b.action)
                     if completes and (judged(state, b) or seen(b.state)):
                         assert judged(a.state, after_a[0]) or seen(after_a[0].state), (a.action, b.action)
@@ -307,6 +342,38 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
         if not options:
             break
         state = rnd.choice(options).state
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(cache_scenarios(most=3), st.randoms(use_true_random=False))
+def test_an_admission_lock_is_always_given_back(scenario, rnd):
+    """Partial-order reduction keeps a step enabled in an ample set although
+    another request's atomic admission may take the scheduler lock first:
+    sound because the holder always moves on to give the lock back (walk
+    randomly: wherever a request holds the lock, it has an action)."""
+    model = ProtocolModel(scenario)
+    assume(Ample(model).admission_lock)
+    state = model.init_state()
+    for _ in range(80):
+        trs = model.successors(state)
+        holder = model.exclusive(state)
+        if holder is not None:
+            assert any(t.action.actor == model.names[holder] for t in trs), state
+        options = [t for t in trs if t.state is not None]
+        if not options:
+            break
+        state = rnd.choice(options).state
+
+
+def test_cache_scenarios_are_reduced():
+    """An atomic admission is the only lock of prefix-cache, so partial-order
+    reduction applies; a protocol with an atomic append path stays unreduced
+    in a cache scenario too."""
+    warm = load_scenario(Path(__file__).resolve().parent.parent / "specs" / "scenarios" / "prefix-cache-warm.toml")
+    assert Ample(ProtocolModel(warm)).enabled
+    assert check(warm, por=True).exploration.states < check(warm).exploration.states
+    bmv2 = make_scenario(2, 0, [{"prompt": 3, "appends": 1}] * 2, "vllm-bmv2", cache=True)
+    assert not Ample(ProtocolModel(bmv2)).enabled
 
 
 @pytest.mark.slow
@@ -351,6 +418,55 @@ def test_reductions_agree_with_the_unreduced_search_on_branch_programs(scenario)
     assume(plain.exploration.complete)
     assert measures(check(scenario, symmetry=True, compact=True, por=False)) == measures(plain)
     assert measures(check(scenario, symmetry=True, por=True)) == measures(plain)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(any_cache_scenario)
+def test_every_reduction_agrees_with_the_unreduced_search_on_cache_scenarios(scenario):
+    """Random cache scenarios, as drawn and with a request repeated: request
+    symmetry, partial-order reduction and both report the unreduced
+    search's verdicts, shortest lengths, peak, copies, hits and steady count."""
+    plain = check(scenario, max_states=6_000, symmetry=False)
+    assume(plain.exploration.complete)
+    reduced = check(scenario, symmetry=True)
+    ordered = check(scenario, symmetry=False, por=True)
+    both = check(scenario, symmetry=True, por=True, compact=True)
+    assert measures(reduced) == measures(plain)
+    assert measures(ordered) == measures(plain)
+    assert measures(both) == measures(plain)
+    assert reduced.exploration.states <= plain.exploration.states
+    assert ordered.exploration.states <= plain.exploration.states
+    if Ample(ProtocolModel(scenario)).completions:
+        keeps_reachability(settled_search(scenario, symmetry=True), plain)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(repeated_cache_scenarios(copies=2, most=2))
+def test_request_symmetry_agrees_with_the_unreduced_search(scenario):
+    """The quick form of the above, for symmetry alone (not marked slow)."""
+    plain = check(scenario, max_states=3_000, symmetry=False)
+    assume(plain.exploration.complete)
+    assert measures(check(scenario, symmetry=True)) == measures(plain)
+
+
+def test_which_requests_are_interchangeable():
+    """Requests with one prompt, program, `after` and may_cancel form a
+    class, unless some prompt names their tokens or some request is after
+    them."""
+    p3 = {"prompt": 3, "appends": 1}
+    scenario = make_scenario(2, 0, [p3, p3, p3, {"prompt": ["p0", "p1", "a1"], "appends": 1},     # a: named by d
+                                    {"prompt": 3, "appends": 1, "after": "b"}, p3,                  # b: e is after it
+                                    {"prompt": 3, "appends": 1, "after": "d"}, {"prompt": 3, "appends": 1, "after": "d"},
+                                    {"prompt": 3, "appends": 1, "may_cancel": True}],
+                             "prefix-cache", cache=True)
+    assert Symmetry(scenario).classes == [(2, 5), (6, 7)]
+    other_prompt = make_scenario(2, 0, [p3, {"prompt": ["p0", "p1", "q2"], "appends": 1}], "prefix-cache", cache=True)
+    assert Symmetry(other_prompt).classes == []
+    speculating = {"prompt": 3, "program": ["speculate 2", "append"]}
+    programs = make_scenario(2, 0, [speculating, p3, speculating, {"prompt": 3, "program": ["append", "speculate 2"]}],
+                             "prefix-cache", cache=True)
+    assert Symmetry(programs).classes == [(0, 2)]
 
 
 def test_branches_with_programs_are_never_in_a_symmetry_class():

@@ -23,7 +23,7 @@ from cowcheck.model.scenario import DEVICES, make_scenario
 from cowcheck.model.state import allocated
 from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.system import ProtocolModel
-from test_reductions import measures, scramble
+from test_reductions import measures, repeated_cache_scenarios, scramble
 
 
 @st.composite
@@ -35,8 +35,14 @@ def wide_scenarios(draw):
                          device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(wide_scenarios(), st.randoms(use_true_random=False))
+def wide_cache_scenarios():
+    """Random cache scenarios with one request repeated 3 to 6 more times
+    (plain requests only: so that it forms a class of four or more)."""
+    return repeated_cache_scenarios(copies=6, least=3, most=2).filter(lambda s: not Symmetry(s).exhaustive)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(st.one_of(wide_scenarios(), wide_cache_scenarios()), st.randoms(use_true_random=False))
 def test_refined_representative_is_canonical_up_to_eight_branches(scenario, rnd):
     model, sym = ProtocolModel(scenario), Symmetry(scenario)
     assert not sym.exhaustive
@@ -77,6 +83,44 @@ def test_wide_scenarios_agree_with_the_unreduced_search(protocol, branches, pool
     assert plain.exploration.complete and reduced.exploration.complete
     assert measures(reduced) == measures(plain) == measures(ordered)
     assert reduced.exploration.states < plain.exploration.states
+
+
+#: cache scenarios with four interchangeable requests, small enough to search without symmetry
+WIDE_CACHE = [
+    ("prefix-cache", [{"prompt": 3}] * 4, 2, "stream", "fifo"),
+    ("prefix-cache", [{"prompt": 3, "appends": 1}] * 4, 3, "async", "lifo"),
+    ("vllm-v1", [{"prompt": 2, "appends": 1}] * 4, 2, "async", "lifo"),
+    ("no-evict", [{"prompt": 3}] * 4, 2, "async", "any"),
+    ("free-in-flight", [{"prompt": 1, "may_cancel": True}] * 4, 2, "async", "lifo"),
+    ("prefix-cache", [{"prompt": 3, "appends": 1}, {"prompt": ["p0", "p1", "a1"], "after": "a"}]
+     + [{"prompt": ["p0", "p1", "x0"], "after": "a"}] * 4, 3, "async", "lifo"),
+]
+
+
+@pytest.mark.parametrize("protocol, requests, pool, device, reuse", WIDE_CACHE,
+                         ids=["prefix-cache-stream", "prefix-cache-appends", "vllm-v1", "no-evict-any", "free-in-flight",
+                              "later-turns"])
+def test_wide_cache_scenarios_agree_with_the_unreduced_search(protocol, requests, pool, device, reuse):
+    """Four interchangeable requests (the refined representative, mirrored
+    moves skipped): the same verdicts, lengths, peak, copies, hits and
+    steady count as the unreduced search, from fewer states."""
+    scenario = make_scenario(2, 0, requests, protocol, pool=pool, device=device, reuse=reuse, cache=True)
+    assert not Symmetry(scenario).exhaustive
+    plain = check(scenario, symmetry=False)
+    reduced = check(scenario, symmetry=True)
+    assert plain.exploration.complete and reduced.exploration.complete
+    assert measures(reduced) == measures(plain)
+    assert reduced.exploration.states < plain.exploration.states
+    full, skipped = _explore(scenario, False), _explore(scenario, True)
+    assert skipped.states == full.states and skipped.depth == full.depth
+    assert {k: v.length for k, v in skipped.violations.items()} == {k: v.length for k, v in full.violations.items()}
+    assert (skipped.peak, skipped.cost_range, skipped.steady_values) == (full.peak, full.cost_range, full.steady_values)
+
+
+def test_a_mirrored_request_moves_to_the_orbits_of_an_earlier_one():
+    scenario = make_scenario(2, 0, [{"prompt": 3, "appends": 1}] * 5, "prefix-cache", cache=True)
+    checked = _check_mirrored_on_walks(scenario, random.Random(5), walks=6, steps=60)
+    assert checked > 20
 
 
 def test_no_fallback_to_enumeration_on_the_benchmark_states(monkeypatch):
@@ -200,8 +244,8 @@ def test_a_mirrored_branch_moves_to_the_orbits_of_an_earlier_one(n):
     assert checked > 20
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(wide_scenarios(), st.randoms(use_true_random=False))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(st.one_of(wide_scenarios(), wide_cache_scenarios()), st.randoms(use_true_random=False))
 def test_mirrored_branches_on_random_scenarios(scenario, rnd):
     _check_mirrored_on_walks(scenario, rnd, walks=1, steps=40)
 

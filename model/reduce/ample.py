@@ -51,6 +51,61 @@ in an ample set: they change counters, another branch's tables, or choose
 among successors. A `wait-kernel` inside a fork or rollback qualifies like
 an append's (no cancel can start there).
 
+Cache scenarios (docs/semantics.md#prefix-caching). Which steps of prefix
+caching are branch-local:
+
+- a block is reached one more way there: through the cache, by another
+  request's lookup and touch-hits. So *private* also asks that the block
+  carry no key and lie in no other request's `hits`; with that, every step
+  above keeps its argument (allocations clear keys, only a request's own
+  cache-full keys its blocks, and a keyed block's key never changes while
+  someone maps it: nothing private can become reachable while the branch
+  stays put);
+- `prefill` (a launch) qualifies on `async` as `write` does: its published
+  table reaches the prompt's last position, each of its blocks is private
+  or one of the request's uses (its hits are: touch-hits put them in its
+  working table), no kernel of its own is in flight. It changes the
+  request's pos, sequence and verified count, which only its own steps and
+  the checks of its own facts read, and adds its kernel to the queue;
+- `lookup` (reads every key), `touch-hits` (counters, free list, another's
+  reach to a cached block), `alloc-prompt` (free list, evictions),
+  `cache-full` and `cache-drafts` (keys, which lookups, dedupes and
+  cache-immutable read; they produce Keyed facts) and `alloc-no-evict`
+  touch what other requests read: never in an ample set. Nor is a waiting
+  request's admission or cancellation (it starts an operation).
+
+The scheduler lock of an atomic [admit] (prefix-cache and every built-in
+cache protocol) is the one atomic operation reduced, and only where it is
+the protocol's only one (`_admission_lock_only`). A request j that starts
+its admission, or whose wait in it leads back to a locking step, takes the
+lock and disables the ample step a of branch i until it gives the lock
+back: a is not independent of that action in Peled's sense. Two facts make
+the reduction sound all the same:
+
+- the lock is always given back: the admission's steps up to its first
+  wait are checked enabled, one after another, before it starts; while it
+  holds the lock only the device acts besides it, and completions change
+  no counter, free list or key, so those steps stay enabled; the locking
+  steps after the wait are of kinds that never block (`NEVER_BLOCKS`).
+  Hence no run ends, or sticks, with a lock held, and a, which no other
+  actor's action disables otherwise, is taken on every maximal run from
+  the state: no run is lost for want of a, and a is never appended to one
+  (the terminal states are reached exactly);
+- a does not take the lock itself (a step that leads from a wait into a
+  locking step, such as prefix-cache's `wait-kernel` before its
+  admission's `cache-full`, stays out of ample sets: it would order the
+  cache-full before other requests' lookups), so the lock holder's actions
+  stay enabled after a, and a commutes in effect with each of them. A run
+  b1 .. bk a .. of the full graph, the b's holding and releasing the lock,
+  is matched by a b1 .. bk ..: the same actions, a moved first.
+
+A request holding the lock has no rival but the device, so its own local
+steps there (`publish`, `prefill`) need independence from completions
+only, which the conditions give. tests/test_reductions.py checks the
+commutation on random cache scenarios (taking a as if the lock were free
+where the other action took it), that a lock holder always has a move, and
+that the reduced and unreduced searches agree.
+
 So the ample set {the branch's enabled actions} meets Peled's conditions: C0
 (non-empty), C1 (every action outside it, on any path from the state that
 does not take it, is independent of it), C2 (invisible); C3 (the cycle
@@ -77,8 +132,10 @@ an invariant depends on it:
 - a copy X -> Y: a branch (without may_cancel) is parked at `wait-copy Y`;
   Y is private to it apart from this copy; X is one of its uses;
 - a kernel: its branch (without may_cancel) is parked at `wait-kernel` with
-  no other kernel in flight; the block it writes is private to it apart
-  from this kernel; every block of its snapshot is one of its uses;
+  no other kernel in flight; each block it writes (a prefill's several) is
+  private to it apart from this kernel (in a cache scenario: unkeyed, so
+  no lookup can reach it and cache-immutable does not judge it); every
+  block of its snapshot is one of its uses;
 
 and every block the op reads (X; the snapshot) is *stable*: not free, not
 the destination of an in-flight copy or of another branch's bound `new`,
@@ -105,7 +162,7 @@ from __future__ import annotations
 from typing import Optional
 
 
-from cowcheck.model.protocol import Step
+from cowcheck.model.protocol import WAITS, Step
 from cowcheck.model.state import Branch, Copy, InFlight, Kernel, State, Status, published_uses
 from cowcheck.model.structure import Op
 from cowcheck.model.action import Transition, completion
@@ -114,7 +171,12 @@ from cowcheck.model.system import ProtocolModel
 #: the step kinds that can form an ample set, given the conditions above
 LOCAL_STEPS = frozenset({"wait-kernel", "wait-copy", "append", "replace", "publish"})
 #: launches, local only where the queue is unordered (the async device)
-LAUNCHES = frozenset({"copy", "copy-block", "write"})
+LAUNCHES = frozenset({"copy", "copy-block", "write", "prefill"})
+#: steps that may stand after the first wait of an atomic [admit]: always
+#: enabled, so a request holding the scheduler lock there always moves on
+NEVER_BLOCKS = frozenset({"lookup", "touch-hits", "publish", "prefill", "cache-full", "cache-drafts", "append",
+                          "replace", "incref", "decref", "hold", "release", "copy", "copy-block", "write",
+                          "check-output", "decref-all"})
 
 
 class Ample:
@@ -123,8 +185,11 @@ class Ample:
 
     def __init__(self, model: ProtocolModel, completions: bool = False):
         self.model = model
-        # not yet argued for the steps of prefix caching: off in cache scenarios
-        self.enabled = not model.structure.any_atomic and not model.cache
+        structure = model.structure
+        #: the only atomic operation is an admission whose lock is always released (see the docstring)
+        self.admission_lock = structure.any_atomic and _admission_lock_only(model)
+        self.enabled = not structure.any_atomic or self.admission_lock
+        self._locking = frozenset(structure.locking_places)
         self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
         self.local_steps = LOCAL_STEPS | LAUNCHES if model.device == "async" else LOCAL_STEPS
         #: settled device completions explored alone too: keeps only whether some violation is reachable
@@ -143,9 +208,13 @@ class Ample:
         for i, br in enumerate(state.branches):
             if br.status is not Status.RUNNING or br.op is None:
                 continue
-            step = self.model.program(br)[br.step]
+            program = self.model.program(br)
+            step = program[br.step]
             if step.op not in self.local_steps or (step.op == "wait-kernel" and br.op is Op.APPEND and self.may_cancel[i]):
                 continue
+            if self.admission_lock and br.step + 1 < len(program) \
+                    and (br.op, br.path, br.step + 1) in self._locking and (br.op, br.path, br.step) not in self._locking:
+                continue        # the step takes the scheduler lock: it disables every other branch
             if self._local(state, i, br, step):
                 name = self.model.names[i]
                 mine = [tr for tr in transitions if tr.action.actor == name]
@@ -180,6 +249,9 @@ class Ample:
         uses = _uses(br, B)
         if op == "write":
             return len(br.published) > br.pos // B and all(b in uses or _private(state, i, b) for b in br.published)
+        if op == "prefill":     # the positions past the hits, through the published table, like a write
+            last = len(self.model.requests[i].prompt) - 1
+            return len(br.published) > last // B and all(b in uses or _private(state, i, b) for b in br.published)
         x, y = (_bound(br, name) for name in step.args)      # copy / copy-block
         return _private(state, i, y) and (x in uses or _private(state, i, x))
 
@@ -202,7 +274,7 @@ class Ample:
             return False
         uses = _uses(br, B)
         return all(b in uses and _stable(state, owner, b, op) for b in op.snapshot) \
-            and _private(state, owner, op.snapshot[op.pos // B], op)
+            and all(_private(state, owner, b, op) for b in {op.snapshot[p // B] for p in op.written})
 
 
 def _uses(br: Branch, block_size: int) -> set[int]:
@@ -226,13 +298,30 @@ def _bound(br: Branch, name: str) -> Optional[int]:
     return br.tail if name == "tail" else br.new
 
 
+def _admission_lock_only(model: ProtocolModel) -> bool:
+    """Whether the protocol's only atomic operation is an [admit] (in a
+    cache scenario) whose lock, once taken, is always given back: its steps
+    up to the first wait are checked enabled before it starts (nothing but
+    the device acts meanwhile, and completions change no counter, free
+    list or key), and each locking step after that wait never blocks."""
+    protocol = model.protocol
+    if not model.cache or not protocol.atomic_admit or any(p.atomic for p in protocol.paths.values()) \
+            or protocol.atomic_fork or protocol.atomic_rollback:
+        return False
+    waits = [k for k, step in enumerate(protocol.admit) if step.op in WAITS]
+    return not waits or all(step.op in NEVER_BLOCKS or step.op in WAITS for step in protocol.admit[waits[0]:])
+
+
 def _private(state: State, i: int, b: int | None, but: Optional[InFlight] = None) -> bool:
     """Only branch i (and the in-flight op `but`) can reach block b, and
-    nobody can come to while i stays put."""
-    if b is None or b in state.free:
+    nobody can come to while i stays put. In a cache scenario a keyed
+    block can be reached through the cache (another request's lookup),
+    and a block in another request's hits by its touch-hits: neither is
+    private."""
+    if b is None or b in state.free or state.blocks[b].key is not None:
         return False     # None: an unbound local; the step will raise, let it do so unreduced
     for j, other in enumerate(state.branches):
-        if j != i and (b == other.tail or b == other.new or b in other.working or b in other.published):
+        if j != i and (b == other.tail or b == other.new or b in other.working or b in other.published or b in other.hits):
             return False
     for op in state.queue:
         if op is not but and ((b == op.src or b == op.dst) if type(op) is Copy else b in op.snapshot):

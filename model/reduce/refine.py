@@ -48,7 +48,7 @@ from cowcheck.model.state import Block, Copy, Kernel, State
 Place = tuple[int, int, int, tuple[tuple[int, ...], ...]]
 #: a branch as `_Context.anchor` sees it
 Anchor = tuple[tuple[int, ...], tuple[Place, ...], tuple[Place, ...], Union[Place, tuple[()]], Union[Place, tuple[()]],
-               tuple[Place, ...]]
+               tuple[Place, ...], tuple[Place, ...]]
 
 
 class Refinement(Signatures, Relabelling):
@@ -60,6 +60,7 @@ class Refinement(Signatures, Relabelling):
     _members: list[tuple[tuple[int, ...], range]]
     exhaustive: bool
     own_set: list[frozenset[str]]
+    plain: list[bool]
 
     # -- the refined representative (classes of more than three) -------------
     def _refined(self, state: State) -> State:
@@ -89,10 +90,9 @@ class Refinement(Signatures, Relabelling):
             return self._relabel(state, order)
         ctx: Optional[_Context] = None
         runs: list[tuple[tuple[int, ...], list[list[int]]]] = []   # (slots, twin classes in slot order) to enumerate
-        prompt = self.prompt
         for slots, run in ties:
             head = branches[run[0]]
-            if head.pos == prompt and all(map(head.__eq__, map(branches.__getitem__, run))):
+            if head.writes == 0 and all(map(head.__eq__, map(branches.__getitem__, run))):
                 continue     # the same tables and no token yet: twins, and any order of them is as good
             if ctx is None:
                 ctx = _Context(self, state, kernels)
@@ -142,7 +142,7 @@ class Refinement(Signatures, Relabelling):
             return []
         out: list[int] = []
         kernels = self._in_flight(state) if state.queue else _NO_KERNELS
-        branches, prompt = state.branches, self.prompt
+        branches = state.branches
         ctx: Optional[_Context] = None
         for members in self.classes:
             first: dict[Signature, int] = {}
@@ -151,7 +151,7 @@ class Refinement(Signatures, Relabelling):
                 if x == i:
                     continue
                 bx = branches[x]
-                if bx.pos == prompt and bx == branches[i]:
+                if bx.writes == 0 and bx == branches[i]:
                     out.append(i)       # the same tables and no token yet
                     continue
                 if ctx is None:
@@ -222,9 +222,10 @@ class _Context:
         """Blocks holding one of branch i's tokens (none before its first write)."""
         out = self._holding.get(i)
         if out is None:
-            if self.state.branches[i].pos > self.sym.prompt:
+            if self.state.branches[i].writes:
                 disjoint = self.sym.own_set[i].isdisjoint
-                out = {b for b, (_, _, slots, _) in enumerate(self.state.blocks) if not disjoint(slots)}
+                out = {b for b, (_, _, slots, key) in enumerate(self.state.blocks)
+                       if not disjoint(slots) or (key is not None and not disjoint(key))}
             else:
                 out = set()
             self._holding[i] = out
@@ -232,7 +233,7 @@ class _Context:
 
     def used_by_others(self, b: int, pair: tuple[int, int]) -> bool:
         for i, br in enumerate(self.state.branches):
-            if i not in pair and (b in br.working or b in br.published or b == br.tail or b == br.new):
+            if i not in pair and (b in br.working or b in br.published or b == br.tail or b == br.new or b in br.hits):
                 return True
         return False
 
@@ -250,10 +251,10 @@ class _Context:
                     launched[op.branch] = launched.get(op.branch, ()) + (q,)
             self._launched = launched
         place = self._place.__getitem__
-        _, _, _, _, _, _, tail, new, working, published = self.state.branches[i][:10]
+        _, _, _, _, _, _, tail, new, working, published, _, _, _, _, hits = self.state.branches[i]
         return (self._launched.get(i, ()), tuple(map(place, working)), tuple(map(place, published)),
                 () if tail is None else place(tail), () if new is None else place(new),
-                tuple(sorted(map(place, self.holding(i)))))
+                tuple(sorted(map(place, self.holding(i)))), tuple(map(place, hits)))
 
     def _places(self) -> list[Place]:
         """Per block: refcount, holds, place in the free list (-1 when not
@@ -300,19 +301,20 @@ class _Context:
         state, sym, kernels = self.state, self.sym, self.kernels
         branches = state.branches
         bx, by = branches[x], branches[y]
-        if bx[:6] != by[:6] or x in kernels or y in kernels:
-            return False
+        if bx[:6] != by[:6] or bx[10] != by[10] or bx[12:14] != by[12:14] or x in kernels or y in kernels:
+            return False        # status .. step, writes, rejected and verified differ, or a kernel names one
         _, pos, _, _, _, _, tail_x, new_x, working_x, published_x = bx[:10]
-        if pos == sym.prompt and bx == by:
+        if bx.writes == 0 and bx == by:
             return True          # the same tables and no token yet: nothing to swap
         _, _, _, _, _, _, tail_y, new_y, working_y, published_y = by[:10]
-        if len(working_x) != len(working_y) or len(published_x) != len(published_y) \
+        hits_x, hits_y = bx.hits, by.hits
+        if len(working_x) != len(working_y) or len(published_x) != len(published_y) or len(hits_x) != len(hits_y) \
                 or (tail_x is None) != (tail_y is None) or (new_x is None) != (new_y is None):
             return False
         # beta: the block swap that goes with the branch swap (an involution)
         beta: dict[int, int] = {}
         setdefault = beta.setdefault
-        for p, q in zip(working_x + published_x + (tail_x, new_x), working_y + published_y + (tail_y, new_y)):
+        for p, q in zip(working_x + published_x + hits_x + (tail_x, new_x), working_y + published_y + hits_y + (tail_y, new_y)):
             if p is None:               # then q is None too
                 continue
             if setdefault(p, q) != q or setdefault(q, p) != p:  # type: ignore[arg-type]  # q is not None either
@@ -325,25 +327,31 @@ class _Context:
                 if b in queued or (b in free and not sort_free) or ((b in free) != (beta[b] in free)):
                     return False
             disjoint = moved.isdisjoint
-            for i, (_, _, _, _, _, _, tail, new, working, published, *_) in enumerate(branches):
-                if i != x and i != y and not (disjoint(working) and disjoint(published)
+            for i, (_, _, _, _, _, _, tail, new, working, published, _, _, _, _, hits) in enumerate(branches):
+                if i != x and i != y and not (disjoint(working) and disjoint(published) and disjoint(hits)
                                               and tail not in moved and new not in moved):
                     return False        # a block that others map too
         blocks = state.blocks
         # blocks holding x's or y's tokens (none before their first write)
-        tokened = self.holding(x) | self.holding(y) if pos > sym.prompt else _NOTHING
+        tokened = self.holding(x) | self.holding(y) if bx.writes else _NOTHING
         for b in moved:                 # blocks without their tokens must match as they are
             if b not in tokened and blocks[beta[b]] != blocks[b]:
                 return False
-        if not tokened:
-            return True
         rho = {}
         for tx, ty in zip(sym.own[x], sym.own[y]):
             rho[tx], rho[ty] = ty, tx
         get = rho.get
+        # a plain branch's sequence is its prompt and its first writes; a
+        # request that speculates may have rewound over some of them
+        if not sym.plain[x] and tuple(map(get, bx.seq, bx.seq)) != by.seq:
+            return False
+        if not tokened:
+            return True
 
         def renamed(b: int) -> Block:
             refcount, holds, slots, key = blocks[b]
+            if key is not None:         # a cache scenario's key names tokens too
+                key = tuple(map(get, key, key))
             return _new(Block, (refcount, holds, tuple(map(get, slots, slots)), key))  # type: ignore[arg-type]  # get(None, None) is None
 
         loose: dict[bool, list[int]] = {False: [], True: []}   # unreferenced blocks, interchangeable by contents

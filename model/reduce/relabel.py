@@ -8,8 +8,8 @@ into a state with it (the exhaustive one in cowcheck.model.reduce.symmetry,
 the refined one in cowcheck.model.reduce.refine) and keeps the least of the
 candidates; it chooses no order itself and reads no signature, so it
 imports no other part of the reduction. `Relabelling` is a mixin of
-`Symmetry`, reading the scenario's tokens (`own`), `prompt`, `identity` and
-reuse policy (`sort_free`) that `Symmetry.__init__` sets, and keeping the
+`Symmetry`, reading the scenario's tokens (`own`), `identity`, whether
+blocks carry keys (`keys`) and reuse policy (`sort_free`) that `Symmetry.__init__` sets, and keeping the
 token renaming per branch order (`RENAMINGS` of them)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Relabelling:
     sort_free: bool
     own: list[tuple[str, ...]]
     identity: list[int]
-    prompt: int
+    keys: bool
     # tuple(order) -> (old token -> new token, new_of[old] = new)
     _renamings: dict[tuple[int, ...], tuple[dict[str, str], list[int]]]
 
@@ -46,11 +46,11 @@ class Relabelling:
         tokens: Optional[dict[str, str]] = None
         if moved:
             tokens, new_of = self._renaming(order)
-            # a plain branch's tokens exist (in blocks, its sequence or a
+            # a branch's tokens exist (in blocks, keys, its sequence or a
             # kernel) only once it has launched a write: if no branch that
             # moves has, there is nothing to rename
-            prompt, branches = self.prompt, state.branches
-            if all(branches[old].pos == prompt for new, old in enumerate(order) if new != old):
+            branches = state.branches
+            if all(branches[old].writes == 0 for new, old in enumerate(order) if new != old):
                 tokens = None
         else:
             new_of = self.identity
@@ -73,10 +73,15 @@ class Relabelling:
         if tokens is not None:      # blocks are immutable: moved as they are unless their tokens change
             renamed = tokens.keys()
             get = tokens.get
+            keys = self.keys     # a cache scenario's keys name tokens too
             for position, blk in enumerate(new_blocks):
-                slots = blk[2]
-                if not renamed.isdisjoint(slots):
-                    new_blocks[position] = _new(Block, (blk[0], blk[1], tuple(map(get, slots, slots)), blk[3]))  # type: ignore[arg-type]  # get(None, None) is None
+                slots, key = blk[2], blk[3]
+                in_slots = not renamed.isdisjoint(slots)
+                in_key = keys and key is not None and not renamed.isdisjoint(key)
+                if in_slots or in_key:
+                    new_blocks[position] = _new(Block, (blk[0], blk[1],
+                                                        tuple(map(get, slots, slots)) if in_slots else slots,  # type: ignore[arg-type]  # get(None, None) is None
+                                                        tuple(map(get, key, key)) if in_key else key))  # type: ignore[arg-type]
         m = mapping.__getitem__
         branches = state.branches
         new_branches = []
@@ -84,7 +89,7 @@ class Relabelling:
             br = branches[old]
             status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected, verified, hits = br
             # its sequence holds tokens to rename only if it moved and has written
-            rename_seq = tokens is not None and new_index != old and pos != self.prompt
+            rename_seq = tokens is not None and new_index != old and writes != 0
             if same_ids:
                 if not rename_seq:
                     new_branches.append(br)
@@ -217,7 +222,10 @@ class Relabelling:
         def contents(b: int) -> tuple[int, int, tuple[str, ...], tuple[str, ...]]:
             blk = blocks[b]
             slots = blk.slots if tokens is None else tuple(map(tokens.get, blk.slots, blk.slots))  # type: ignore[arg-type]  # get(None, None) is None
-            return blk.refcount, blk.holds, tuple(t or "" for t in slots), blk.key or ()
+            key = blk.key or ()
+            if tokens is not None and key:
+                key = tuple(map(tokens.get, key, key))
+            return blk.refcount, blk.holds, tuple(t or "" for t in slots), key
 
         free = state.free
         unnumbered_free = [b for b in free if b not in first]

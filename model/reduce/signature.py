@@ -17,10 +17,11 @@ from typing import Iterable, Union
 
 from cowcheck.model.state import Block, Branch, InFlight, Kernel, State, Status
 
-#: a block as a signature sees it: refcount, holds, filled slots
-Shape = tuple[int, int, int]
+#: a block as a signature sees it: refcount, holds, filled slots, keyed (a cache scenario's)
+Shape = tuple[int, int, int, bool]
 #: a branch as `_local` sees it
-Local = tuple[Status, int, int, str, str, int, int, Union[Shape, tuple[int]], bool, tuple[Shape, ...], tuple[Shape, ...]]
+Local = tuple[Status, int, int, str, str, int, int, Union[Shape, tuple[int]], bool, tuple[Shape, ...], tuple[Shape, ...],
+              int]
 #: a branch as `Symmetry._signatures` sees it: that, and its kernels' positions
 Signature = tuple[Local, tuple[int, ...]]
 
@@ -100,9 +101,10 @@ class Signatures:
 def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ...], tuple[Block, ...], Local, tuple[Block, ...]]:
     """Branch `br` as a signature sees it, but for its kernels, naming no
     block and no branch: status, pos, done, op, path, step, where its tail
-    is in its table, and the shapes (refcount, holds, filled slots) of the
-    blocks it maps; with the ids and objects of the blocks read."""
-    status, pos, done, op, path, step, tail, new, working, published = br[:10]
+    is in its table, the shapes (refcount, holds, filled slots, keyed) of
+    the blocks it maps, and how many hits it holds (an admission's); with
+    the ids and objects of the blocks read."""
+    status, pos, done, op, path, step, tail, new, working, published, _, _, _, _, hits = br
     reads = working + published if new is None else working + published + (new,)
     held = tuple(map(blocks.__getitem__, reads))
     shapes = list(map(_shape, held))
@@ -112,7 +114,7 @@ def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ..
     local = (status, pos, done, op or "", path or "", step,
              -1 if tail is None else working.index(tail) if tail in working else -2,
              (-1,) if new is None else shapes[-1],
-             same, mapped, mapped if same else tuple(shapes[n:n + len(published)]))
+             same, mapped, mapped if same else tuple(shapes[n:n + len(published)]), len(hits))
     return br, reads, held, local, blocks
 
 
@@ -121,12 +123,13 @@ _SHAPES: dict[int, tuple[Block, Shape]] = {}
 
 
 def _shape(block: Block) -> Shape:
-    """A block as a signature sees it: refcount, holds, filled slots."""
+    """A block as a signature sees it: refcount, holds, filled slots, and
+    whether it is keyed (always not outside cache scenarios)."""
     known = _SHAPES.get(id(block))
     if known is not None and known[0] is block:
         return known[1]
     if len(_SHAPES) >= 1 << 14:
         _SHAPES.clear()
-    refcount, holds, slots = block[:3]
-    shape = _SHAPES[id(block)] = block, (refcount, holds, len(slots) - slots.count(None))
+    refcount, holds, slots, key = block
+    shape = _SHAPES[id(block)] = block, (refcount, holds, len(slots) - slots.count(None), key is not None)
     return shape[1]

@@ -13,6 +13,17 @@ Two kinds of renaming are symmetries of the transition system:
   (a coarser symmetry) and keeps every sequence a function of the
   branch and its pos, as the signatures and twins (signature.py,
   refine.py) assume.
+- In a cache scenario the branches are requests, and two are alike with
+  the same program (speculation included: requests never fork), prompt,
+  `after` and may_cancel. Their tokens are renamed wherever they lie:
+  sequences, slots, block keys, kernels. Prompts are fixed text, so a
+  request whose tokens some prompt names, and one that another request is
+  `after`, stay where they are (`_groups`); every renaming then fixes every
+  prompt and every `after`, and lookup, the cache's keys and the admission
+  rule commute with it. A speculating request's sequence is not a function
+  of its pos (a rewind drops tokens, later writes get new names): the
+  twins compare sequences (renamed) for it, and whether a branch has any
+  token to rename is read from its write count, never from its pos.
 - Block ids are names too: nothing in the model compares ids, except the free
   list's order, which a renaming carries along (and which `any` reuse keeps
   sorted, so there it is re-sorted).
@@ -48,7 +59,6 @@ The parts are modules of their own, each imported by the ones after it:
 from __future__ import annotations
 
 from itertools import groupby, permutations, product
-from typing import Optional
 
 from cowcheck.model.action import Transition
 from cowcheck.model.reduce.refine import Refinement
@@ -70,26 +80,18 @@ class Symmetry(Refinement):
         self.blocks_enabled = blocks
         self.sort_free = scenario.reuse == "any"
         self.names = [scenario.branch_name(i) for i in range(len(scenario.branches))]
-        groups: dict[tuple[int, bool], list[int]] = {}
-        for i, spec in enumerate(scenario.branches):
-            # requests of a cache scenario stay where they are for now: their
-            # prompts and keys name tokens of other requests (a coarser, sound symmetry)
-            if spec.plain and not scenario.cache:
-                groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
-        self.classes = [tuple(g) for g in groups.values() if len(g) > 1] if branches else []
-        # each class with the positions of its members
-        self._members = [(members, range(len(members))) for members in self.classes]
         # tokens each branch owns, for renaming: own[i][k-1] = f"{name_i}{k}"
         self.own = [scenario.own_tokens(i) for i in range(len(scenario.branches))]
+        self.classes = [tuple(g) for g in _groups(scenario, self.own) if len(g) > 1] if branches else []
+        # each class with the positions of its members
+        self._members = [(members, range(len(members))) for members in self.classes]
         #: the old definition (every tied order) where it is cheap, else the refined one
         self.exhaustive = all(len(c) <= 3 for c in self.classes)
-        # token -> (owning branch, index); prompt tokens belong to -1
-        self.owner: dict[Optional[str], tuple[int, int]] = {f"p{k}": (-1, k) for k in range(scenario.prompt)}
-        for i, own in enumerate(self.own):
-            for k, token in enumerate(own):
-                self.owner[token] = (i, k)
         self.identity = list(range(len(scenario.branches)))
-        self.prompt = scenario.prompt
+        #: per branch: plain (a root that only appends: its sequence is its prompt and its first writes)
+        self.plain = [spec.plain for spec in scenario.branches]
+        #: blocks carry keys (a cache scenario): renamings rename them too
+        self.keys = scenario.cache
         # hash(state) -> (state, representative): keyed by the hash so that a
         # miss costs one hash of the state, not one per look-up and insertion
         self._recent: dict[int, tuple[State, State]] = {}
@@ -182,6 +184,33 @@ class Symmetry(Refinement):
                     extended.append(order)
             orders = extended
         return orders
+
+
+def _groups(scenario: Scenario, own: list[tuple[str, ...]]) -> list[list[int]]:
+    """The branches that may be interchanged, in groups (a group of one is
+    no class). Outside cache scenarios only plain branches (roots that only
+    append) are grouped, by their program: appends and may_cancel.
+
+    In a cache scenario a request is also described by its prompt and its
+    `after`, and renaming it renames its tokens everywhere (sequences,
+    slots, keys, kernels), but not inside other requests' prompts, which
+    are fixed text. So a request stays out of every class when some prompt
+    names one of its tokens (`a1` in a later turn's prompt), and when some
+    request is `after` it (its status gates that admission); requests of one
+    group have the same program, prompt and `after`, which is then no member
+    of a class, so every renaming of a group fixes every prompt and every
+    `after` (docs/explanation/reductions.md#symmetry)."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    named = frozenset(scenario.prompt_tokens) if scenario.cache else frozenset()
+    waited_on = {spec.after for spec in scenario.branches} if scenario.cache else set()
+    for i, spec in enumerate(scenario.branches):
+        if scenario.cache:
+            if spec.parent is not None or i in waited_on or not named.isdisjoint(own[i]):
+                continue
+            groups.setdefault((spec.program, spec.may_cancel, scenario.prompt_of(i), spec.after), []).append(i)
+        elif spec.plain:
+            groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
+    return list(groups.values())
 
 
 #: no actor skipped

@@ -299,13 +299,13 @@ class SGLang:
         walk(self.tree.root_node, ())
         ranks = {t: r for r, t in enumerate(sorted({n.last_access_time for n in nodes} | {n.creation_time for n in nodes}))}
         tree = tuple((where[id(n)], tuple(n.key.token_ids) if n.key is not None else (),
-                      tuple(n.value.tolist()) if n.value is not None else None, n.lock_ref, ranks[n.last_access_time],
+                      tuple(int(v) for v in n.value) if n.value is not None else None, n.lock_ref, ranks[n.last_access_time],
                       ranks[n.creation_time], n.hit_count, n.priority) for n in nodes)
         requests = tuple(sorted((name, tuple(r["ids"]), tuple(r["slots"]), r["matched"], where.get(id(r["node"])), r["drafts"])
                                 for name, r in self.requests.items()))
         alloc = self.allocator
         release = getattr(alloc, "release_pages", None)
-        return (tree, tuple(alloc.free_pages.tolist()), tuple(release.tolist()) if release is not None else (),
+        return (tree, tuple(int(s) for s in alloc.free_pages), tuple(int(s) for s in release) if release is not None else (),
                 alloc.free_group is not None, requests, tuple(sorted(self.ids.items())))
 
     def _key(self, ids: list[int]) -> Any:
@@ -373,8 +373,20 @@ class SGLang:
         return [s - 1 for s in req["slots"]] if req else []
 
     def free_blocks(self) -> list[int]:
-        return [int(s) - 1 for s in self.allocator.free_pages.tolist()] + \
+        """The allocator's free slots, then the slots of unlocked tree nodes
+        (evictable: an allocation that is short evicts them, as V1's free
+        queue holds its cached blocks), least recently used first."""
+        free = [int(s) - 1 for s in self.allocator.free_pages.tolist()] + \
             [int(s) - 1 for s in getattr(self.allocator, "release_pages", np.zeros(0)).tolist()]
+        evictable: list[tuple[float, list[int]]] = []
+        stack = [self.tree.root_node]
+        while stack:
+            node = stack.pop()
+            for child in node.children.values():
+                if child.lock_ref == 0 and child.value is not None:
+                    evictable.append((child.last_access_time, [int(s) - 1 for s in child.value.tolist()]))
+                stack.append(child)
+        return free + [s for _, slots in sorted(evictable, key=lambda e: e[0]) for s in slots]
 
     def cached(self) -> dict[int, tuple[str, ...]]:
         """Every slot the tree holds, with its token."""

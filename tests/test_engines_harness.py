@@ -158,3 +158,27 @@ def test_sglang_counts_unlocked_tree_slots_as_free(sg):
     assert adapter.free_blocks() == [2, 3]
     adapter.free("a")  # inserted into the tree, unlocked: evictable
     assert sorted(adapter.free_blocks()) == [0, 1, 2, 3] and set(adapter.cached()) == {0, 1}
+
+
+# -- cowcheck bench's rows for prefix caching through the harness ---------------------
+
+def _bench_row(allocator: str) -> dict:
+    from cowcheck.bench.child import in_child
+    from cowcheck.bench.table import _measure_cache_harness
+    row = in_child(_measure_cache_harness, ("prefix-cache B=2 warm cache, pool 6", allocator))
+    assert row is not None
+    return row
+
+
+def test_bench_splits_the_time_of_the_shipped_pool():
+    row = _bench_row("cowcheck.specs.allocators.prefix:correct")
+    assert row["states"] == 1263 and row["summary"] == UNSAFE
+    assert set(row["share"]) == {"allocator calls", "snapshots (pickle)", "harness bookkeeping", "invariants", "search and hashing"}
+    assert 0.9 <= sum(row["share"].values()) <= 1.1 and row["share"]["allocator calls"] > 0
+
+
+def test_bench_runs_v1_canonically_or_says_why_not(v1, tmp_path, monkeypatch):
+    row = _bench_row(vllm_v1.REF)
+    assert row["states"] == 575 and row["share"]["allocator calls"] > 0 and row["share"]["snapshots (pickle)"] > 0
+    monkeypatch.setenv(vllm_v1.ENV, str(tmp_path))
+    assert "holds no vllm/v1/core/block_pool.py" in _bench_row(vllm_v1.REF)["skipped"]

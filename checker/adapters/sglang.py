@@ -25,7 +25,20 @@ Which SGLang: the folder in `COWCHECK_SGLANG_SOURCE` (an unpacked wheel or
 a checkout), else an installed SGLang. Tested on 0.5.23 (`TESTED`). From
 a folder, radix_cache.py, base_prefix_cache.py, the allocator's base.py
 and token.py and three small modules run unchanged; torch is a small
-numpy stand-in (`Tensor`) for exactly the operations they use."""
+numpy stand-in (`Tensor`) for exactly the operations they use.
+
+States, deterministic and canonical: SGLang's tree nodes carry
+`time.monotonic()` timestamps (LRU eviction compares them) and ids from a
+global counter (`TreeNode.counter`), so no two paths ever pickled alike and
+rebuilding a trace would not reproduce its states. The adapter gives
+radix_cache.py and base_prefix_cache.py (only those modules: their `time`
+attribute, never the process's `time`) a logical clock (`LogicalTime`):
+`monotonic()` is one tick per call, `perf_counter()` (metrics only) is 0.
+The clock's reading and `TreeNode.counter` are kept in the adapter and set
+around every call (`_engine_call`), so a replay sees the same timestamps
+and ids. `snapshot()` is canonical: the tree as nested tuples (children in
+their dict order, which breaks eviction ties), timestamps as ranks, no node
+ids; the allocator's free slots in order; the requests sorted."""
 
 from __future__ import annotations
 
@@ -34,8 +47,10 @@ import pickle
 import sys
 import types
 from array import array
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from functools import wraps
+from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 
 import numpy as np
 
@@ -124,6 +139,29 @@ def _put(module: types.ModuleType, **attrs: Any) -> None:
         setattr(module, name, value)
 
 
+class LogicalTime:
+    """SGLang's tree modules' `time`: a logical clock. `now` is set from the
+    adapter before each call and read back after it."""
+    now = 0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        cls.now += 1
+        return float(cls.now)
+
+    @staticmethod
+    def perf_counter() -> float:
+        return 0.0
+
+    @staticmethod
+    def time() -> float:
+        return 0.0
+
+
+#: the modules whose `time` is the logical clock
+CLOCKED = (f"{MC}.radix_cache", f"{MC}.base_prefix_cache")
+
+
 def _allocator_package(module: types.ModuleType) -> None:
     """allocator/__init__.py also imports paged.py (Triton): only the two classes."""
     from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
@@ -181,12 +219,28 @@ def engine(source: Optional[str]) -> dict[str, types.ModuleType]:
             mods = load(root, "sglang", REAL, stand_ins(root), wanted)
         except SourceError as err:
             raise SpecError(REF, "factory", f"SGLang from {source}: {err}") from None
+    for name in CLOCKED:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "time"):
+            module.time = LogicalTime  # type: ignore[attr-defined]
     _loaded.update(source=source, mods=mods)
     return mods
 
 
 def source() -> Optional[str]:
     return os.environ.get(ENV) or None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _clocked(method: F) -> F:
+    """An adapter call that runs SGLang's code: on the adapter's own clock."""
+    @wraps(method)
+    def call(self: "SGLang", *args: Any) -> Any:
+        with self._engine_call():
+            return method(self, *args)
+    return cast(F, call)
 
 
 def _restore(source: Optional[str], state: bytes) -> "SGLang":
@@ -202,7 +256,13 @@ class SGLang:
 
     def __init__(self, pool: int, source: Optional[str]):
         self.source = source
+        #: the logical clock's reading and TreeNode.counter after the last call
+        self.clock, self.nodes = 0, 0
         mods = engine(source)
+        with self._engine_call():
+            self._build(mods, pool)
+
+    def _build(self, mods: dict[str, types.ModuleType], pool: int) -> None:
         torch = sys.modules.get("torch") if source is None else None
         dtype = torch.int64 if torch is not None else DType("int64")
         self.allocator = mods[f"{MC}.allocator.token"].TokenToKVPoolAllocator(
@@ -215,6 +275,38 @@ class SGLang:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (self.source, dumps(self.__dict__)))
+
+    @contextmanager
+    def _engine_call(self) -> Iterator[None]:
+        """Run SGLang's code on this adapter's clock and node counter."""
+        node = engine(self.source)[f"{MC}.radix_cache"].TreeNode
+        LogicalTime.now, node.counter = self.clock, self.nodes
+        try:
+            yield
+        finally:
+            self.clock, self.nodes = LogicalTime.now, node.counter
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """The state, canonical (module docstring): tree, free slots, requests."""
+        nodes: list[Any] = []
+        where: dict[int, tuple[int, ...]] = {}
+
+        def walk(node: Any, path: tuple[int, ...]) -> None:
+            where[id(node)] = path
+            nodes.append(node)
+            for i, child in enumerate(node.children.values()):
+                walk(child, path + (i,))
+        walk(self.tree.root_node, ())
+        ranks = {t: r for r, t in enumerate(sorted({n.last_access_time for n in nodes} | {n.creation_time for n in nodes}))}
+        tree = tuple((where[id(n)], tuple(n.key.token_ids) if n.key is not None else (),
+                      tuple(int(v) for v in n.value) if n.value is not None else None, n.lock_ref, ranks[n.last_access_time],
+                      ranks[n.creation_time], n.hit_count, n.priority) for n in nodes)
+        requests = tuple(sorted((name, tuple(r["ids"]), tuple(r["slots"]), r["matched"], where.get(id(r["node"])), r["drafts"])
+                                for name, r in self.requests.items()))
+        alloc = self.allocator
+        release = getattr(alloc, "release_pages", None)
+        return (tree, tuple(int(s) for s in alloc.free_pages), tuple(int(s) for s in release) if release is not None else (),
+                alloc.free_group is not None, requests, tuple(sorted(self.ids.items())))
 
     def _key(self, ids: list[int]) -> Any:
         return engine(self.source)[f"{MC}.radix_cache"].RadixKey(array("q", ids))
@@ -233,6 +325,7 @@ class SGLang:
             raise OutOfBlocks(f"SGLang has {self.allocator.available_size()} free slots, {n} needed")
         return slots
 
+    @_clocked
     def admit(self, branch: str, tokens: list[str]) -> int:
         ids = [self._id(t) for t in tokens]
         match = self.tree.match_prefix(engine(self.source)[f"{MC}.base_prefix_cache"].MatchPrefixParams(key=self._key(ids[:-1])))
@@ -244,6 +337,7 @@ class SGLang:
                                      matched=len(prefix), node=node, drafts=0)
         return len(prefix)
 
+    @_clocked
     def append(self, branch: str, token: str, draft: bool = False) -> list[tuple[int, int]]:
         req = self.requests[branch]
         slot = self._alloc(1)
@@ -252,6 +346,7 @@ class SGLang:
         req["drafts"] += bool(draft)
         return []
 
+    @_clocked
     def rollback(self, branch: str, n: int) -> None:
         """Verify: the rejected drafts' slots go back to the allocator."""
         req = self.requests[branch]
@@ -261,6 +356,7 @@ class SGLang:
             self.allocator.free(np.asarray(rejected, dtype=np.int64).view(Tensor))
         req["drafts"] = 0
 
+    @_clocked
     def free(self, branch: str) -> None:
         """Finish: insert into the tree, free the duplicates, unlock."""
         req = self.requests.pop(branch)
@@ -277,8 +373,20 @@ class SGLang:
         return [s - 1 for s in req["slots"]] if req else []
 
     def free_blocks(self) -> list[int]:
-        return [int(s) - 1 for s in self.allocator.free_pages.tolist()] + \
+        """The allocator's free slots, then the slots of unlocked tree nodes
+        (evictable: an allocation that is short evicts them, as V1's free
+        queue holds its cached blocks), least recently used first."""
+        free = [int(s) - 1 for s in self.allocator.free_pages.tolist()] + \
             [int(s) - 1 for s in getattr(self.allocator, "release_pages", np.zeros(0)).tolist()]
+        evictable: list[tuple[float, list[int]]] = []
+        stack = [self.tree.root_node]
+        while stack:
+            node = stack.pop()
+            for child in node.children.values():
+                if child.lock_ref == 0 and child.value is not None:
+                    evictable.append((child.last_access_time, [int(s) - 1 for s in child.value.tolist()]))
+                stack.append(child)
+        return free + [s for _, slots in sorted(evictable, key=lambda e: e[0]) for s in slots]
 
     def cached(self) -> dict[int, tuple[str, ...]]:
         """Every slot the tree holds, with its token."""

@@ -233,6 +233,10 @@ class _V09:
     def request_hashes(self, manager: Any, request: Any) -> list[Any]:
         return []
 
+    def manager_hashes(self, manager: Any) -> Any:
+        """Block hashes the manager keeps per request (0.9: req_to_block_hashes)."""
+        return frozenset((rid, tuple(hashes)) for rid, hashes in manager.req_to_block_hashes.items())
+
 
 class _V033(_V09):
     """vLLM 0.33 and later: vllm/utils is a package; the request carries its
@@ -325,6 +329,9 @@ class _V033(_V09):
 
     def request_hashes(self, manager: Any, request: Any) -> list[Any]:
         return [bytes(h) for h in request.block_hashes]
+
+    def manager_hashes(self, manager: Any) -> Any:
+        return ()
 
 
 class BlockHasher:
@@ -526,6 +533,28 @@ class VllmV1:
         self._layout.finish(self.manager, request)
         self._learn()
 
+    def snapshot(self) -> tuple[Any, ...]:
+        """The allocation state, canonical: what V1's next calls depend on,
+        with every dict read in sorted order, so that two paths that reach
+        one state are one state (pickles keep insertion order). Per request:
+        its tokens, drafts, computed count, status, blocks, cached-block
+        count and block hashes; per block: ref count and hash; the free
+        queue in eviction order; the cache map; the adapter's own maps."""
+        m = self.manager
+        pool = m.block_pool
+        single = m.coordinator.single_type_managers[0]
+        layout = self._layout
+        requests = tuple(sorted(
+            (rid, tuple(r.all_token_ids), tuple(r.spec_token_ids), r.num_computed_tokens, int(r.status),
+             tuple(b.block_id for b in single.req_to_blocks.get(rid, ())), single.num_cached_block.get(rid),
+             tuple(layout.request_hashes(m, r))) for rid, r in self.requests.items()))
+        others = frozenset((rid, tuple(b.block_id for b in blocks), single.num_cached_block.get(rid))
+                           for rid, blocks in single.req_to_blocks.items() if rid not in self.requests)
+        blocks = tuple((b.ref_cnt, b.block_hash) for b in pool.blocks)
+        free = tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks())
+        return (requests, others, blocks, free, frozenset(layout.cached_keys(pool)), layout.manager_hashes(m),
+                frozenset(self.key_tokens.items()), frozenset(self.long_names.items()))
+
     def table(self, branch: str) -> list[int]:
         if branch not in self.requests:
             return []
@@ -548,3 +577,12 @@ class VllmV1:
 def make(pool: int, block_size: int) -> VllmV1:
     """The adapter factory: `--allocator cowcheck.adapters.vllm_v1:make`."""
     return VllmV1(pool, block_size, source())
+
+
+def make_exact(pool: int, block_size: int) -> VllmV1:
+    """The adapter without its canonical snapshot: states keyed by exact
+    pickles, as before it had one (tests check that both give the same
+    verdicts and shortest lengths)."""
+    adapter = make(pool, block_size)
+    setattr(adapter, "snapshot", None)
+    return adapter

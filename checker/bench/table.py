@@ -88,6 +88,14 @@ SYMBOLIC_DEPTH = 20
 HARNESS_SHAPES = (("B=4 L=6 2x3", [3, 3]), ("B=4 L=6 3x2", [2, 2, 2]))
 HARNESS_ALLOCATOR = "cowcheck.specs.allocators.engine:correct"
 HARNESS_PROTOCOL = "engine"
+#: prefix caching through the harness: the shipped V1-style pool and vLLM
+#: V1's own KVCacheManager (from $COWCHECK_VLLM_SOURCE, else an installed
+#: vLLM; the row says why it is skipped when neither is there), async, no
+#: reduction, on the SCENARIOS entries of these labels
+HARNESS_CACHE_SCENARIOS = ("prefix-cache B=2 4 requests, prompt 3", "prefix-cache B=2 warm cache, pool 6")
+HARNESS_CACHE_ALLOCATORS = ("cowcheck.specs.allocators.prefix:correct", "cowcheck.adapters.vllm_v1:make")
+#: the profiled run that splits the time stops after this many states
+HARNESS_PROFILE_STATES = 3000
 
 
 def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
@@ -194,6 +202,57 @@ def _measure_harness(args, conn) -> None:
 
 
 
+def _shares(stats: dict, adapter_file: str) -> dict[str, float]:
+    """Where a harness run's time goes, from its profile: snapshots
+    (_freeze and _thaw: pickling, unpickling and the adapter's snapshot()),
+    the allocator's own calls (every adapter method the harness calls, with
+    all it calls: for a real engine, the engine's code), the harness's
+    bookkeeping, the invariants, and the rest (search and hashing)."""
+    total = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.items())
+    snapshots = sum(ct for (_, _, name), (_, _, _, ct, _) in stats.items() if name in ("_freeze", "_thaw"))
+    calls = sum(by[3] for (path, _, name), (_, _, _, _, callers) in stats.items()
+                if path == adapter_file and name not in ("snapshot", "__reduce__")
+                for (cpath, _, _), by in callers.items() if cpath.endswith("model/harness.py"))
+
+    def spent(suffix: str) -> float:
+        return sum(tt for (path, _, _), (_, _, tt, _, _) in stats.items() if path.endswith(suffix))
+    bookkeeping, judging = spent("model/harness.py"), spent("invariants.py")
+    return {"allocator calls": round(calls / total, 2), "snapshots (pickle)": round(snapshots / total, 2),
+            "harness bookkeeping": round(bookkeeping / total, 2), "invariants": round(judging / total, 2),
+            "search and hashing": round(max(0.0, 1 - (snapshots + calls + bookkeeping + judging) / total), 2)}
+
+
+def _measure_cache_harness(args, conn) -> None:
+    """One allocator through the harness on one prefix-caching scenario:
+    states per second of a full run, and where the time goes, from a
+    profile of a second run stopped after HARNESS_PROFILE_STATES states."""
+    import cProfile
+    import importlib
+    import inspect
+    import pstats
+
+    from cowcheck import api
+    from cowcheck.model.errors import SpecError
+    label, allocator = args
+    row = {"benchmark": label, "allocator": allocator}
+    scenario = bench_scenario(label)
+    try:
+        start = time.perf_counter()
+        result = cast(ExplicitResult, api.check(scenario, allocator=allocator, symmetry=False))
+    except SpecError as err:
+        conn.send({**row, "skipped": str(err)})
+        conn.close()
+        return
+    seconds = time.perf_counter() - start
+    profile = cProfile.Profile()
+    profile.runcall(api.check, scenario, allocator=allocator, symmetry=False, max_states=HARNESS_PROFILE_STATES)
+    stats = pstats.Stats(profile).stats        # type: ignore[attr-defined]  # pstats keeps its table here
+    module = importlib.import_module(allocator.split(":")[0])
+    conn.send({**row, "states": result.x.states, "seconds": round(seconds, 2), "states_per_second": round(result.x.states / seconds),
+               "summary": str(result.summary), "share": _shares(stats, inspect.getsourcefile(module) or "")})
+    conn.close()
+
+
 def _end_to_end(label: str) -> dict:
     """`cowcheck check` on a scenario file, timed from process start."""
     import subprocess
@@ -227,10 +286,12 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     symbolic = [row for label, invariant, heavy in SYMBOLIC_RUNS if full or not heavy
                 if (row := in_child(_measure_symbolic, (label, invariant))) is not None]
     harness = [row for shape in HARNESS_SHAPES if (row := in_child(_measure_harness, shape)) is not None]
+    cache_harness = [row for label in HARNESS_CACHE_SCENARIOS for allocator in HARNESS_CACHE_ALLOCATORS
+                     if (row := in_child(_measure_cache_harness, (label, allocator))) is not None]
     end_to_end = _end_to_end("cow B=4 L=6 4x2")
     replays = replay_figures(traces)
     if as_json:
-        json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "harness": harness, "end_to_end": end_to_end,
+        json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "harness": harness, "cache_harness": cache_harness, "end_to_end": end_to_end,
                    "replay": replays}, sys.stdout, indent=2)
         print()
         return
@@ -257,6 +318,18 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
                            str(r["protocol_seconds"]), f"{r['ratio']}x",
                            ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
         console.print(htable)
+    if cache_harness:
+        ctable = Table(title="prefix caching through the harness: the V1-style pool and vLLM V1's own code (async, no reduction)",
+                       title_justify="left")
+        for col in ("scenario", "allocator", "states", "s", "states/s", "where the time goes"):
+            ctable.add_column(col, justify="left" if col in ("scenario", "allocator", "where the time goes") else "right")
+        for r in cache_harness:
+            if "skipped" in r:
+                ctable.add_row(r["benchmark"], r["allocator"], "", "", "", f"skipped: {r['skipped']}")
+            else:
+                ctable.add_row(r["benchmark"], r["allocator"], f"{r['states']:,}", str(r["seconds"]), f"{r['states_per_second']:,}",
+                               ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
+        console.print(ctable)
     console.print(f"{end_to_end['benchmark']}: {end_to_end['seconds']} s")
     console.print(f"{replays['benchmark']}: {replays['actions']:,} actions in {replays['seconds']} s, "
                   f"{replays['replays_per_second']} replays/s; one {replays['long_trace_actions']}-action run "

@@ -364,7 +364,8 @@ def for_system(invariants: tuple[Invariant, ...], system: Any) -> tuple[tuple[In
     code adds allocator-error, never sees an underflow, and without an
     optional observer some more cannot be checked."""
     cache = system.scenario.cache
-    if invariants == INVARIANTS and cache:
+    everything = invariants == INVARIANTS       # nothing narrower asked for
+    if everything and cache:
         invariants = INVARIANTS + CACHE_INVARIANTS
     unjudged: dict[str, tuple[str, str]] = {}
     if not cache:
@@ -374,8 +375,8 @@ def for_system(invariants: tuple[Invariant, ...], system: Any) -> tuple[tuple[In
     if not isinstance(system, HarnessModel):
         return invariants, unjudged
     unsupported = {**HARNESS_BLIND, **system.unsupported}
-    if invariants == INVARIANTS:
-        invariants = INVARIANTS + (ALLOCATOR_ERROR,)
+    if everything:
+        invariants = invariants + (ALLOCATOR_ERROR,)
     kept = tuple(inv for inv in invariants if inv.id not in unsupported)
     return kept, {**unjudged, **{inv.id: (str(inv.kind), unsupported[inv.id]) for inv in invariants if inv.id in unsupported}}
 

@@ -45,8 +45,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 #: fills a fresh stand-in module (sets its attributes)
 Fill = Callable[[types.ModuleType], None]
 
-#: where `fetch` keeps unpacked releases, relative to the repository root
-CACHE = Path(__file__).resolve().parents[2] / "build" / "engines"
+#: where `fetch` keeps unpacked releases: $COWCHECK_ENGINE_CACHE, else
+#: build/engines under the folder cowcheck was started in (a checkout's
+#: root, where build/ is git-ignored; never inside an installed package)
+CACHE = Path(os.environ.get("COWCHECK_ENGINE_CACHE") or Path.cwd() / "build" / "engines").resolve()
 
 
 class SourceError(ImportError):

@@ -122,10 +122,12 @@ def memory_bound(mib: Optional[int]) -> Optional[int]:
 
 
 def _resident_bytes() -> int:
+    """Resident memory now, in bytes; 0 where it cannot be read (no /proc,
+    or no memory left to read it with, right after a MemoryError)."""
     try:
         with open("/proc/self/statm") as handle:
             return int(handle.read().split()[1]) * 4096
-    except OSError:
+    except (OSError, MemoryError):
         return 0
 
 

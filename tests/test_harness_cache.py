@@ -26,18 +26,13 @@ PARALLEL = 'cache = "prefix"\nblock_size = 2\n[[branch]]\nprompt = 3\nappends = 
 CACHE_INVARIANTS = {"no-stale-key", "cache-immutable", "verified-only-cached"}
 
 
+from test_harness import error_line  # noqa: E402  (one bad-input line, as every harness test reads it)
+
+
 def scenario_file(tmp_path: Path, allocator: str, body: str = PARALLEL) -> Path:
     path = tmp_path / "s.toml"
     path.write_text(f'allocator = "{allocator}"\ndevice = "stream"\n' + body)
     return path
-
-
-def error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def violated(result) -> set[str]:

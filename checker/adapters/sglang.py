@@ -43,7 +43,6 @@ ids; the allocator's free slots in order; the requests sorted."""
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import types
 from array import array
@@ -55,7 +54,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 import numpy as np
 
 from cowcheck.adapters import OutOfBlocks
-from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, extract, load
+from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, extract, load, restore
 from cowcheck.model.errors import SpecError
 
 ENV = "COWCHECK_SGLANG_SOURCE"
@@ -243,13 +242,6 @@ def _clocked(method: F) -> F:
     return cast(F, call)
 
 
-def _restore(source: Optional[str], state: bytes) -> "SGLang":
-    engine(source)
-    adapter = SGLang.__new__(SGLang)
-    adapter.__dict__.update(pickle.loads(state))
-    return adapter
-
-
 class SGLang:
     """One RadixCache over one TokenToKVPoolAllocator of `pool` slots, and
     per request its token ids, slots, matched length and locked node."""
@@ -274,7 +266,7 @@ class SGLang:
         self.requests: dict[str, dict[str, Any]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (self.source, dumps(self.__dict__)))
+        return (restore, (engine, SGLang, self.source, dumps(self.__dict__)))
 
     @contextmanager
     def _engine_call(self) -> Iterator[None]:

@@ -240,3 +240,14 @@ def dumps(obj: Any) -> bytes:
     pickler.dispatch_table = {**copyreg.dispatch_table, weakref.ReferenceType: _reduce_weakref}
     pickler.dump(obj)
     return buffer.getvalue()
+
+
+def restore(load: Callable[[Optional[str]], Any], cls: type[Any], source: Optional[str], state: bytes) -> Any:
+    """An adapter unpickled: its engine's sources loaded first (`load`,
+    from `source`), then the adapter's own state, so that a copy made in
+    another process finds the engine's classes (each adapter's __reduce__)."""
+    load(source)
+    adapter = object.__new__(cls)
+    adapter.__dict__.update(pickle.loads(state))
+    return adapter
+

@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import pickle
 import sys
 import types
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cowcheck.adapters import OutOfBlocks
-from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, environment, extract, load
+from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, environment, extract, load, restore
 from cowcheck.model.errors import SpecError
 
 #: the environment variable that names a folder of vLLM's Python sources
@@ -421,13 +420,6 @@ def source() -> Optional[str]:
 
 # -- the adapter -----------------------------------------------------------------
 
-def _restore(source: Optional[str], state: bytes) -> "VllmV1":
-    engine(source)
-    adapter = VllmV1.__new__(VllmV1)
-    adapter.__dict__.update(pickle.loads(state))
-    return adapter
-
-
 class VllmV1:
     """One KVCacheManager over pool + 1 V1 blocks (V1's null block is its
     block 0), and one Request per harness request."""
@@ -445,7 +437,7 @@ class VllmV1:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Unpickling loads the same vLLM sources before V1's objects."""
-        return (_restore, (self.source, dumps(self.__dict__)))
+        return (restore, (engine, VllmV1, self.source, dumps(self.__dict__)))
 
     # token names <-> ids
     def _id(self, name: str) -> int:

@@ -45,13 +45,21 @@ class TokenSpace:
     """Deterministic vectors for every token of a scenario, and the fixed
     projection that decodes an attention output back to one of them.
 
-    A key carries its token and the position it was written for (as rotary
-    embeddings do), and the query of position pos looks for the key of
-    position pos - 1: the head is a previous-token head, so the reference
-    output decodes to the token just before the kernel's own, and a kernel
-    that reads a wrong token there decodes that wrong token, a real entry of
-    the vocabulary. A wrong token elsewhere in the context still moves the
-    output (max |diff|), even where the decoded token survives it."""
+    A slot holds its token's key and value and nothing else; the kernel adds
+    each position's code to the keys as it reads them (rotary applied inside
+    attention), and the query of position pos looks for the key of position
+    pos - 1: the head is a previous-token head, so the reference output
+    decodes to the token just before the kernel's own, and a kernel that
+    reads a wrong token there decodes that wrong token, a real entry of the
+    vocabulary. A wrong token elsewhere in the context still moves the
+    output (max |diff|), even where the decoded token survives it.
+
+    Slots hold exactly what the model's slots hold, a token, so the pool
+    diverges exactly where faithful-output breaks: a slot that holds the
+    right token written for another position (a freed block reused by a
+    prompt with the same token there) is the same data here as in the
+    model. An engine that rotates keys before caching them would read a
+    wrong key there; docs/semantics.md#replay-on-a-real-pool says so."""
 
     POSITION_WEIGHT = 4.0   # the norm of a positional code: the query finds position pos - 1 ...
     CONTENT_WEIGHT = 0.5    # ... while token content in keys and queries only tilts the weights
@@ -78,10 +86,15 @@ class TokenSpace:
             self._vectors[token] = self._draw(token, 3)
         return self._vectors[token]
 
-    def key_value(self, token: str, pos: int) -> np.ndarray:
-        """What a kernel writes into the slot of position `pos`: [key, value]."""
+    def key_value(self, token: str) -> np.ndarray:
+        """What a kernel writes into a slot for `token`: [key, value]."""
         key, value, _ = self.vectors(token)
-        return np.stack([self.CONTENT_WEIGHT * key + self.positions[pos], value])
+        return np.stack([self.CONTENT_WEIGHT * key, value])
+
+    def rotate(self, xp, keys):
+        """Keys of positions 0 .. len(keys)-1 as attention sees them: each
+        with its position's code."""
+        return keys + xp.asarray(self.positions[:keys.shape[0]])
 
     def query(self, token: str, pos: int) -> np.ndarray:
         return self.CONTENT_WEIGHT * self.vectors(token)[2] + self.positions[max(pos - 1, 0)]
@@ -107,8 +120,8 @@ def attention(xp, query, keys, values):
 def reference_output(space: TokenSpace, sequence: tuple[str, ...], pos: int) -> np.ndarray:
     """What the kernel at `pos` must compute: attention over a contiguous
     array of its sequence (positions 0 .. pos), nothing paged."""
-    stacked = np.stack([space.key_value(t, j) for j, t in enumerate(sequence[:pos + 1])])
-    return attention(np, space.query(sequence[pos], pos), stacked[:, KEY], stacked[:, VALUE])
+    stacked = np.stack([space.key_value(t) for t in sequence[:pos + 1]])
+    return attention(np, space.query(sequence[pos], pos), space.rotate(np, stacked[:, KEY]), stacked[:, VALUE])
 
 
 @dataclass
@@ -175,12 +188,12 @@ class Pool:
         if initial is None:
             # the fork: the prompt fills blocks 0 .. in order (a cache scenario starts empty)
             for i in range(0 if scenario.cache else scenario.prompt):
-                memory[i // self.B, i % self.B] = space.key_value(f"p{i}", i)
+                memory[i // self.B, i % self.B] = space.key_value(f"p{i}")
         else:       # where the trace's initial state has them (allocator code chooses the prompt's blocks)
             for block in initial["blocks"]:
                 for slot, token in enumerate(block["slots"]):
                     if token is not None:
-                        memory[block["id"], slot] = space.key_value(token, int(token[1:]))
+                        memory[block["id"], slot] = space.key_value(token)
         self.gpu = xp is not np
         if self.gpu:
             self.copy_stream, self.compute_stream = xp.cuda.Stream(non_blocking=True), xp.cuda.Stream(non_blocking=True)
@@ -207,10 +220,11 @@ class Pool:
         xp = self.xp
         with self._on("compute") as queue:
             for p, t in before + ((pos, token),):
-                self.memory[snapshot[p // self.B], p % self.B] = xp.asarray(self.space.key_value(t, p))
+                self.memory[snapshot[p // self.B], p % self.B] = xp.asarray(self.space.key_value(t))
             blocks, slots = self._gather_index(snapshot, pos + 1)
             gathered = self.memory[blocks, slots]
-            out = attention(xp, xp.asarray(self.space.query(token, pos)), gathered[:, KEY], gathered[:, VALUE])
+            out = attention(xp, xp.asarray(self.space.query(token, pos)), self.space.rotate(xp, gathered[:, KEY]),
+                            gathered[:, VALUE])
             return queue.fetch(out)
 
     def read(self, table: tuple[int, ...], count: int) -> np.ndarray:
@@ -350,7 +364,7 @@ def _check_output(memory: Pool, space: TokenSpace, step: int, branch: str, expec
     branch's sequence (pos tokens long)."""
     pos, table = binds["pos"], tuple(binds["table"])
     paged = memory.read(table, pos)
-    reference = np.stack([space.key_value(t, j) for j, t in enumerate(expected)]) if expected else paged
+    reference = np.stack([space.key_value(t) for t in expected]) if expected else paged
     diffs = np.abs(paged - reference).reshape(pos, -1).max(axis=1) if pos else np.zeros(0)
     wrong = np.flatnonzero(diffs > TOLERANCE)
     first = int(wrong[0]) if wrong.size else None

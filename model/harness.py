@@ -35,6 +35,16 @@ is a speculative draft, `rollback(branch, n)` follows every verify, and the
 optional observer `cached()` (`{block: its B tokens}`) lets the harness
 judge the cache invariants (docs/semantics.md#engine-harness).
 
+Engines that wait and allocators that hold (docs/semantics.md#engines-that-wait-and-allocators-that-hold),
+all optional: `waits_for_copies = True` declares that the engine orders
+each kernel after the copies its call returned (an event wait), so such a
+kernel completes only after them; `copy_done(src, dst)` and
+`kernel_done(branch)` are host calls the harness makes at any later point
+once the device has completed that op (the engine learning of it at a
+fence), so an allocator can keep a block until then; `holds(block)` says
+how many of the references `refcount(block)` counts are the allocator's
+own, which every invariant counts as holds, not as a table's reference.
+
 One idea, though long: the host calls of the adapter as the actions of a
 transition system, and what each observes and launches; split, the call,
 its checks of what the adapter returned and the state it leads to would
@@ -82,6 +92,12 @@ CACHE_REQUIRED = ("admit", "append", "rollback", "free", "table")
 NEEDS = {"refcount": ("refcount-write", "refcount-exact"), "free_blocks": ("no-leak", "no-use-after-free")}
 #: the same, in a cache scenario only
 CACHE_NEEDS = {"cached": ("no-stale-key", "cache-immutable", "verified-only-cached")}
+#: the host calls that tell the allocator a device op completed, each
+#: made only when the adapter has the method
+NOTIFICATIONS = ("copy_done", "kernel_done")
+#: the adapter attribute that declares an engine which orders each kernel
+#: after the copies its call returned
+WAITS = "waits_for_copies"
 #: a request's `after` request is done once it is one of these
 _DONE = (Status.FINISHED, Status.CANCELLED)
 
@@ -110,19 +126,36 @@ def unguarded(call: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
+#: which host call launched an in-flight op: (branch index, the position
+#: of that call's kernel); a kernel and the copies its call returned share it
+Tag = tuple[int, int]
+#: a completion the allocator has not been told of yet: (branch index of the
+#: call that launched the op, the method, its arguments)
+Note = tuple[int, str, tuple[Any, ...]]
+
+
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     """The allocator inside a state: `blob` restores it (a pickled deep
     copy), `key` is what makes two states one (the blob itself, exact, or
-    the adapter's coarser `snapshot()`, for which the adapter answers)."""
+    the adapter's coarser `snapshot()`, for which the adapter answers).
+
+    With an engine that waits or an allocator told of completions, the
+    harness's own books ride along: `tags`, one per in-flight op of the
+    state's queue, in its order (which call launched it), and `pending`,
+    the completions the allocator has not been told of yet. Both are part
+    of the state's identity; without those adapter parts they stay empty."""
     key: Hashable
     blob: bytes
+    tags: tuple[Tag, ...] = ()
+    pending: tuple[Note, ...] = ()
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Snapshot) and self.key == other.key
+        return (isinstance(other, Snapshot) and self.key == other.key and self.tags == other.tags
+                and self.pending == other.pending)
 
     def __hash__(self) -> int:
-        return hash(self.key)
+        return hash((self.key, self.tags, self.pending))
 
     def __repr__(self) -> str:
         return f"Snapshot({len(self.blob)} bytes)"
@@ -205,8 +238,19 @@ class HarnessModel:
         self.drafts = tuple(spec.drafts for spec in scenario.branches)
         adapter = self._make()
         needs = {**NEEDS, **CACHE_NEEDS} if self.cache else NEEDS
-        self.observes = {name: callable(getattr(adapter, name, None)) for name in {**NEEDS, **CACHE_NEEDS}}
+        self.observes = {name: callable(getattr(adapter, name, None)) for name in (*NEEDS, *CACHE_NEEDS, "holds")}
+        if self.observes["holds"] and not self.observes["refcount"]:
+            raise self._bad("holds", "holds(block) says how many of the references refcount(block) counts are the "
+                            "allocator's own: the adapter needs refcount(block) too")
         self.coarse = callable(getattr(adapter, "snapshot", None))
+        #: the engine orders each kernel after the copies its call returned
+        self.waits = getattr(adapter, WAITS, False)
+        if type(self.waits) is not bool:
+            raise self._bad(WAITS, f"must be True or False (whether the engine orders each kernel after the copies "
+                            f"its call returned), got {self.waits!r}")
+        #: the completions the allocator is told of (its copy_done, kernel_done)
+        self.told = {name: callable(getattr(adapter, name, None)) for name in NOTIFICATIONS}
+        self.tagged = self.waits or any(self.told.values())
         #: invariant id -> why it is not checked (an observer is missing)
         self.unsupported = {inv: f"not checked: the adapter has no {name}()"
                             for name, invs in needs.items() if not self.observes[name] for inv in invs}
@@ -232,7 +276,7 @@ class HarnessModel:
                             "(and optionally refcount, free_blocks, snapshot)")
         return adapter
 
-    def _freeze(self, adapter: Any) -> Snapshot:
+    def _freeze(self, adapter: Any, tags: tuple[Tag, ...] = (), pending: tuple[Note, ...] = ()) -> Snapshot:
         try:
             blob = pickle.dumps(adapter, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
@@ -244,7 +288,7 @@ class HarnessModel:
                 hash(key)
             except TypeError:
                 raise self._bad("snapshot", f"must return a hashable value, got {type(key).__name__}") from None
-        return Snapshot(key, blob)
+        return Snapshot(key, blob, tags, pending)
 
     @staticmethod
     def _thaw(state: State) -> Any:
@@ -261,10 +305,13 @@ class HarnessModel:
             raise self._bad("table", f"must return a list of block ids, got {type(table).__name__}")
         return tuple(self._block_id("table", b, "every entry") for b in table)
 
-    def _observe(self, adapter: Any, before: State, branches: list[Branch], d: Draft) -> State:
+    def _observe(self, adapter: Any, before: State, branches: list[Branch], d: Draft, tag: Tag = (-1, -1),
+                 told: Optional[int] = None) -> State:
         """The state after a host call: every live branch's table, the
         adapter's counters and free list, the harness's own slots and queue;
-        blocks the call freed become facts."""
+        blocks the call freed become facts. `tag`: the call's, for the ops it
+        launched (appended to the queue); `told`: the pending completion the
+        call told the allocator of."""
         for i, br in enumerate(branches):
             if br.status is Status.RUNNING:
                 table = self._table(adapter, self.names[i])
@@ -275,8 +322,12 @@ class HarnessModel:
                 count = adapter.refcount(b)
                 if type(count) is not int:
                     raise self._bad("refcount", f"must return an integer, got {count!r} for block {b}")
-                if count != blocks[b].refcount:
-                    blocks[b] = blocks[b]._replace(refcount=count, holds=0)
+                held = adapter.holds(b) if self.observes["holds"] else 0
+                if type(held) is not int or not 0 <= held <= max(count, 0):
+                    raise self._bad("holds", f"must return how many of block {b}'s {count} references (refcount) are the "
+                                    f"allocator's own, an integer from 0 to {max(count, 0)}, got {held!r}")
+                if (count - held, held) != blocks[b][:2]:
+                    blocks[b] = blocks[b]._replace(refcount=count - held, holds=held)
         free = before.free
         if self.observes["free_blocks"]:
             raw = adapter.free_blocks()
@@ -290,7 +341,14 @@ class HarnessModel:
             for b in range(self.P):
                 if blocks[b].key != keys.get(b):
                     blocks[b] = blocks[b]._replace(key=keys.get(b))
-        return State(tuple(blocks), free, tuple(branches), tuple(d.queue), self._freeze(adapter))
+        tags: tuple[Tag, ...] = ()
+        pending: tuple[Note, ...] = ()
+        if self.tagged and before.code is not None:
+            tags = before.code.tags + (tag,) * (len(d.queue) - len(before.queue))   # a host call only adds to the queue
+            pending = before.code.pending
+            if told is not None:
+                pending = pending[:told] + pending[told + 1:]
+        return State(tuple(blocks), free, tuple(branches), tuple(d.queue), self._freeze(adapter, tags, pending))
 
     def _cached(self, adapter: Any) -> dict[int, tuple[str, ...]]:
         """The blocks the engine could serve as hits, with the tokens of
@@ -383,10 +441,12 @@ class HarnessModel:
         return state._replace(blocks=tuple(blocks))
 
     def is_final(self, state: State) -> bool:
-        return is_final(state)
+        """Every request done, the device idle, and the allocator told of
+        every completion (a deferred release has happened)."""
+        return is_final(state) and not state.code.pending
 
     def is_steady(self, state: State) -> bool:
-        return is_steady(state, self.operations)
+        return is_steady(state, self.operations) and not state.code.pending
 
     @staticmethod
     def is_copy_launch(action: Action) -> int:
@@ -431,12 +491,62 @@ class HarnessModel:
             if self.scenario.branches[i].may_cancel and not (
                     self.cache and any(type(op) is Kernel and op.branch == i and op.pos < len(self.prompts[i]) for op in state.queue)):
                 self._call(state, i, Op.CANCEL, "free", out)
+        for k in range(len(state.code.pending)):
+            self._notify(state, k, out)
         for index in device.ready(state, self.device):
-            d = Draft(state, "lifo")
             op = state.queue[index]
+            if self.waits and type(op) is Kernel and self._copies_ahead(state, index):
+                continue        # the engine's event wait: its call's copies first
+            d = Draft(state, "lifo")
             device.complete(d, index, self.B)
-            out.append(Transition(completion(op, self.B, self.names), d.freeze(), tuple(d.facts)))
+            after = d.freeze()
+            if self.tagged:
+                after = after._replace(code=self._completed(state.code, index, op))
+            out.append(Transition(completion(op, self.B, self.names), after, tuple(d.facts)))
         return out
+
+    @staticmethod
+    def _copies_ahead(state: State, index: int) -> bool:
+        """Whether a copy the same call returned as the kernel at `index`
+        is still in flight."""
+        tags = state.code.tags
+        return any(type(op) is Copy and tags[j] == tags[index] for j, op in enumerate(state.queue))
+
+    def _completed(self, code: Snapshot, index: int, op: Any) -> Snapshot:
+        """The harness's books after the op at `index` completed: its tag
+        gone, and the completion pending for the allocator if it is told."""
+        owner = code.tags[index]
+        pending = code.pending
+        if type(op) is Copy and self.told["copy_done"]:
+            pending += ((owner[0], "copy_done", (op.src, op.dst)),)
+        elif type(op) is Kernel and self.told["kernel_done"]:
+            pending += ((op.branch, "kernel_done", (self.names[op.branch],)),)
+        return Snapshot(code.key, code.blob, code.tags[:index] + code.tags[index + 1:], pending)
+
+    def _notify(self, state: State, k: int, out: list[Transition]) -> None:
+        """The engine learns, at a fence, of the k-th pending completion:
+        one host call, `copy_done(src, dst)` or `kernel_done(branch)`."""
+        i, method, args = state.code.pending[k]
+        name = self.names[i]
+        adapter = self._thaw(state)
+        d = Draft(state, "lifo")
+        call = f"{method}({', '.join(map(repr, args))})"
+        binds: tuple[tuple[str, Any], ...] = (("src", args[0]), ("dst", args[1])) if method == "copy_done" else ()
+        try:
+            with self.guard(call):
+                getattr(adapter, method)(*args)
+                after = self._observe(adapter, state, list(state.branches), d, told=k)
+                if self.cache:
+                    self._cache_facts(state, after, (-1, 0), d)
+        except SpecError:
+            raise
+        except Exception as err:        # OutOfBlocks too: a completion is no allocation
+            raised = f"{type(err).__name__}: {err}"
+            d.facts.append(AllocatorRaised(i, call, raised, self.user_frames(err)))
+            out.append(Transition(Action(name, Op.FENCE, method, binds + (("call", call), ("raised", raised))), None,
+                                  tuple(d.facts)))
+            return
+        out.append(Transition(Action(name, Op.FENCE, method, binds), after, tuple(d.facts)))
 
     def _waiting(self, state: State, i: int, out: list[Transition]) -> None:
         """A waiting request of a cache scenario: its admission, once its
@@ -525,7 +635,7 @@ class HarnessModel:
             branches[i] = br._replace(status=Status.FINISHED if op is Op.FINISH else Status.CANCELLED, working=(), published=())
             if op is Op.CANCEL:
                 cancel_unborn(branches, self.descendants[i])
-        after = self._observe(adapter, state, branches, d)
+        after = self._observe(adapter, state, branches, d, (i, br.pos))
         if self.cache:
             self._cache_facts(state, after, (i, 0), d)
         if op is Op.FINISH:     # what check-output read, for a replay on a real pool
@@ -551,7 +661,7 @@ class HarnessModel:
                 return Transition(Action(name, Op.ADMIT, "admit", tuple(binds) + (("table", table),)), None, tuple(d.facts))
             d.queue.append(Kernel(i, L - 1, prompt[-1], table, prompt, L - computed))
         branches[i] = WAITING._replace(status=Status.RUNNING, pos=L, seq=prompt, verified=L)
-        after = self._observe(adapter, state, branches, d)
+        after = self._observe(adapter, state, branches, d, (i, L - 1))
         self._cache_facts(state, after, (i, len(hits)), d)
         binds.append(("table", after.branches[i].working))
         return Transition(Action(name, Op.ADMIT, "admit", tuple(binds)), after, tuple(d.facts))

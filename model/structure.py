@@ -20,13 +20,16 @@ class Op(StrEnum):
     start action of their own: their first step starts them. An append
     starts with `decide`, a rollback with `verify`
     (docs/semantics.md#branch-programs). `admit` is a cache scenario's
-    request's first operation (docs/semantics.md#prefix-caching)."""
+    request's first operation (docs/semantics.md#prefix-caching). `fence`
+    is allocator code only: the engine tells the allocator that a device op
+    completed (docs/semantics.md#engines-that-wait-and-allocators-that-hold)."""
     APPEND = "append"
     FINISH = "finish"
     CANCEL = "cancel"
     FORK = "fork"
     ROLLBACK = "rollback"
     ADMIT = "admit"
+    FENCE = "fence"
 
 
 #: the operations whose steps are the protocol's own tables (not append paths)

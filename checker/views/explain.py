@@ -9,7 +9,7 @@ program, what a witness shows) are checker/views/words.py's, shared with the
 pages and the pictures; `explain` converts the model's states to the
 counterexample file's JSON form they work on. A trace of allocator code
 (the engine harness) shows each branch's one table and the allocator's
-refcounts, without holds."""
+refcounts, and holds only where its holds() reports some."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from cowcheck.views.words import (_slots, _tokens, action_words, cache_words, de
 # -- a state, in lines ---------------------------------------------------------------
 def _block_line(i: int, before: Block | None, after: Block, free: bool, holds: bool = True, cache: bool = False) -> str:
     """A block's counters and slots (holds only where the subject has them:
-    allocator code has none), and in a cache scenario its key: a free block
+    allocator code only where its holds() reports some), and in a cache scenario its key: a free block
     with a key is still cached."""
     def delta(name: str) -> str:
         new = getattr(after, name)
@@ -78,7 +78,9 @@ def _state_lines(model: Model, scenario: dict, before: State | None, state: Stat
     lines = []
     harness, cache = is_harness(scenario), is_cache(scenario)
     for i in sorted(touched):
-        lines.append(_block_line(i, before.blocks[i] if before else None, state.blocks[i], i in state.free, not harness, cache))
+        was = before.blocks[i] if before else None
+        held = bool(state.blocks[i].holds or (was and was.holds))     # allocator code: the pins its holds() reports
+        lines.append(_block_line(i, was, state.blocks[i], i in state.free, not harness or held, cache))
     as_json = state_to_json(state, model.scenario)
     if cache:
         lines.append(f"cache: {cache_words(as_json)}; free list {list(state.free)}")

@@ -67,7 +67,7 @@ def block_graph(state: dict, block_size: int, harness: bool = False) -> nx.Multi
     for name, br in state["branches"].items():
         g.add_node(f"branch {name}", kind="branch", name=name, status=br["status"], pos=br["pos"])
     for b in state["blocks"]:
-        g.add_node(f"block {b['id']}", kind="block", id=b["id"], refcount=b["refcount"], holds=None if harness else b["holds"],
+        g.add_node(f"block {b['id']}", kind="block", id=b["id"], refcount=b["refcount"], holds=None if harness and not b["holds"] else b["holds"],
                    slots=tuple(b["slots"]), free=b["free"], key=None if b.get("key") is None else tuple(b["key"]))
     for name, br in state["branches"].items():
         for table in ("working",) if harness else ("working", "published"):

@@ -34,7 +34,7 @@ from cowcheck.model.branches import BRANCH_NAMES, parse_operation
 from cowcheck.model.structure import Op
 
 #: the host calls of the engine harness, as an action's step names them
-HOST_CALLS = ("append", "fork", "rollback", "free", "admit", "cancel")
+HOST_CALLS = ("append", "fork", "rollback", "free", "admit", "cancel", "copy_done", "kernel_done")
 
 
 # -- a branch's program --------------------------------------------------------------
@@ -518,6 +518,10 @@ def _books(who: str, before: dict, after: dict) -> str:
     changes = [f"block {b['id']} from {a['refcount']} to {b['refcount']}"
                for a, b in zip(before["blocks"], after["blocks"]) if a["refcount"] != b["refcount"]]
     text = "The allocator's refcounts: " + ", ".join(changes) if changes else "No refcount changes"
+    pins = [f"block {b['id']} from {a['holds']} to {b['holds']}"
+            for a, b in zip(before["blocks"], after["blocks"]) if a["holds"] != b["holds"]]
+    if pins:        # holds(): the references that are the allocator's own
+        text += "; its own references (holds): " + ", ".join(pins)
     taken = [b for b in before["free"] if b not in after["free"]]
     if taken:
         text += f" ({_blocks(taken)} taken from the free list)"
@@ -575,6 +579,12 @@ def _host_words(action: dict, binds: dict, before: dict, after: Optional[dict]) 
         return f"{who} is cancelled while it waits for admission: it owns nothing, so no call is made."
     if op == "admit":
         return _admit_words(who, binds, before, after, B)
+    if op == "fence":
+        assert after is not None
+        done = (f"the copy of block {binds['src']} into block {binds['dst']} that {who}'s call returned has completed: "
+                f"it calls copy_done({binds['src']}, {binds['dst']})" if action["step"] == "copy_done" else
+                f"{who}'s kernel has completed: it calls kernel_done({who!r})")
+        return f"The engine learns at a fence that {done}. {_books(who, before, after)}"
     if op == "append":
         token, pos, table = binds["token"], was["pos"], binds["table"]
         draft = ", draft" if "draft" in binds else ""

@@ -91,7 +91,8 @@
       keyed ? el("p", { class: "key" }, "key (" + block.key.join(" ") + ")" + (block.free ? ": free, still cached" : "")) : null,
       markNote,
       el("div", { class: "counts" }, el("span", { class: "refcount" }, "refcount " + block.refcount),
-        data.harness ? null : " · ", data.harness ? null : el("span", { class: "holds" }, "holds " + block.holds)),  // allocator code has no holds
+        data.harness && !block.holds ? null : " · ",
+        data.harness && !block.holds ? null : el("span", { class: "holds" }, "holds " + block.holds)),  // allocator code: only the holds its holds() reports
       notes);
   }
 

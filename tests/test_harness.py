@@ -198,7 +198,8 @@ def test_the_manual_adapter_runs_as_written(tmp_path, monkeypatch):
 
     root = Path(__file__).resolve().parent.parent
     section = (root / "docs" / "how-to" / "allocator-code.md").read_text()
-    adapter, pytest_use, cache_adapter = re.findall(r"```python\n(.*?)```", section, re.S)
+    adapter, pytest_use, fenced, cache_adapter = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert fenced in (root / "specs" / "allocators" / "fenced.py").read_text()     # the shipped adapter, as printed
     (tmp_path / "my_allocator.py").write_text(adapter)
     (tmp_path / "test_engine.py").write_text(pytest_use)
     command = re.search(r"```sh\n(cowcheck check .*?)\n```", section).group(1).split()

@@ -1,31 +1,67 @@
-"""SGLang's own `RadixCache` over its `TokenToKVPoolAllocator`, as an adapter
-for the engine harness (README, "Checking vLLM V1 and SGLang").
+"""SGLang's own `RadixCache` over its token allocator, as an adapter for
+the engine harness (README, "Checking vLLM V1 and SGLang").
 
     cowcheck check SCENARIO --allocator cowcheck.adapters.sglang:make
 
-SGLang keeps KV per token slot, not per block: its page-size-1 allocator
-is cowcheck's B = 1, one slot a block. The adapter plays SGLang's
-scheduler: admission matches the prompt in the radix tree (at most L - 1
-tokens: the last is recomputed for its logits, as `Req` does), locks the
-matched node (`inc_lock_ref`), and allocates slots for the rest, evicting
-unlocked tree leaves first when the allocator is short (the scheduler's
-`evict_from_tree_cache`); each append allocates one slot the same way; a
-verify frees the rejected drafts' slots; finishing inserts the request's
-tokens and slots into the tree and frees the slots the tree already held
-for the same tokens (SGLang's de-duplication), then unlocks
-(`dec_lock_ref`). The observers are the allocator's free slots and the
-tree's slots (`cached()`); SGLang keeps no count per slot, so `refcount`
-is not offered (refcount-exact is reported as not checked). Slot s of the
-allocator (1 .. P; slot 0 is its padding slot) is cowcheck's block s - 1.
+SGLang keeps KV per token slot in pages of `page_size` slots: a page is
+cowcheck's block, so B = 1 is SGLang's `TokenToKVPoolAllocator` and B > 1
+its `PagedTokenToKVPoolAllocator` with page size B. The adapter plays
+SGLang's scheduler: admission matches the prompt in the radix tree (at
+most L - 1 tokens, as `Req._compute_max_prefix_len` does; `match_prefix`
+cuts the key to whole pages), locks the matched node (`inc_lock_ref`), and
+allocates slots for the rest, evicting unlocked tree leaves first when the
+allocator is short (the scheduler's `evict_from_tree_cache`); each append
+allocates one slot the same way; a verify frees the rejected drafts'
+slots; finishing inserts the request's tokens and slots into the tree and
+frees the slots the tree already held for the same tokens (SGLang's
+de-duplication), then unlocks (`dec_lock_ref`). The observers are the
+allocator's free pages and the tree's pages (`cached()`); SGLang keeps no
+count per page, so `refcount` is not offered (refcount-exact is reported
+as not checked). Page p of the allocator (1 .. P; page 0 is its padding
+page) is cowcheck's block p - 1; with B > 1 page p holds slots pB .. pB +
+B - 1.
 
-Scenarios with B > 1 are refused in one line: SGLang's paged allocator
-(allocator/paged.py) imports Triton kernels at import time.
+B > 1, as mem_cache/allocation.py drives the paged allocator: admission is
+`alloc_extend` after evicting for the new tokens and one page more
+(`alloc_paged_token_slots_extend`'s conservative demand), an append is
+`alloc_decode` after evicting for one page (`alloc_paged_token_slots_decode`),
+both of which fill the request's last page before taking a new one; the
+tree takes only whole pages (`RadixKey.page_aligned`), so finishing frees
+the request's last, partial page (`release_kv_cache`'s `free_kv_row` after
+the checkpoint); a verify frees only the pages wholly past the kept tokens
+(the page rule of `_release_overallocated_kv_indices`: from the next page
+boundary), and the kept last page's rejected slots are the next appends'.
+SGLang 0.5.23's speculative decoding (`alloc_for_spec_decode`) instead
+keeps a request's rejected slots reserved until it finishes; the adapter
+frees them at the verify, on every page size. The paged
+allocator runs unchanged on its torch-native path: paged.py picks
+`alloc_extend_naive` / `alloc_decode_naive` (its own, in the same file)
+when `current_platform.capabilities.supports_triton` is False, as on
+SGLang's CPU platform (platforms/cpu.py, `CpuSRTPlatform`); the Triton
+kernels it imports (`sglang.kernels.ops.memory.allocator`:
+`alloc_extend_kernel`, `alloc_decode_kernel`) are stand-ins that raise if
+ever launched, and the platform is a stand-in that says no Triton.
+
+A request cancelled in flight: SGLang's scheduler sets `to_finish` on a
+running request (`Scheduler.abort_request`, "abort method 3"), and the
+result processing of its batch turns it into a finish and calls
+`release_kv_cache(req, tree, checkpoint=True)`: the tree takes its tokens,
+its slots are unlocked and its over-allocated ones freed. Under the
+overlap scheduler (`event_loop_overlap`, SGLang's default) that runs after
+the request's next forward has been launched, with that kernel still
+writing its newest slot; so the harness's `free` with a kernel in flight
+is SGLang's order, and SGLang relies on its one forward stream (the next
+allocation's kernels queue behind it). With `--disable-overlap-schedule`
+the release waits for the forward, which is the harness's cancel after the
+kernel lands.
 
 Which SGLang: the folder in `COWCHECK_SGLANG_SOURCE` (an unpacked wheel or
 a checkout), else an installed SGLang. Tested on 0.5.23 (`TESTED`). From
-a folder, radix_cache.py, base_prefix_cache.py, the allocator's base.py
-and token.py and three small modules run unchanged; torch is a small
-numpy stand-in (`Tensor`) for exactly the operations they use.
+a folder, radix_cache.py, base_prefix_cache.py, the allocator's base.py,
+token.py and paged.py and three small modules run unchanged; torch is a
+small numpy stand-in (`Tensor`) for exactly the operations they use, and
+the four helpers paged.py takes from sglang.srt.utils (`get_num_new_pages`
+and three more) are the release's own, extracted from utils/common.py.
 
 States, deterministic and canonical: SGLang's tree nodes carry
 `time.monotonic()` timestamps (LRU eviction compares them) and ids from a
@@ -199,10 +235,12 @@ CLOCKED = (f"{MC}.radix_cache", f"{MC}.base_prefix_cache")
 
 
 def _allocator_package(module: types.ModuleType) -> None:
-    """allocator/__init__.py also imports paged.py (Triton): only the two classes."""
-    from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
-    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-    _put(module, BaseTokenToKVPoolAllocator=BaseTokenToKVPoolAllocator, TokenToKVPoolAllocator=TokenToKVPoolAllocator)
+    """allocator/__init__.py's names, from the three modules it imports
+    (base, paged, token), which run unchanged."""
+    from sglang.srt.mem_cache.allocator import base, paged, token
+    _put(module, BaseTokenToKVPoolAllocator=base.BaseTokenToKVPoolAllocator, TokenToKVPoolAllocator=token.TokenToKVPoolAllocator,
+         PagedTokenToKVPoolAllocator=paged.PagedTokenToKVPoolAllocator, alloc_extend_naive=paged.alloc_extend_naive,
+         alloc_decode_naive=paged.alloc_decode_naive)
 
 
 def _utils(root: Path, module: types.ModuleType) -> None:
@@ -230,8 +268,8 @@ def _srt_utils(root: Path, module: types.ModuleType) -> None:
     """sglang/srt/utils/__init__.py imports all of utils/common.py (torch,
     CUDA, the serving stack): the paged allocator's four helpers, from the
     release's own common.py."""
-    import torch  # the stand-in, while the modules load
-    module.torch = torch  # type: ignore[attr-defined]
+    import importlib
+    module.torch = importlib.import_module("torch")  # type: ignore[attr-defined]  # the stand-in, while the modules load
     extract(root / "sglang/srt/utils/common.py", ("logger", "is_hip", "_warned_bool_env_var_keys", "get_bool_env_var",
                                                   "next_power_of_2", "get_num_new_pages"), module)
 
@@ -409,7 +447,8 @@ class SGLang:
         for one token after the first), which fills the last page first."""
         n = length - prefix
         self._evict(self.page if decode else n + self.page)
-        one = lambda v: np.asarray([v], dtype=np.int64).view(Tensor)  # noqa: E731
+        def one(v: int) -> Tensor:
+            return np.asarray([v], dtype=np.int64).view(Tensor)
         if decode:
             slots = self.allocator.alloc_decode(one(length), one(length), one(last))
         else:
@@ -456,9 +495,11 @@ class SGLang:
     @_clocked
     def rollback(self, branch: str, n: int) -> None:
         """Verify: the rejected drafts' slots go back to the allocator (page
-        > 1: only the pages past the kept tokens, as release_kv_cache frees
-        over-allocated slots from the next page boundary; the kept last
-        page's rejected slots are the next append's)."""
+        > 1: only the pages past the kept tokens, by release_kv_cache's rule
+        for over-allocated slots, from the next page boundary; the kept
+        last page's rejected slots are the next append's). SGLang's own
+        speculative decoding frees them only when the request finishes
+        (module docstring)."""
         req = self.requests[branch]
         if n:
             rejected = req["slots"][-n:]

@@ -150,11 +150,60 @@ def test_sglang_match_lock_insert_dedupe_evict(sglang_source):
     assert pickle.loads(pickle.dumps(adapter)).table("c") == adapter.table("c")
 
 
-def test_sglang_refuses_blocks_of_more_than_one_slot(sglang_source, monkeypatch):
+def test_sglang_pages_of_two_slots(sglang_source, monkeypatch):
+    """B = 2: SGLang's PagedTokenToKVPoolAllocator on its torch-native path
+    (its Triton kernels are stand-ins that are never launched), the radix
+    tree on whole pages."""
     monkeypatch.setenv(sglang.ENV, sglang_source)
-    with pytest.raises(SpecError, match="B must be 1, got 2: its paged allocator imports Triton"):
-        sglang.make(4, 2)
-    assert sglang.make(4, 1).free_blocks() == [0, 1, 2, 3]
+    adapter = sglang.make(6, 2)
+    assert adapter.page == 2 and adapter.allocator.use_triton_kernels is False
+    assert type(adapter.allocator).__name__ == "PagedTokenToKVPoolAllocator" and adapter.free_blocks() == [0, 1, 2, 3, 4, 5]
+    assert adapter.admit("a", ["p0", "p1", "p2"]) == 0 and adapter.table("a") == [0, 1]
+    assert adapter.requests["a"]["slots"] == [2, 3, 4]  # page p holds slots 2p, 2p + 1; page 0 is SGLang's padding page
+    adapter.append("a", "a1", False)  # fills the last page: no new page
+    assert adapter.table("a") == [0, 1] and adapter.free_blocks() == [2, 3, 4, 5]
+    adapter.append("a", "a2", False)  # a new page
+    assert adapter.table("a") == [0, 1, 2]
+    adapter.free("a")  # the whole pages go into the tree; the last, partial page is freed
+    assert adapter.cached() == {0: ("p0", "p1"), 1: ("p2", "a1")} and 2 in adapter.free_blocks()
+    # at most L - 1 tokens, cut to whole pages: p0 p1 (p2 is the last token)
+    assert adapter.admit("b", ["p0", "p1", "p2"]) == 2 and adapter.table("b")[0] == 0
+    duplicate = adapter.table("b")[1]
+    adapter.append("b", "b1", True)
+    adapter.append("b", "b2", True)
+    adapter.append("b", "b3", True)
+    third = adapter.table("b")[2]
+    assert len(adapter.table("b")) == 3 and third not in adapter.free_blocks()
+    adapter.rollback("b", 3)  # all rejected: only the page wholly past the kept tokens (b2 b3) goes back
+    assert adapter.table("b") == [0, duplicate] and third in adapter.free_blocks()
+    adapter.append("b", "b1", False)  # the kept page's rejected slot is the next token's
+    assert adapter.requests["b"]["slots"][-2:] == [2 * duplicate + 2, 2 * duplicate + 3]
+    adapter.free("b")  # the tree holds p0 p1 already (b's match), and p2 b1 is new: nothing duplicated
+    assert adapter.cached()[duplicate] == ("p2", "b1") and adapter.cached()[0] == ("p0", "p1")
+    copy = pickle.loads(pickle.dumps(adapter))
+    assert copy.snapshot() == adapter.snapshot() and copy.cached() == adapter.cached()
+
+
+def test_sglang_pages_dedupe_and_evict(sglang_source):
+    adapter = sglang.SGLang(4, sglang_source, 2)
+    adapter.admit("a", ["p0", "p1", "p2"])
+    adapter.admit("b", ["p0", "p1", "p2"])  # nothing in the tree yet: no hit
+    adapter.free("a")
+    b_first = adapter.table("b")[0]
+    adapter.free("b")  # the tree already holds p0 p1 (a's page): b's page for them is freed
+    assert b_first in adapter.free_blocks()[:2] and adapter.cached() == {0: ("p0", "p1")}
+    # four pages needed, two free: SGLang evicts for the new tokens and one page more, unlocked leaves first
+    assert adapter.admit("c", ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"]) == 0
+    assert len(adapter.table("c")) == 4 and adapter.cached() == {}
+    with pytest.raises(sglang.OutOfBlocks):
+        adapter.append("c", "c1", False)
+
+
+def test_sglang_triton_kernels_are_never_launched(sglang_source):
+    sglang.engine(sglang_source)
+    kernels = sys.modules["sglang.kernels.ops.memory.allocator"]
+    with pytest.raises(RuntimeError, match="alloc_extend_kernel was launched"):
+        kernels.alloc_extend_kernel[(1,)]()
 
 
 # -- bad input -------------------------------------------------------------------

@@ -12,12 +12,14 @@ any engine; the real engines are the override."""
 from __future__ import annotations
 
 import pickle
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from cowcheck import api
 from cowcheck.adapters import sglang, vllm_v1
+from cowcheck.model.scenario import scenario_from_dict
 
 from test_engines import sglang_source, vllm_source  # noqa: F401  (the fixtures that fetch each release)
 
@@ -55,6 +57,19 @@ SGLANG_FINDINGS = {
     # finishing a cancelled request in flight unlocks its slots (evictable) and inserts its in-flight token
     "prefix-code-b1-cancel-in-flight": (UNSAFE, {"no-use-after-free": 4, "exclusive-write": 6, "faithful-output": 7,
                                                  "cache-immutable": 10}),
+}
+
+#: SGLang 0.5.23 with page size 2 (B = 2: its PagedTokenToKVPoolAllocator) on the shipped V1-style B = 2 scenarios
+SGLANG_B2_FINDINGS = {
+    # two requests with one prompt, and a warm cache whose later requests hit a whole page: nothing is shared before it is filled
+    "prefix-code": (SAFE, {}),
+    "prefix-code-async": (SAFE, {}),
+    "prefix-code-warm": (SAFE, {}),
+    "prefix-code-warm-async": (SAFE, {}),
+    # a request cancelled in flight (pool 2): its pages are unlocked, or freed, while its kernel still writes one
+    "prefix-code-cancel-in-flight-stream": (UNDISCIPLINED, {"no-use-after-free": 4, "exclusive-write": 6}),
+    "prefix-code-cancel-in-flight": (UNSAFE, {"no-use-after-free": 4, "exclusive-write": 6, "faithful-output": 7,
+                                              "cache-immutable": 10}),
 }
 
 
@@ -125,6 +140,27 @@ def test_what_cowcheck_finds_in_sglang(sg, name):
     result = api.check(SCENARIOS / f"{name}.toml", allocator=sglang.REF)
     assert findings(result) == SGLANG_FINDINGS[name]
     assert "refcount" in (result.verdicts["refcount-exact"].note or "")  # SGLang keeps no count per slot
+
+
+@pytest.mark.parametrize("name", SGLANG_B2_FINDINGS)
+def test_what_cowcheck_finds_in_sglang_with_pages_of_two(sg, name):
+    result = api.check(SCENARIOS / f"{name}.toml", allocator=sglang.REF)
+    assert result.scenario.block_size == 2 and findings(result) == SGLANG_B2_FINDINGS[name]
+    if name.startswith("prefix-code-warm"):
+        assert result.x.hits_range[1] >= 2  # the later requests hit the first requests' whole page
+
+
+def test_sglang_cancel_in_flight_on_one_stream(sg):
+    """SGLang frees an aborted request at the next result processing, with a
+    later forward of it in flight under its overlap scheduler: on one
+    stream nothing wrong is computed, the discipline breaks (B = 1 here; B
+    = 2 above)."""
+    data = tomllib.loads((SCENARIOS / "prefix-code-b1-cancel-in-flight.toml").read_text())
+    data.pop("expect")
+    data["device"] = "stream"
+    result = api.check(scenario_from_dict(data, "<b1 cancel in flight, stream>", SCENARIOS, "b1-cancel-stream"),
+                       allocator=sglang.REF)
+    assert findings(result) == (UNDISCIPLINED, {"no-use-after-free": 4})
 
 
 def _sglang_run() -> sglang.SGLang:

@@ -35,7 +35,7 @@ from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.system import ProtocolModel, TransitionSystem
 
 from cowcheck.adapters.deadline import DEFAULT_SECONDS, Deadline
-from cowcheck.engines.explorer import PEAK_REACHED, Explorer, NotRebuilt
+from cowcheck.engines.explorer import PEAK_REACHED, Exploration, Explorer, NotRebuilt
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.invariants import Kind
@@ -108,7 +108,8 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
 
 class _Searches:
     """The searches one check may run, all of one model with the same
-    symmetry and encoding; each is recorded (`done`) and its seconds summed."""
+    symmetry and encoding; each is recorded (`done`) once it has served its
+    purpose, and the seconds of all of them are summed."""
 
     def __init__(self, scenario: Scenario, model: TransitionSystem, options: SearchOptions,
                  progress: Optional[Callable]):
@@ -118,28 +119,36 @@ class _Searches:
         self.cache = scenario.cache
         self.orbits = Symmetry(scenario) if options.symmetry and reducible else None
         self.encode = Compact(scenario).encode if options.compact and reducible else None
+        self.explored: list[Exploration] = []   # each search's result (not the search: what it stored may go)
         self.done: list[Search] = []
-        self.seconds = 0.0
 
-    def run(self, purpose: str, invariants: tuple[Invariant, ...], ample: Optional[Ample], limits: SearchOptions,
-            stop_after: Optional[frozenset[str]] = None, peak_target: Optional[int] = None) -> Explorer:
-        """One search under `limits`, recorded as being for `purpose`. With a
-        `peak_target` it looks only for the first state at that peak, so it
-        keeps no measure but the gauge."""
+    def start(self, invariants: tuple[Invariant, ...], ample: Optional[Ample], limits: SearchOptions,
+              stop_after: Optional[frozenset[str]] = None) -> Explorer:
+        """A search under `limits`, not yet run."""
         model, orbits = self.model, self.orbits
         reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
-        measured = peak_target is None
-        explorer = Explorer(model, invariants, limits, stop_after=stop_after, gauge=allocated,
-                            steady=model.is_steady if measured else None,
-                            cost=model.is_copy_launch if measured else None,
-                            hits=model.hits if measured and self.cache else None,
+        explorer = Explorer(model, invariants, limits, stop_after=stop_after, gauge=allocated, steady=model.is_steady,
+                            cost=model.is_copy_launch, hits=model.hits if self.cache else None,
                             representative=orbits.representative if orbits else None,
                             mirror=orbits.unmirrored if orbits else None, ample=ample, reductions=tuple(reductions),
-                            encode=self.encode, progress=self.progress, peak_target=peak_target)
+                            encode=self.encode, progress=self.progress)
+        self.explored.append(explorer.result)
+        return explorer
+
+    def run(self, purpose: str, invariants: tuple[Invariant, ...], ample: Optional[Ample], limits: SearchOptions,
+            stop_after: Optional[frozenset[str]] = None) -> Explorer:
+        """One search under `limits`, run to its end and recorded as being for `purpose`."""
+        explorer = self.start(invariants, ample, limits, stop_after)
         explorer.run()
-        self.seconds += explorer.result.seconds
+        return self.record(purpose, explorer)
+
+    def record(self, purpose: str, explorer: Explorer) -> Explorer:
         self.done.append(Search.of(purpose, explorer.result))
         return explorer
+
+    @property
+    def seconds(self) -> float:
+        return sum(x.seconds for x in self.explored)
 
     def time_left(self) -> Optional[float]:
         """`max_seconds` less what the searches so far took (at least a second)."""
@@ -219,20 +228,23 @@ def _auto(searches: _Searches, invariants: tuple[Invariant, ...], ample: Ample) 
     """The default, where settled completions apply: partial-order reduction
     with them up to the first violation. If there is none, that search
     answers (the reduction keeps every measure when nothing breaks), and a
-    search with symmetry alone, up to the first state at the peak, gives the
-    peak's trace: the state and the trace the search without the reduction
-    would report, since it stores the same states in the same order up to
-    there. If there is one, or the reduced search stopped short (a bound),
-    the search without the reduction gives every figure."""
+    search with symmetry alone, storing states only up to the first state
+    at the peak (`Explorer.seek`), gives the peak's trace: the state and the
+    trace the search without the reduction would report, since it stores
+    the same states in the same order up to there. If there is one, or the
+    reduced search stopped short (a bound), the search without the
+    reduction gives every figure."""
     options = searches.options
     reduced = searches.run("first violation", invariants, ample, replace(options, first=True))
     x = reduced.result
     if x.complete:
-        peak = searches.run("peak trace", (), None, replace(options, max_states=None, first=False, por=False,
-                                                         max_seconds=searches.time_left()), peak_target=x.peak)
-        if peak.result.stopped != PEAK_REACHED:       # stopped short of the peak: its trace is not the shortest
-            x.complete, x.stopped = False, f"{peak.result.stopped} (searching for the peak's shortest trace)"
-        return _Staged(reduced, reduced, peak, "auto: with partial-order reduction, no violation: every invariant "
+        assert x.peak is not None         # every search has the gauge
+        plain = searches.start((), None, replace(options, por=False, max_seconds=searches.time_left()))
+        peak = plain.seek(x.peak)
+        searches.record("peak trace", plain)
+        if peak.stopped != PEAK_REACHED:       # stopped short of the peak: its trace is not the shortest
+            x.complete, x.stopped = False, f"{peak.stopped} (searching for the peak's shortest trace)"
+        return _Staged(reduced, reduced, plain, "auto: with partial-order reduction, no violation: every invariant "
                        "holds and every measure is exact (the peak's shortest trace: without it, up to the peak)")
     if "interrupted" in (x.stopped or ""):
         return _Staged(reduced, reduced, reduced, "auto: interrupted in the search with partial-order reduction")

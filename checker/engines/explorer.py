@@ -350,6 +350,7 @@ class Explorer:
             self.progress(self, len(self.queue))
 
     def _judged(self, pause_at: Optional[int]) -> None:
+        """`run`'s loop: each state judged, measured, and its edges kept."""
         res = self.result
         model, index, queue = self.model, self.index, self.queue
         judge, found = self.judge, res.violations

@@ -7,13 +7,16 @@ lists them; `choice` says why). Which ones depends on `SearchOptions.por`:
 
 - off (`--no-por`): one search, with symmetry unless it is off;
 - on (`--por`): partial-order reduction, staged as `_ordered` says;
-- auto (the default): partial-order reduction with settled completions up
-  to the first violation (`_auto`). If it finds none, that search is the
-  answer: the reduction keeps every measure when nothing breaks
-  (cowcheck.model.reduce.ample). If it finds one, the search without it
-  gives every figure, so a buggy protocol pays only for the reduced search
-  up to its first violation, usually shallow. Where settled completions do
-  not apply (`_partial_order` says why), auto is off.
+- auto (the default, `_auto`): the search without partial-order reduction
+  for its first few states (FIRST_STATES), which answers a space that
+  small, and a protocol that breaks in them; else partial-order reduction
+  with settled completions up to the first violation. If it finds none,
+  that search is the answer: the reduction keeps every measure when
+  nothing breaks (cowcheck.model.reduce.ample). If it finds one, the
+  search without it goes on from where it paused and gives every figure,
+  so a buggy protocol pays only for the reduced search up to its first
+  violation, usually shallow. Where settled completions do not apply
+  (`_partial_order` says why), auto is off.
 
 Under auto every verdict, shortest length, measure and trace is the one
 the search without partial-order reduction gives (tests/test_reductions.py
@@ -35,7 +38,7 @@ from cowcheck.model.harness import HarnessModel, system_for
 from cowcheck.model.system import ProtocolModel, TransitionSystem
 
 from cowcheck.adapters.deadline import DEFAULT_SECONDS, Deadline
-from cowcheck.engines.explorer import PEAK_REACHED, Explorer, NotRebuilt
+from cowcheck.engines.explorer import PEAK_REACHED, Exploration, Explorer, NotRebuilt
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.invariants import Kind
@@ -108,7 +111,8 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
 
 class _Searches:
     """The searches one check may run, all of one model with the same
-    symmetry and encoding; each is recorded (`done`) and its seconds summed."""
+    symmetry and encoding; each is recorded (`done`) once it has served its
+    purpose, and the seconds of all of them are summed."""
 
     def __init__(self, scenario: Scenario, model: TransitionSystem, options: SearchOptions,
                  progress: Optional[Callable]):
@@ -118,28 +122,42 @@ class _Searches:
         self.cache = scenario.cache
         self.orbits = Symmetry(scenario) if options.symmetry and reducible else None
         self.encode = Compact(scenario).encode if options.compact and reducible else None
+        self.explored: list[Exploration] = []   # each search's result (not the search: what it stored may go)
         self.done: list[Search] = []
-        self.seconds = 0.0
 
-    def run(self, purpose: str, invariants: tuple[Invariant, ...], ample: Optional[Ample], limits: SearchOptions,
-            stop_after: Optional[frozenset[str]] = None, peak_target: Optional[int] = None) -> Explorer:
-        """One search under `limits`, recorded as being for `purpose`. With a
-        `peak_target` it looks only for the first state at that peak, so it
-        keeps no measure but the gauge."""
+    def start(self, invariants: tuple[Invariant, ...], ample: Optional[Ample], limits: SearchOptions,
+              stop_after: Optional[frozenset[str]] = None) -> Explorer:
+        """A search under `limits`, not yet run (its `run` may pause, and
+        `more` continues it)."""
         model, orbits = self.model, self.orbits
         reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
-        measured = peak_target is None
-        explorer = Explorer(model, invariants, limits, stop_after=stop_after, gauge=allocated,
-                            steady=model.is_steady if measured else None,
-                            cost=model.is_copy_launch if measured else None,
-                            hits=model.hits if measured and self.cache else None,
+        explorer = Explorer(model, invariants, limits, stop_after=stop_after, gauge=allocated, steady=model.is_steady,
+                            cost=model.is_copy_launch, hits=model.hits if self.cache else None,
                             representative=orbits.representative if orbits else None,
                             mirror=orbits.unmirrored if orbits else None, ample=ample, reductions=tuple(reductions),
-                            encode=self.encode, progress=self.progress, peak_target=peak_target)
+                            encode=self.encode, progress=self.progress)
+        self.explored.append(explorer.result)
+        return explorer
+
+    def run(self, purpose: str, invariants: tuple[Invariant, ...], ample: Optional[Ample], limits: SearchOptions,
+            stop_after: Optional[frozenset[str]] = None) -> Explorer:
+        """One search under `limits`, run to its end and recorded as being for `purpose`."""
+        explorer = self.start(invariants, ample, limits, stop_after)
         explorer.run()
-        self.seconds += explorer.result.seconds
+        return self.record(purpose, explorer)
+
+    def more(self, explorer: Explorer) -> Explorer:
+        """A paused search, to be continued: its `max_seconds` is what is left."""
+        explorer.options = replace(explorer.options, max_seconds=self.time_left())
+        return explorer
+
+    def record(self, purpose: str, explorer: Explorer) -> Explorer:
         self.done.append(Search.of(purpose, explorer.result))
         return explorer
+
+    @property
+    def seconds(self) -> float:
+        return sum(x.seconds for x in self.explored)
 
     def time_left(self) -> Optional[float]:
         """`max_seconds` less what the searches so far took (at least a second)."""
@@ -215,33 +233,62 @@ def _ordered(searches: _Searches, invariants: tuple[Invariant, ...], ample: Ampl
     return _Staged(explorer, shortest, explorer, why)
 
 
+#: the states the search without partial-order reduction stores before the
+#: default starts the search with it (`_auto`). Under about this many, the
+#: reduced search's fixed costs (its setup, the staging, a second trace
+#: rebuilt) are a fifth of the check or more; past them, the states stored
+#: are the start of the peak's trace search or of the search for every
+#: figure, so little is lost when the reduced search answers.
+FIRST_STATES = 64
+
+
 def _auto(searches: _Searches, invariants: tuple[Invariant, ...], ample: Ample) -> _Staged:
-    """The default, where settled completions apply: partial-order reduction
-    with them up to the first violation. If there is none, that search
-    answers (the reduction keeps every measure when nothing breaks), and a
-    search with symmetry alone, up to the first state at the peak, gives the
-    peak's trace: the state and the trace the search without the reduction
-    would report, since it stores the same states in the same order up to
-    there. If there is one, or the reduced search stopped short (a bound),
-    the search without the reduction gives every figure."""
+    """The default, where settled completions apply. First the search
+    without partial-order reduction, paused once it stores FIRST_STATES
+    states: it answers a space that small by itself (there the reduced
+    search, its setup and its staging cost more than they save), and a
+    violation among them means a buggy protocol, whose every figure that
+    search gives, so it goes on to its end. Otherwise partial-order
+    reduction with settled completions up to the first violation. If there
+    is none, that search answers (the reduction keeps every measure when
+    nothing breaks), and the paused search goes on, storing states only
+    (`Explorer.seek`), up to the first state at the peak: the state and the
+    trace the search without the reduction reports. If there is one, or
+    the reduced search stopped short (a bound), the paused search goes on to
+    its end and gives every figure. The paused search is never run twice:
+    whatever it stored before the reduced search is the start of either."""
     options = searches.options
+    plain = searches.start(invariants, None, replace(options, por=False))
+    first = plain.run(pause_at=FIRST_STATES)
+    if not plain.paused:
+        what = "the whole space is" if first.complete else f"it stopped ({first.stopped})"
+        return _Staged(plain, plain, searches.record("verdicts", plain), "auto: without partial-order reduction: "
+                       f"{what} within {FIRST_STATES} states, where the search with it would cost more than it saves")
+    if first.violations:
+        searches.more(plain).run()
+        return _Staged(plain, plain, searches.record("verdicts", plain), "auto: without partial-order reduction: a "
+                       f"violation ({next(iter(first.violations))}) within its first {FIRST_STATES} states, so every "
+                       "figure from that search")
     reduced = searches.run("first violation", invariants, ample, replace(options, first=True))
     x = reduced.result
     if x.complete:
-        peak = searches.run("peak trace", (), None, replace(options, max_states=None, first=False, por=False,
-                                                         max_seconds=searches.time_left()), peak_target=x.peak)
-        if peak.result.stopped != PEAK_REACHED:       # stopped short of the peak: its trace is not the shortest
-            x.complete, x.stopped = False, f"{peak.result.stopped} (searching for the peak's shortest trace)"
-        return _Staged(reduced, reduced, peak, "auto: with partial-order reduction, no violation: every invariant "
+        assert x.peak is not None         # every search has the gauge
+        peak = searches.more(plain).seek(x.peak)
+        searches.record("peak trace", plain)
+        if peak.stopped != PEAK_REACHED:       # stopped short of the peak: its trace is not the shortest
+            x.complete, x.stopped = False, f"{peak.stopped} (searching for the peak's shortest trace)"
+        return _Staged(reduced, reduced, plain, "auto: with partial-order reduction, no violation: every invariant "
                        "holds and every measure is exact (the peak's shortest trace: without it, up to the peak)")
     if "interrupted" in (x.stopped or ""):
+        searches.record("verdicts", plain)
         return _Staged(reduced, reduced, reduced, "auto: interrupted in the search with partial-order reduction")
     if x.violations:
         broken = next(iter(x.violations))
         why = f"auto: with partial-order reduction, a violation ({broken}): every figure from the search without it"
     else:
         why = f"auto: with partial-order reduction, stopped ({x.stopped}): every figure from the search without it"
-    plain = searches.run("verdicts", invariants, None, replace(options, por=False, max_seconds=searches.time_left()))
+    searches.more(plain).run()
+    searches.record("verdicts", plain)
     return _Staged(plain, plain, plain, why)
 
 

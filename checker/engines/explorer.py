@@ -138,22 +138,18 @@ class Explorer:
                  cost: Optional[Callable] = None, hits: Optional[Callable] = None, representative: Optional[Callable] = None,
                  mirror: Optional[Callable] = None, ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None,
-                 progress: Optional[Callable[["Explorer", int], None]] = None, profile: bool = False,
-                 peak_target: Optional[int] = None):
+                 progress: Optional[Callable[["Explorer", int], None]] = None, profile: bool = False):
         """Search `model`, judging `invariants`, under the user's `options`
         (its limits; symmetry, partial-order reduction and the encoding
         arrive as the functions that implement them: `representative`,
         `mirror`, `ample`, `encode`). `stop_after`: stop once these
-        invariants are all broken. `peak_target`: stop once a state whose
-        gauge reaches it is stored; it is `result.peak_state`, the first
-        such state a full search of the same space stores (what the staged
-        check looks for once it knows the peak, cowcheck.engines.explicit)."""
+        invariants are all broken."""
         self.model = model
         self.invariants = invariants
         self.options = options
         self.max_memory = memory_bound(options.max_memory_mib)   # bytes of resident memory; None: no bound
         self.stop_after = stop_after
-        self.peak_target = peak_target
+        self.peak_target: Optional[int] = None     # set by `seek`
         self.gauge = gauge
         self.steady = steady
         self.cost = cost
@@ -176,6 +172,12 @@ class Explorer:
         self.edge_cost = array("b")
         self.edge_hits = array("b")            # kept only with a `hits` measure
         self.final = bytearray()
+        # what a paused run continues from (`run(pause_at=...)`, `seek`)
+        self.queue: deque = deque()
+        self.steady_values: set[int] = set()
+        self.memory_at_start: Optional[int] = None
+        self.paused = False
+        self.started = 0.0                     # when the current call began (for max_seconds)
         self.result = Exploration(reductions=reductions, fingerprints=fingerprints,
                                   encoding="fixed-width" if encode is not None else None)
         # seconds per part of the search (`cowcheck bench --profile`); None
@@ -269,86 +271,54 @@ class Explorer:
             if self.stop_after is not None and self.stop_after <= self.result.violations.keys():
                 raise _Stop("every sought violation found")
 
-    def run(self) -> Exploration:
+    def run(self, pause_at: Optional[int] = None) -> Exploration:
+        """The search, judging every invariant and keeping every measure.
+        With `pause_at`, it pauses (`paused`; not complete) before expanding
+        another state once that many are stored; `run` again continues it
+        where it paused, as if it had never stopped (the same states in the
+        same order), and so does `seek`."""
+        assert self.peak_target is None, "after `seek` the edges and measures are not kept: the search cannot go on"
+        return self._searching(lambda: self._judged(pause_at))
+
+    def seek(self, target: int) -> Exploration:
+        """Continue the search (a paused one, or from the start) judging and
+        measuring nothing, only storing states, until one whose gauge
+        reaches `target` is stored (stopped PEAK_REACHED; at once if one is
+        already). That state is `result.peak_state`, with its parent links:
+        the first state at `target` that the whole search stores, and the
+        trace to it that it would rebuild, since the states are stored in
+        the same order from the same successors. What the staged check runs
+        once it knows the peak (cowcheck.engines.explicit). It keeps no
+        edges: `run` cannot follow it."""
+        self.peak_target = target
+        return self._searching(self._unjudged)
+
+    def _searching(self, loop: Callable[[], None]) -> Exploration:
+        """One call of `run` or `seek`: the first state stored if none is,
+        then `loop`, stopped by whatever stops a search; then the result."""
         res = self.result
-        start, memory = time.perf_counter(), _resident_bytes()
-        model, index = self.model, self.index
-        judge, found = self.judge, res.violations
-        steady_values = set()
-        queue: deque = deque()
+        if self.paused:                  # a pause is no stop: complete unless something else stopped it
+            res.complete, self.paused = res.stopped is None, False
+        self.started = start = time.perf_counter()
+        if self.memory_at_start is None:
+            self.memory_at_start = _resident_bytes()
         try:
-            init = model.init_state()
-            if self.representative is not None:
-                init = self.representative(init)
-            self._add(self._stored(init), init, -1, 0)
-            queue.append((0, init))
-            # the loop runs once per transition: what it calls is bound once here
-            representative, stored, mirror, ample = self.representative, self._stored, self.mirror, self.ample
-            plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
-            steady, gauge, cost, hits, max_depth = self.steady, self.gauge, self.cost, self.hits, self.options.max_depth
-            max_states, max_seconds = self.options.max_states, self.options.max_seconds
-            depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
-            edge_hits = self.edge_hits
-            state_checks, action_checks, violate = judge.state, judge.action, self._violate
-            while queue:
-                sid, state = queue.popleft()
-                depth = depths[sid]
-                if depth > res.depth:
-                    res.depth = depth
-                trs = model.successors(state)
-                final = model.is_final(state)
-                finals.append(final)
-                edge_start.append(len(edge_dst))
-                for inv_id, witness in state_checks(model, state, final, not trs, found):
-                    violate(inv_id, depth, sid, witness=witness)
-                if steady is not None and steady(state):
-                    assert gauge is not None  # a steady predicate comes with its gauge
-                    steady_values.add(gauge(state))
-                if max_depth is not None and depth >= max_depth:
-                    if trs:
-                        res.complete, res.stopped = False, f"--max-depth {max_depth}"
-                    continue
-                if mirror is not None:
-                    trs = mirror(state, trs)
-                if ample is not None:
-                    trs = ample(state, trs)
-                for tr in trs:
-                    res.transitions += 1
-                    nxt = tr.state
-                    if tr.facts:
-                        for inv_id, witness in action_checks(model, state, tr, found):
-                            violate(inv_id, depth + 1, sid, tr.action, nxt, witness)
-                    if nxt is None:
-                        continue
-                    if representative is not None:
-                        nxt = representative(nxt)
-                    key = nxt if plain else stored(nxt)
-                    nid = index.get(key)
-                    if nid is None:
-                        if max_states is not None and len(self.keys) >= max_states:
-                            res.complete, res.stopped = False, f"--max-states {max_states}"
-                            raise _Stop(res.stopped)
-                        nid = self._add(key, nxt, sid, depth + 1)
-                        queue.append((nid, nxt))
-                    edge_dst.append(nid)
-                    edge_cost.append(cost(tr.action) if cost else 0)
-                    if hits is not None:
-                        edge_hits.append(hits(tr.action))
-                if not sid & 0xFFF:
-                    # What is stored stays: the collector need not look at it
-                    # again (its full passes would walk every stored state).
-                    gc.freeze()
-                    if self.max_memory is not None and _resident_bytes() > self.max_memory:
-                        raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")
-                    if max_seconds is not None and time.perf_counter() - start > max_seconds:
-                        raise _Stop(f"max_seconds {max_seconds:g}")
-                    if self.progress is not None:
-                        self.progress(self, len(queue))
+            if not self.keys:
+                init = self.model.init_state()
+                if self.representative is not None:
+                    init = self.representative(init)
+                self._add(self._stored(init), init, -1, 0)
+                self.queue.append((0, init))
+            elif self.progress is not None:      # going on: the progress names it at once, as its first state did
+                self.progress(self, len(self.queue))
+            loop()
+        except _Paused:
+            res.complete, self.paused = False, True
         except _Stop as stop:
             res.complete = False
             res.stopped = res.stopped or str(stop)
         except MemoryError:              # the last resort: give the queue's memory back and report
-            queue.clear()
+            self.queue.clear()
             res.complete, res.stopped = False, "out of memory (MemoryError)"
         except KeyboardInterrupt as interrupt:
             res.complete, res.stopped = False, interrupted(interrupt)
@@ -357,14 +327,121 @@ class Explorer:
         finally:
             gc.unfreeze()        # back under the collector: what is garbage once the run ends is collected
         res.states = len(self.keys)
-        res.seconds = time.perf_counter() - start
-        res.bytes_per_state = max(_resident_bytes() - memory, 0) / max(res.states, 1)
-        res.steady_values = tuple(sorted(steady_values))
+        res.seconds += time.perf_counter() - start
+        res.bytes_per_state = max(_resident_bytes() - self.memory_at_start, 0) / max(res.states, 1)
+        res.steady_values = tuple(sorted(self.steady_values))
         if res.complete and self.cost is not None:
             res.cost_range = self._cost_range(self.edge_cost)
         if res.complete and self.hits is not None:
             res.hits_range = self._cost_range(self.edge_hits)
         return res
+
+    def _checkpoint(self) -> None:
+        """Every 4,096 states: the collector, the bounds, the progress."""
+        # What is stored stays: the collector need not look at it
+        # again (its full passes would walk every stored state).
+        gc.freeze()
+        if self.max_memory is not None and _resident_bytes() > self.max_memory:
+            raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")
+        max_seconds = self.options.max_seconds
+        if max_seconds is not None and time.perf_counter() - self.started > max_seconds:
+            raise _Stop(f"max_seconds {max_seconds:g}")
+        if self.progress is not None:
+            self.progress(self, len(self.queue))
+
+    def _judged(self, pause_at: Optional[int]) -> None:
+        """`run`'s loop: each state judged, measured, and its edges kept."""
+        res = self.result
+        model, index, queue = self.model, self.index, self.queue
+        judge, found = self.judge, res.violations
+        steady_values = self.steady_values
+        # the loop runs once per transition: what it calls is bound once here
+        representative, stored, mirror, ample = self.representative, self._stored, self.mirror, self.ample
+        plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
+        steady, gauge, cost, hits, max_depth = self.steady, self.gauge, self.cost, self.hits, self.options.max_depth
+        max_states = self.options.max_states
+        depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
+        edge_hits = self.edge_hits
+        state_checks, action_checks, violate = judge.state, judge.action, self._violate
+        while queue:
+            if pause_at is not None and len(self.keys) >= pause_at:
+                raise _Paused()
+            sid, state = queue.popleft()
+            depth = depths[sid]
+            if depth > res.depth:
+                res.depth = depth
+            trs = model.successors(state)
+            final = model.is_final(state)
+            finals.append(final)
+            edge_start.append(len(edge_dst))
+            for inv_id, witness in state_checks(model, state, final, not trs, found):
+                violate(inv_id, depth, sid, witness=witness)
+            if steady is not None and steady(state):
+                assert gauge is not None  # a steady predicate comes with its gauge
+                steady_values.add(gauge(state))
+            if max_depth is not None and depth >= max_depth:
+                if trs:
+                    res.complete, res.stopped = False, f"--max-depth {max_depth}"
+                continue
+            if mirror is not None:
+                trs = mirror(state, trs)
+            if ample is not None:
+                trs = ample(state, trs)
+            for tr in trs:
+                res.transitions += 1
+                nxt = tr.state
+                if tr.facts:
+                    for inv_id, witness in action_checks(model, state, tr, found):
+                        violate(inv_id, depth + 1, sid, tr.action, nxt, witness)
+                if nxt is None:
+                    continue
+                if representative is not None:
+                    nxt = representative(nxt)
+                key = nxt if plain else stored(nxt)
+                nid = index.get(key)
+                if nid is None:
+                    if max_states is not None and len(self.keys) >= max_states:
+                        res.complete, res.stopped = False, f"--max-states {max_states}"
+                        raise _Stop(res.stopped)
+                    nid = self._add(key, nxt, sid, depth + 1)
+                    queue.append((nid, nxt))
+                edge_dst.append(nid)
+                edge_cost.append(cost(tr.action) if cost else 0)
+                if hits is not None:
+                    edge_hits.append(hits(tr.action))
+            if not sid & 0xFFF:
+                self._checkpoint()
+
+    def _unjudged(self) -> None:
+        """`seek`'s loop: `_judged` less the invariants, the measures and the
+        edges (the states, their order, parents and depths are the same)."""
+        res, target = self.result, self.peak_target
+        if res.peak is not None and target is not None and res.peak >= target:
+            raise _Stop(PEAK_REACHED)
+        model, index, queue, depths = self.model, self.index, self.queue, self.depth
+        representative, stored, mirror, add = self.representative, self._stored, self.mirror, self._add
+        plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
+        while queue:
+            sid, state = queue.popleft()
+            depth = depths[sid]
+            if depth > res.depth:
+                res.depth = depth
+            trs = model.successors(state)
+            if mirror is not None:
+                trs = mirror(state, trs)
+            res.transitions += len(trs)
+            for tr in trs:
+                nxt = tr.state
+                if nxt is None:
+                    continue
+                if representative is not None:
+                    nxt = representative(nxt)
+                key = nxt if plain else stored(nxt)
+                if index.get(key) is None:
+                    queue.append((add(key, nxt, sid, depth + 1), nxt))     # raises PEAK_REACHED at the target
+            if not sid & 0xFFF:
+                self._checkpoint()
+        raise _Stop("the peak not reached")      # the target was not the peak of this search
 
     # -- measures -------------------------------------------------------------
     def _cost_range(self, cost: array) -> Optional[tuple[int, int]]:
@@ -465,8 +542,12 @@ class _Stop(Exception):
     pass
 
 
-#: why a search with a `peak_target` stopped when it reached it
+#: why `seek` stopped when it reached its target
 PEAK_REACHED = "the peak reached"
+
+
+class _Paused(Exception):
+    """`run(pause_at=...)` pausing: not a stop, it continues where it paused."""
 
 
 class _TimedModel:

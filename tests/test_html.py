@@ -349,9 +349,9 @@ def test_index_links_to_the_pages(browser, tmp_path):
         for _ in range(14):                  # a's first kernel: the pool agrees with the model
             page.keyboard.press("ArrowRight")
         assert page.inner_text("#action .decoded .tag") == "MATCH"
-        page.keyboard.press("End")           # b's kernel: the executor decodes b1 where p2 belongs
+        page.keyboard.press("End")           # b's kernel: the executor decodes a2 where p2 belongs
         assert page.inner_text("#violation .decoded .tag") == "DIFFERS"
-        assert page.inner_text("#violation .decoded-token") == "b1"
+        assert page.inner_text("#violation .decoded-token") == "a2"
         screenshot(page, "stepper-from-index-violation")
 
 

@@ -74,7 +74,12 @@ The clock's reading and `TreeNode.counter` are kept in the adapter and set
 around every call (`_engine_call`), so a replay sees the same timestamps
 and ids. `snapshot()` is canonical: the tree as nested tuples (children in
 their dict order, which breaks eviction ties), timestamps as ranks, no node
-ids; the allocator's free slots in order; the requests sorted."""
+ids; the allocator's free slots in order; the requests sorted.
+
+One idea, though long: SGLang's cache and allocator driven as SGLang's
+scheduler drives them, with the stand-ins their imports need and the
+canonical snapshot of their state; split, each part would need the
+others' view of the same engine objects."""
 
 from __future__ import annotations
 

@@ -121,6 +121,13 @@ def memory_bound(mib: Optional[int]) -> Optional[int]:
     return default_max_memory() if mib is None else (mib << 20) or None
 
 
+def _out_of_memory_in_c(err: SystemError) -> bool:
+    """A SystemError that is a MemoryError lost inside C code: with no memory
+    left, a C function can fail before it sets its exception, and CPython
+    then raises "error return without exception set" in its place."""
+    return "without exception set" in str(err)
+
+
 def _resident_bytes() -> int:
     """Resident memory now, in bytes; 0 where it cannot be read (no /proc,
     or no memory left to read it with, right after a MemoryError)."""
@@ -317,7 +324,9 @@ class Explorer:
         except _Stop as stop:
             res.complete = False
             res.stopped = res.stopped or str(stop)
-        except MemoryError:              # the last resort: give the queue's memory back and report
+        except (MemoryError, SystemError) as err:      # the last resort: give the queue's memory back and report
+            if type(err) is SystemError and not _out_of_memory_in_c(err):
+                raise
             self.queue.clear()
             res.complete, res.stopped = False, "out of memory (MemoryError)"
         except KeyboardInterrupt as interrupt:

@@ -71,7 +71,7 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.branches import Operation
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import (UNBORN, WAITING, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final,
-                                  is_steady, prompt, prompt_slots, read)
+                                  is_quiescent, is_steady, prompt, prompt_slots, read)
 from cowcheck.model.structure import Op
 
 #: the prefix of the module name a file named by path is imported under
@@ -440,13 +440,17 @@ class HarnessModel:
             blocks[b] = blocks[b]._replace(slots=prompt_slots(s, k))
         return state._replace(blocks=tuple(blocks))
 
+    # final, steady and quiescent each also need the allocator told of every
+    # completion: until then its books are not settled (a deferred release
+    # has not happened)
     def is_final(self, state: State) -> bool:
-        """Every request done, the device idle, and the allocator told of
-        every completion (a deferred release has happened)."""
         return is_final(state) and not state.code.pending
 
     def is_steady(self, state: State) -> bool:
         return is_steady(state, self.operations) and not state.code.pending
+
+    def is_quiescent(self, state: State) -> bool:
+        return is_quiescent(state) and not state.code.pending
 
     @staticmethod
     def is_copy_launch(action: Action) -> int:

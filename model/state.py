@@ -136,6 +136,12 @@ def is_final(state: State) -> bool:
     return not state.queue and all(b.status is Status.FINISHED or b.status is Status.CANCELLED for b in state.branches)
 
 
+def is_quiescent(state: State) -> bool:
+    """Nothing in flight and no branch inside an operation: the books
+    (refcounts, tables) are settled."""
+    return not state.queue and all(br.op is None for br in state.branches)
+
+
 def is_steady(state: State, operations: tuple[tuple[Any, ...], ...]) -> bool:
     """Every branch born, at the end of its program (finish not started),
     nothing in flight."""

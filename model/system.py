@@ -18,7 +18,7 @@ from cowcheck.model.condition import environment
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import WAITS, Rule, Step
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_steady
+from cowcheck.model.state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_quiescent, is_steady
 from cowcheck.model.steps import Request
 from cowcheck.model.structure import Op, Place, Structure
 
@@ -56,6 +56,11 @@ class TransitionSystem(Protocol):
 
     def is_steady(self, state: State) -> bool:
         """Every branch done with its program and not finished, nothing in flight."""
+        ...
+
+    def is_quiescent(self, state: State) -> bool:
+        """The books are settled: nothing in flight, no branch inside an
+        operation (refcount-exact is judged only here)."""
         ...
 
     def is_copy_launch(self, action: Action) -> int:
@@ -113,6 +118,9 @@ class ProtocolModel:
 
     def is_steady(self, state: State) -> bool:
         return is_steady(state, self.operations)
+
+    def is_quiescent(self, state: State) -> bool:
+        return is_quiescent(state)
 
     @staticmethod
     def is_copy_launch(action: Action) -> int:

@@ -201,9 +201,7 @@ def uaf_state(model, state, final, stuck):
 
 # -- state invariants ---------------------------------------------------------
 def refcount_exact(model, state, final, stuck):
-    # quiescent: nothing in flight, no branch inside an operation, and
-    # allocator code told of every completion (its books are settled)
-    if state.queue or any(br.op is not None for br in state.branches) or (state.code is not None and state.code.pending):
+    if not model.is_quiescent(state):
         return None
     counts = [0] * len(state.blocks)
     for br in state.branches:

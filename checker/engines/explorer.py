@@ -124,8 +124,10 @@ def memory_bound(mib: Optional[int]) -> Optional[int]:
 def _out_of_memory_in_c(err: SystemError) -> bool:
     """A SystemError that is a MemoryError lost inside C code: with no memory
     left, a C function can fail before it sets its exception, and CPython
-    then raises "error return without exception set" in its place."""
-    return "without exception set" in str(err)
+    then raises "error return without exception set" or "<function>
+    returned NULL without setting an exception" in its place."""
+    message = str(err)
+    return "without exception set" in message or "without setting an exception" in message
 
 
 def _resident_bytes() -> int:

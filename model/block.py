@@ -126,12 +126,74 @@ class Draft:
         self.branches[index] = branch
 
 
-def free_choices(state: State, reuse: str) -> tuple[int, ...]:
+def free_choices(state: State, reuse: str, twins: bool = False) -> tuple[int, ...]:
     """The blocks an `alloc` may pop: the front of the list, or under `any`
-    reuse every free block (each a separate successor)."""
+    reuse every free block (each a separate successor); with `twins`, one
+    of each set of indistinguishable ones (`twin_classes`)."""
     if not state.free:
         return ()
-    return state.free if reuse == "any" else state.free[:1]
+    if reuse != "any":
+        return state.free[:1]
+    return tuple(members[0] for members in twin_classes(state)) if twins else state.free
+
+
+def twin_classes(state: State) -> list[tuple[int, ...]]:
+    """The free list cut into classes of indistinguishable blocks, each in
+    list order, the classes in the order of their first members. Free
+    blocks that nothing references (no table, local, hit or op in flight)
+    and that hold the same (refcount, holds, slots, key) differ only in
+    their ids: a successor that takes one is a successor that takes the
+    other with the two ids swapped, the same state up to renaming block
+    ids. A search that stores states up to that renaming (block-id
+    symmetry, cowcheck.model.reduce.symmetry) needs one of each class;
+    under `any` reuse, where every free block is a choice, that is what
+    keeps a large pool from multiplying the successors (`ProtocolModel`'s
+    `twins`). A referenced free block is a class of its own."""
+    referenced: set[Optional[int]] = set()
+    for br in state.branches:
+        referenced.update(br.working)
+        referenced.update(br.published)
+        referenced.update(br.hits)
+        referenced.add(br.tail)
+        referenced.add(br.new)
+    for op in state.queue:
+        if type(op) is Copy:
+            referenced.add(op.src)
+            referenced.add(op.dst)
+        else:
+            referenced.update(op.snapshot)
+    classes: dict[Union[int, Block], list[int]] = {}
+    for b in state.free:
+        classes.setdefault(b if b in referenced else state.blocks[b], []).append(b)
+    return [tuple(members) for members in classes.values()]
+
+
+def twin_orders(state: State, n: int) -> list[tuple[int, ...]]:
+    """`permutations(state.free, n)` less the orders that another one kept
+    gives up to renaming twins (`twin_classes`): in each order kept, the
+    blocks of a class are its first members, in list order. In the order
+    `permutations` gives them, so that each order kept is the first of
+    those it stands for."""
+    classes = twin_classes(state)
+    position = {b: k for k, b in enumerate(state.free)}
+    taken = [0] * len(classes)
+    out: list[tuple[int, ...]] = []
+    prefix: list[int] = []
+
+    def extend() -> None:
+        if len(prefix) == n:
+            out.append(tuple(prefix))
+            return
+        nexts = sorted((position[members[taken[k]]], k) for k, members in enumerate(classes) if taken[k] < len(members))
+        for _, k in nexts:
+            prefix.append(classes[k][taken[k]])
+            taken[k] += 1
+            extend()
+            taken[k] -= 1
+            prefix.pop()
+
+    extend()
+    return out
 
 
 def alloc(d: Draft, block: int, evict: bool = True) -> bool:

@@ -50,17 +50,22 @@ def prompt_allocs(br: Branch, prompt: tuple[str, ...], block_size: int) -> int:
     return -(-len(prompt) // block_size) - len(br.hits)
 
 
-def choices(state: State, index: int, step: Step, reuse: str, source: str, request: Request = Request("")) -> tuple[Choice, ...]:
-    """() when the step is not enabled; else the alternatives (None: no choice)."""
+def choices(state: State, index: int, step: Step, reuse: str, source: str, request: Request = Request(""),
+            twins: bool = False) -> tuple[Choice, ...]:
+    """() when the step is not enabled; else the alternatives (None: no
+    choice). `twins`: one choice of each set that differ only in which of
+    some indistinguishable free blocks they take (cowcheck.model.block.twin_classes)."""
     op = step.op
     if op == "alloc" or op == "alloc-no-evict":
-        return blockops.free_choices(state, reuse)
+        return blockops.free_choices(state, reuse, twins)
     if op == "alloc-prompt":
         n = prompt_allocs(state.branches[index], request.prompt, len(state.blocks[0].slots))
         if len(state.free) < n:
             return ()
+        if reuse != "any":
+            return _ENABLED
         # under `any` each block is a choice of its own, taken in turn
-        return tuple(permutations(state.free, n)) if reuse == "any" else _ENABLED
+        return tuple(blockops.twin_orders(state, n)) if twins else tuple(permutations(state.free, n))
     if op == "wait-kernel":
         for q in state.queue:
             if type(q) is Kernel and q.branch == index:

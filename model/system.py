@@ -9,6 +9,7 @@ reports what happened as facts (cowcheck.model.block) for the checker to judge."
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Optional, Protocol
 
 from cowcheck.model import device, steps
@@ -95,6 +96,22 @@ class ProtocolModel:
                               for i, name in enumerate(self.names))
         self._after = tuple(spec.after for spec in scenario.branches)
         self._drafts = tuple(spec.drafts for spec in scenario.branches)
+        #: allocations take one of each set of indistinguishable free blocks
+        #: (cowcheck.model.block.twin_classes): `up_to_block_ids`
+        self.twins = False
+
+    def up_to_block_ids(self) -> ProtocolModel:
+        """This model for a search that stores states up to renaming block
+        ids (block-id symmetry): its allocations under `any` reuse take one
+        of each set of free blocks that differ only in their ids, the first
+        of the successors that each set stands for, so that search stores
+        the same states and rebuilds the same traces from far fewer
+        successors. Any other search needs every choice: the model itself."""
+        if self.reuse != "any":
+            return self
+        twin = copy.copy(self)
+        twin.twins = True
+        return twin
 
     # -- the TransitionSystem interface ---------------------------------------
     def init_state(self) -> State:
@@ -210,7 +227,7 @@ class ProtocolModel:
         for step in admit:
             if step.op in WAITS:
                 return True
-            options = steps.choices(state, i, step, self.reuse, self.source, self.requests[i])
+            options = steps.choices(state, i, step, self.reuse, self.source, self.requests[i], self.twins)
             if not options:
                 return False
             d = Draft(state, self.reuse)
@@ -265,7 +282,7 @@ class ProtocolModel:
     def _step(self, state: State, i: int, br: Branch, op: Op, program: tuple[Step, ...], k: int,
               out: list[Transition]) -> None:
         step = program[k]
-        options = steps.choices(state, i, step, self.reuse, self.source, self.requests[i])
+        options = steps.choices(state, i, step, self.reuse, self.source, self.requests[i], self.twins)
         if not options:
             return
         child = self.operations[i][br.done].arg if op is Op.FORK else None

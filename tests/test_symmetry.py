@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +24,7 @@ from cowcheck.model.scenario import DEVICES, make_scenario
 from cowcheck.model.state import allocated
 from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.system import ProtocolModel
+from conftest import cache_scenarios
 from test_reductions import measures, repeated_cache_scenarios, scramble
 
 
@@ -265,3 +267,69 @@ def test_the_floor_row_looks_up_the_same_search():
     row = in_child(measure_floor, (4, 1, 60.0), limit=300)
     assert row is not None and row["complete"] and row["states"] == 6059
     assert row["looked_up_seconds"] is not None and row["looked_up_seconds"] > 0
+
+
+# -- twin free blocks under `any` reuse (cowcheck.model.block.twin_classes) ----------
+@st.composite
+def any_reuse_scenarios(draw):
+    """Random scenarios with `any` reuse, cache or not, with room to spare
+    in the pool (no pool given), so that some free blocks are twins."""
+    if draw(st.booleans()):
+        scenario = draw(cache_scenarios(most=3, longest=3, tight=False))
+        return replace(scenario, reuse="any")
+    branches = [(draw(st.integers(0, 2)), draw(st.booleans())) for _ in range(draw(st.integers(1, 3)))]
+    return make_scenario(draw(st.integers(1, 3)), draw(st.integers(0, 4)), branches,
+                         draw(st.sampled_from(builtin_names(cache=False))), device=draw(st.sampled_from(DEVICES)), reuse="any")
+
+
+def _without_twins(monkeypatch):
+    monkeypatch.setattr(ProtocolModel, "up_to_block_ids", lambda self: self)
+
+
+def _everything(result) -> tuple:
+    """Every figure of a check, and its traces to the last byte."""
+    traces = {k: v.counterexample.to_json() for k, v in result.verdicts.items() if v.counterexample is not None}
+    peak = result.peak_trace.to_json() if result.peak_trace is not None else None
+    return measures(result), result.exploration.states, result.exploration.depth, traces, peak
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(any_reuse_scenarios())
+def test_taking_one_of_each_set_of_twin_free_blocks_changes_no_figure_and_no_trace(scenario):
+    """With block-id symmetry, an allocation under `any` reuse takes one
+    free block of each set that differ only in their ids: the search stores
+    the same states and finds the same verdicts, lengths, measures and
+    traces (byte for byte), from no more transitions."""
+    with pytest.MonkeyPatch.context() as patch:
+        _without_twins(patch)
+        every = check(scenario, max_states=5_000)
+    twins = check(scenario, max_states=5_000)
+    if not every.exploration.complete:
+        return
+    assert twins.exploration.complete
+    assert _everything(twins) == _everything(every)
+    assert twins.exploration.transitions <= every.exploration.transitions
+
+
+def test_a_roomy_pool_under_any_reuse_no_longer_multiplies_the_successors():
+    """Three requests of one-token blocks and no pool bound: each admission
+    may take its 3 or 4 blocks from a dozen free ones in any order
+    (thousands of orders), nearly all of them twins of each other."""
+    branches = [{"prompt": ["p0", "p1", "p1"], "appends": 1}, {"prompt": ["p1", "x0", "p3", "p1"], "appends": 3},
+                {"prompt": ["p0", "p1", "x0"], "appends": 2}]
+    scenario = make_scenario(1, 0, branches, "prefix-cache", device="stream", reuse="any", cache=True)
+    x = check(scenario, max_states=3_000).exploration
+    assert x.transitions < 3 * x.states      # every order: 1,263,949 transitions for these 3,000 states
+
+
+def test_twin_classes_keep_referenced_and_distinct_blocks_apart():
+    from cowcheck.model.block import twin_classes, twin_orders
+    from cowcheck.model.state import Block
+    scenario = make_scenario(2, 2, [(1, False)], "cow", reuse="any", pool=6)
+    state = ProtocolModel(scenario).init_state()
+    empty, stale = Block(0, 0, (None, None)), Block(0, 0, ("x", None))
+    blocks = (state.blocks[0], stale, empty, stale, empty, empty)
+    table = state.branches[0]._replace(working=(0, 5), published=(0, 5))       # 5 is free, yet in a table
+    state = state._replace(blocks=blocks, free=(1, 2, 3, 4, 5), branches=(table,))
+    assert twin_classes(state) == [(1, 3), (2, 4), (5,)]
+    assert twin_orders(state, 2) == [(1, 2), (1, 3), (1, 5), (2, 1), (2, 4), (2, 5), (5, 1), (5, 2)]

@@ -121,6 +121,9 @@ class _Searches:
         self.model, self.options, self.progress = model, options, progress
         self.cache = scenario.cache
         self.orbits = Symmetry(scenario) if options.symmetry and reducible else None
+        if self.orbits is not None:
+            assert isinstance(model, ProtocolModel)
+            self.model = model = model.up_to_block_ids()
         self.encode = Compact(scenario).encode if options.compact and reducible else None
         self.explored: list[Exploration] = []   # each search's result (not the search: what it stored may go)
         self.done: list[Search] = []

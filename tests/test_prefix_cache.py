@@ -239,10 +239,7 @@ def test_depth_first_agrees_with_breadth_first_on_cache_scenarios(scenario):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cache_scenarios(protocols=("prefix-cache",), tight=False))
 def test_prefix_cache_is_safe_and_disciplined_on_random_scenarios(scenario):
-    """Up to 5,000 states a scenario (the larger ones, three requests with
-    long prompts, are cut there and judged by nothing: the bench and the
-    shipped scenarios check those sizes)."""
-    result = check(scenario, max_states=5_000)
+    result = check(scenario, max_states=20_000)
     if result.exploration.complete:
         assert broken(result) == {}, scenario
 

@@ -78,7 +78,7 @@ def test_running_out_of_memory_is_a_partial_result_not_a_traceback(tmp_path):
     import resource
 
     def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (900 << 20, 900 << 20))
+        resource.setrlimit(resource.RLIMIT_AS, (500 << 20, 500 << 20))
 
     (tmp_path / "long.toml").write_text(LONG)
     done = subprocess.run(command() + ["check", "long.toml", "--no-symmetry", "--max-memory", "0", "--json", "out.json",

@@ -94,7 +94,7 @@ def test_encoding_agrees_along_a_cache_race(protocol, invariant):
 
 
 @pytest.mark.slow
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cache_scenarios(most=2, longest=3), st.integers(0, 2**32 - 1))
 def test_encoding_agrees_on_random_cache_scenarios(scenario, seed):
     rnd = random.Random(seed)

@@ -582,3 +582,22 @@ def test_the_choice_bench_runs_every_row_in_the_three_modes():
     summary = _summary([rows], "--no-por")
     assert summary["scenarios"] == 1 and summary["worst"] == "premature-decrement" and summary["sum_ratio"] > 0
     assert set(summary["seconds"]) == set(rows)
+
+
+def test_an_interrupt_in_the_reduced_search_reports_that_search_alone():
+    """Ctrl-C while the default's reduced search runs: the result is that
+    search's, partial, and the paused search without the reduction (its
+    first 64 states, which decided nothing) is not reported as the one that
+    gave the verdicts."""
+    from cowcheck.engines.explicit import explore
+    from cowcheck.engines.options import SearchOptions
+
+    def progress(explorer, queued):
+        if explorer.ample is not None:
+            raise KeyboardInterrupt
+
+    scenario = make_scenario(4, 6, [(1, False)] * 5, "cow")
+    result = explore(scenario, SearchOptions(), progress=progress)
+    assert not result.exploration.complete and "interrupted" in result.exploration.stopped
+    assert [s.purpose for s in result.searches] == ["first violation"]
+    assert result.choice == "auto: interrupted in the search with partial-order reduction"

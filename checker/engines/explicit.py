@@ -282,8 +282,7 @@ def _auto(searches: _Searches, invariants: tuple[Invariant, ...], ample: Ample) 
             x.complete, x.stopped = False, f"{peak.stopped} (searching for the peak's shortest trace)"
         return _Staged(reduced, reduced, plain, "auto: with partial-order reduction, no violation: every invariant "
                        "holds and every measure is exact (the peak's shortest trace: without it, up to the peak)")
-    if "interrupted" in (x.stopped or ""):
-        searches.record("verdicts", plain)
+    if "interrupted" in (x.stopped or ""):     # the paused search gave nothing: only the interrupted one is reported
         return _Staged(reduced, reduced, reduced, "auto: interrupted in the search with partial-order reduction")
     if x.violations:
         broken = next(iter(x.violations))

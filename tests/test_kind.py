@@ -96,7 +96,7 @@ def test_kinduction_proves_a_correct_scenario_at_k1():
 
 @pytest.mark.parametrize("scenario", [
     make_scenario(2, 1, [1, 1], "spare-capacity"),
-    pytest.param(make_scenario(2, 3, [1, 1], "premature-decrement"), marks=pytest.mark.slow),
+    pytest.param(make_scenario(2, 1, [1, 1], "premature-decrement"), marks=pytest.mark.slow),   # breaks what L = 3 breaks, in half the z3 time
 ], ids=["spare-capacity", "premature-decrement"])
 def test_kinduction_never_proves_what_the_explorer_breaks(scenario):
     explicit = check(scenario, symmetry=False)

@@ -148,7 +148,10 @@ def twin_classes(state: State) -> list[tuple[int, ...]]:
     symmetry, cowcheck.model.reduce.symmetry) needs one of each class;
     under `any` reuse, where every free block is a choice, that is what
     keeps a large pool from multiplying the successors (`ProtocolModel`'s
-    `twins`). A referenced free block is a class of its own."""
+    `twins`). A referenced free block is a class of its own. "References"
+    are the ones the representative numbers blocks by
+    (cowcheck.model.reduce.relabel, `_numbering`): what it does not number
+    by them, it orders by these contents, which is why twins are one state."""
     referenced: set[Optional[int]] = set()
     for br in state.branches:
         referenced.update(br.working)

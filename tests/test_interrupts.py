@@ -229,34 +229,30 @@ def test_ctrl_c_while_the_cluster_starts_stops_the_run_and_workers_ignore_it():
         runner.close()
 
 
+def _search_meeting(error: SystemError):
+    """An exhaustive search whose every successor call raises `error`."""
+    from cowcheck.engines.explorer import Explorer
+    from cowcheck.engines.invariants import INVARIANTS
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.model.system import ProtocolModel
+
+    class Raising(ProtocolModel):
+        def successors(self, state):
+            raise error
+
+    return Explorer(Raising(load_scenario(SCENARIOS / "cow-two-writers.toml")), INVARIANTS).run()
+
+
 @pytest.mark.parametrize("message", ["error return without exception set",
                                      "<function Ample.__call__ at 0x7f03409a7f60> returned NULL without setting an exception"])
 def test_a_memory_error_lost_in_c_code_stops_the_search_as_out_of_memory(message):
     """With no memory left, C code can fail before it sets its MemoryError;
     CPython raises a SystemError in either of these wordings in its place.
     The search reports it as out of memory, never as a traceback."""
-    from cowcheck.engines.explorer import Explorer
-    from cowcheck.engines.invariants import INVARIANTS
-    from cowcheck.model.scenario import load_scenario
-    from cowcheck.model.system import ProtocolModel
-
-    class Exhausted(ProtocolModel):
-        def successors(self, state):
-            raise SystemError(message)
-
-    result = Explorer(Exhausted(load_scenario(SCENARIOS / "cow-two-writers.toml")), INVARIANTS).run()
+    result = _search_meeting(SystemError(message))
     assert result.complete is False and result.stopped == "out of memory (MemoryError)"
 
 
 def test_a_system_error_of_another_kind_is_not_taken_for_out_of_memory():
-    from cowcheck.engines.explorer import Explorer
-    from cowcheck.engines.invariants import INVARIANTS
-    from cowcheck.model.scenario import load_scenario
-    from cowcheck.model.system import ProtocolModel
-
-    class Broken(ProtocolModel):
-        def successors(self, state):
-            raise SystemError("bad argument to internal function")
-
     with pytest.raises(SystemError):
-        Explorer(Broken(load_scenario(SCENARIOS / "cow-two-writers.toml")), INVARIANTS).run()
+        _search_meeting(SystemError("bad argument to internal function"))

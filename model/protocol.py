@@ -48,7 +48,13 @@ COPIES = ("copy", "copy-block")
 ALLOCS = ("alloc", "alloc-no-evict")
 #: the steps that need a cache scenario (cache = "prefix")
 CACHE_STEPS = ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts", "alloc-no-evict")
-STEP_FORMS = ", ".join(name + "".join(" X" for _ in range(n)) for name, n in ARITY.items())
+
+
+def step_forms(table: str) -> str:
+    """The steps a table may list, as `alloc X, copy X X, ...`: every step
+    but those that belong in another table (ONLY_IN)."""
+    return ", ".join(name + "".join(" X" for _ in range(n)) for name, n in ARITY.items()
+                     if ONLY_IN.get(name, table) == table)
 
 TOP_KEYS = ("name", "description", "admit", "append", "cancel", "finish", "fork", "rollback")
 APPEND_KEYS = ("rules", "paths", "atomic")
@@ -136,14 +142,15 @@ def _unknown(data: dict[str, Any], allowed: tuple[str, ...], source: str, prefix
             raise SpecError(source, f"{prefix}{key}", f"unknown key; allowed: {', '.join(allowed)}")
 
 
-def parse_step(text: Any, source: str, key: str) -> Step:
+def parse_step(text: Any, source: str, key: str, table: str) -> Step:
+    """One step of `table` (append, admit, cancel, finish, fork or rollback)."""
     if not isinstance(text, str) or not text.split():
-        raise SpecError(source, key, f"a step must be a non-empty string; allowed: {STEP_FORMS}")
+        raise SpecError(source, key, f"a step must be a non-empty string; allowed: {step_forms(table)}")
     op, *args = text.split()
     if op == "decide":
         raise SpecError(source, key, "'decide' is implicit (the first action of every append); do not list it")
     if op not in ARITY:
-        raise SpecError(source, key, f"unknown step '{op}'; allowed: {STEP_FORMS}")
+        raise SpecError(source, key, f"unknown step '{op}'; allowed in [{table}]: {step_forms(table)}")
     if len(args) != ARITY[op]:
         raise SpecError(source, key, f"step '{op}' takes {ARITY[op]} local(s), got {len(args)}: {text!r}")
     for arg in args:
@@ -157,7 +164,7 @@ def _steps(value: Any, source: str, key: str, table: str) -> tuple[Step, ...]:
     finish, fork or rollback), with the counts the semantics ask for."""
     if not isinstance(value, list) or (not value and table != "rollback"):
         raise SpecError(source, key, "must be a non-empty list of steps" if table != "rollback" else "must be a list of steps")
-    steps = tuple(parse_step(v, source, f"{key}[{i}]") for i, v in enumerate(value))
+    steps = tuple(parse_step(v, source, f"{key}[{i}]", table) for i, v in enumerate(value))
     for i, step in enumerate(steps):
         home = ONLY_IN.get(step.op)
         if home is not None and home != table:

@@ -186,7 +186,7 @@ PROTOCOL_CASES = {
                                   ["append.rules[2].when", "allowed"]),
     # [fork] and [rollback] (docs/semantics.md#branch-programs)
     "fork-unknown-step": (COW + '[fork]\nsteps = ["wait-kernel", "clone", "share"]\n',
-                          ["fork.steps[1]", "clone", "allowed", "incref-all", "share", "rewind", "trim"]),
+                          ["fork.steps[1]", "clone", "allowed in [fork]", "incref-all", "share", "trim"]),
     "rollback-unknown-step": (COW + '[rollback]\nsteps = ["wait-kernel", "undo"]\n',
                               ["rollback.steps[1]", "undo", "allowed", "rewind", "trim"]),
     "fork-without-share": (COW + '[fork]\nsteps = ["wait-kernel", "incref-all"]\n', ["fork.steps", "exactly one 'share'", "0"]),
@@ -482,3 +482,8 @@ def test_rich_markup_in_a_message_is_shown_as_text(tmp_path):
     result = invoke("replay", path, "--pool", "none")
     assert result.exit_code == 1
     assert "[tail=1, new=2]" in result.output
+
+
+def test_bench_only_is_refused_where_it_selects_nothing():
+    line = error_line(invoke("bench", "--only", "prefix", "--branches"))
+    assert_names(line, "--only", "--branches")

@@ -191,6 +191,12 @@ PROTOCOL_BAD = {
     "prefill-in-finish": ('[finish]\nsteps = ["prefill"]\n', ["finish.steps[0]", "prefill", "only in [admit]"]),
     "empty-admit": ('[admit]\nsteps = []\n', ["admit.steps", "non-empty"]),
     "admit-without-prefill": ('[admit]\nsteps = ["lookup", "touch-hits", "alloc-prompt", "publish"]\n', ["admit.steps", "prefill"]),
+    "touch-hits-in-append": ('[append]\nrules = [{ when = "true", path = "p" }]\npaths.p = ["touch-hits", "write", "wait-kernel"]\n',
+                             ["append.paths.p[0]", "touch-hits", "only in [admit]"]),
+    "alloc-prompt-in-cancel": ('[cancel]\nsteps = ["alloc-prompt"]\n', ["cancel.steps[0]", "alloc-prompt", "only in [admit]"]),
+    # what [admit] allows: the admission steps, and none that belongs in another table
+    "unknown-in-admit": ('[admit]\nsteps = ["lookup", "fork", "prefill"]\n',
+                         ["admit.steps[1]", "unknown step 'fork'", "allowed in [admit]", "lookup, touch-hits, alloc-prompt, prefill"]),
 }
 
 
@@ -209,6 +215,25 @@ def test_bad_cache_protocol(tmp_path, case):
     path = write(tmp_path / "s.toml", CACHE + 'protocol = "mine.toml"\n' + REQ)
     line = error_line(invoke("check", path, "--out", tmp_path / "cx"))
     assert_names(line, "mine.toml", *needles)
+    if case == "unknown-in-admit":
+        assert "write" not in line and "share" not in line and "rewind" not in line
+
+
+def test_hits_in_the_closing_table_and_in_json(tmp_path):
+    """The hits measure as a user reads it: `[fewest, most]` in --json
+    (null in a scenario without a cache) and the closing table's column."""
+    import json
+
+    specs = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
+    run = invoke("check", specs / "prefix-cache-warm.toml", specs / "spare-capacity.toml",
+                 "--json", tmp_path / "r.json", "--out", tmp_path / "cx")
+    assert run.exit_code == 0, run.output
+    warm, spare = json.loads((tmp_path / "r.json").read_text())
+    assert warm["hits"] == [2, 3] and warm["copies"] == [0, 0]
+    assert spare["hits"] is None
+    header, row = next((line, lines[i + 2]) for lines in [run.output.splitlines()] for i, line in enumerate(lines)
+                       if line.startswith("scenario ") and "hits" in line)
+    assert header.split()[-1] == "hits" and row.startswith("prefix-cache-warm") and row.split()[-1] == "2-3"
 
 
 def test_make_scenario_refuses_like_a_file():

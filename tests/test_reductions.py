@@ -601,3 +601,14 @@ def test_an_interrupt_in_the_reduced_search_reports_that_search_alone():
     assert not result.exploration.complete and "interrupted" in result.exploration.stopped
     assert [s.purpose for s in result.searches] == ["first violation"]
     assert result.choice == "auto: interrupted in the search with partial-order reduction"
+
+
+def test_the_choice_bench_runs_only_the_rows_asked_for(capsys):
+    """`cowcheck bench --choice --only TEXT`: the rows whose label holds
+    TEXT, any case, and no other."""
+    from rich.console import Console
+    from cowcheck.bench.choice import run_choice
+    figures = run_choice(Console(), True, 60.0, only="SPARE-capacity")
+    capsys.readouterr()
+    assert figures["holding"] == []
+    assert [rows["default"]["benchmark"] for rows in figures["shipped"]] == ["spare-capacity"]

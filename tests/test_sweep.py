@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import cowcheck
+from cowcheck.api import as_scenario
 from cowcheck.cli.common import scenario_files
 from cowcheck.model.errors import SpecError
 from cowcheck.sweeps.grid import AXES, expand, grid_from_dict, load_grid
@@ -522,3 +523,47 @@ def test_the_page_of_several_grids_reads_in_a_window_1400_px_wide(browser, tmp_p
         height = page.evaluate("document.documentElement.scrollHeight")
         assert height < 12000, height       # every other cell with seven broken invariants; the real page is about 6,000
         screenshot(page, "sweep-several-grids")
+
+
+FREE_IN_FLIGHT_GRID = """[grid]
+name = "g"
+protocol = "free-in-flight"
+device = "async"
+cache = "prefix"
+block_size = 2
+prompt = 0
+branches = 2
+appends = 1
+prompts = [[3, 3]]
+after = [["b", ""]]
+may_cancel = 1
+"""
+
+
+def test_a_cache_cell_runs_the_protocol_a_scenario_file_runs(tmp_path):
+    """A cache protocol that leaves out [finish] and [rollback] takes
+    prefix-cache's; inlined into a cell it must still (free-in-flight's
+    reference row: faithful-output at 26, not cow's finish order's 27)."""
+    grid = tmp_path / "g.toml"
+    grid.write_text(FREE_IN_FLIGHT_GRID)
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('cache = "prefix"\nprotocol = "free-in-flight"\nblock_size = 2\n'
+                        '[[branch]]\nprompt = 3\nappends = 1\nafter = "b"\n'
+                        '[[branch]]\nprompt = 3\nappends = 1\nmay_cancel = true\n')
+    cell = expand([load_grid(grid)])[0].scenario
+    direct = as_scenario(scenario)
+    assert (cell.protocol.finish, cell.protocol.rollback) == (direct.protocol.finish, direct.protocol.rollback)
+    result = cowcheck.check(cell)
+    assert result.verdicts["faithful-output"].length == 26
+    assert result.verdicts["faithful-output"].length == cowcheck.check(direct).verdicts["faithful-output"].length
+
+
+def test_sweep_shrink_writes_files_that_name_the_protocol_and_the_cells_length(tmp_path):
+    (tmp_path / "g.toml").write_text(FREE_IN_FLIGHT_GRID)
+    run = cowcheck_cmd("sweep", "g.toml", "--workers", "0", "--shrink", "--shrink-out", "shrunk", "--out", "cx", cwd=tmp_path)
+    assert run.returncode == 1, run.stderr
+    toml = next((tmp_path / "shrunk").glob("*-shrunk-faithful-output.toml"))
+    text = toml.read_text()
+    assert "faithful-output in 26 actions" in text and 'protocol = "free-in-flight"' in text
+    again = cowcheck.check(as_scenario(toml))
+    assert again.expect_met

@@ -37,7 +37,7 @@ from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.results import FORMAT, Outcome
 
 from cowcheck.bench.child import in_child
-from cowcheck.bench.table import SCENARIOS, bench_scenario
+from cowcheck.bench.table import SCENARIOS, bench_scenario, selected
 
 #: the explicit choices and the default, as `SearchOptions.por`, with their labels
 MODES: tuple[tuple[str, Optional[bool]], ...] = (("default", None), ("--por", True), ("--no-por", False))
@@ -99,12 +99,15 @@ def _ratio(a: dict, b: dict) -> Optional[float]:
     return a["seconds"] / b["seconds"]
 
 
-def run_choice(console: Console, as_json: bool, limit: float) -> dict:
-    """Every row in the three modes, then the summaries: per holding row,
-    default / --por; over the shipped buggy (and holding) scenarios, the
-    sum and the worst case of default / --no-por."""
+def run_choice(console: Console, as_json: bool, limit: float, only: Optional[str] = None) -> dict:
+    """Every row (with `only`, those whose label holds it) in the three
+    modes, then the summaries: per holding row, default / --por; over the
+    shipped buggy (and holding) scenarios, the sum and the worst case of
+    default / --no-por."""
     holding = []
     for label, source in HOLDING.items():
+        if not selected(label, only):
+            continue
         holding.append(_rows(label, source, limit))
         if not as_json:
             console.print(f"  {escape(label)}: " + ", ".join(
@@ -112,6 +115,8 @@ def run_choice(console: Console, as_json: bool, limit: float) -> dict:
                 style="dim")
     shipped = []
     for path in _shipped():
+        if not selected(path.stem, only):
+            continue
         shipped.append(_rows(path.stem, str(path), limit))
         if not as_json:
             console.print(f"  {escape(path.stem)}: " + ", ".join(f"{mode} {r.get('seconds')} s"
@@ -148,6 +153,8 @@ def _cell(row: dict, limit: float) -> str:
 
 def _show(console: Console, holding: list, shipped: list, summary: dict, limit: float) -> None:
     for title, groups in (("protocols that hold, as branches grow", holding), ("the shipped scenarios", shipped)):
+        if not groups:
+            continue
         table = Table(title=f"{title}: seconds (states), the whole check", title_justify="left")
         for col in ("benchmark", "verdict", "default", "--por", "--no-por", "default / --por", "default / --no-por",
                     "the default's searches"):

@@ -14,7 +14,7 @@ import json
 import resource
 import sys
 import time
-from typing import cast
+from typing import Optional, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -272,24 +272,35 @@ def _end_to_end(label: str) -> dict:
                 "seconds": round(time.perf_counter() - start, 2)}
 
 
-def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "counterexamples", full: bool = False) -> None:
-    traces = replayable(counterexamples)     # a bad file fails now, not after minutes of exploring
+def selected(label: str, only: Optional[str]) -> bool:
+    """Whether `bench --only TEXT` keeps the row of this label (TEXT a
+    case-blind part of it; no TEXT keeps every row)."""
+    return only is None or only.casefold() in label.casefold()
+
+
+def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "counterexamples", full: bool = False,
+                   only: Optional[str] = None) -> None:
+    """The main table; with `only`, just the rows whose label holds it (and
+    neither the end-to-end nor the replay line, which have no label)."""
+    traces = replayable(counterexamples) if only is None else []    # a bad file fails now, not after minutes of exploring
     rows = []
     for label, reductions, heavy in RUNS:
-        if heavy and not full:
+        if (heavy and not full) or not selected(label, only):
             continue
         row = in_child(_measure, (label, reductions))
         assert row is not None      # no limit
         rows.append(row)
         if not as_json:
             console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')}: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
-    symbolic = [row for label, invariant, heavy in SYMBOLIC_RUNS if full or not heavy
+    symbolic = [row for label, invariant, heavy in SYMBOLIC_RUNS if (full or not heavy) and selected(label, only)
                 if (row := in_child(_measure_symbolic, (label, invariant))) is not None]
-    harness = [row for shape in HARNESS_SHAPES if (row := in_child(_measure_harness, shape)) is not None]
+    harness = [row for shape in HARNESS_SHAPES if selected(f"engine allocator {shape[0]}", only)
+               if (row := in_child(_measure_harness, shape)) is not None]
     cache_harness = [row for label in HARNESS_CACHE_SCENARIOS for allocator in HARNESS_CACHE_ALLOCATORS
+                     if selected(f"{label} {allocator}", only)
                      if (row := in_child(_measure_cache_harness, (label, allocator))) is not None]
-    end_to_end = _end_to_end("cow B=4 L=6 4x2")
-    replays = replay_figures(traces)
+    end_to_end = _end_to_end("cow B=4 L=6 4x2") if only is None else None
+    replays = replay_figures(traces) if only is None else None
     if as_json:
         json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "harness": harness, "cache_harness": cache_harness, "end_to_end": end_to_end,
                    "replay": replays}, sys.stdout, indent=2)
@@ -301,8 +312,9 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     for r in rows:
         table.add_row(r["benchmark"], r["reductions"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["explore_seconds"]),
                       f"{r['states_per_second']:,}", str(r["peak_rss_mib"]), f"{r['bytes_per_state']:,}")
-    console.print(table)
-    if not full:
+    if rows:
+        console.print(table)
+    if not full and only is None:
         console.print("[dim](--full adds the unreduced 4x2 run, about 3.3 million states, and the 5x2 run)[/]")
     for r in symbolic:
         console.print(f"{r['benchmark']}: length {r['bmc_length']}, z3 {r['bmc_z3_seconds']} s "
@@ -330,6 +342,8 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
                 ctable.add_row(r["benchmark"], r["allocator"], f"{r['states']:,}", str(r["seconds"]), f"{r['states_per_second']:,}",
                                ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
         console.print(ctable)
+    if end_to_end is None or replays is None:
+        return
     console.print(f"{end_to_end['benchmark']}: {end_to_end['seconds']} s")
     console.print(f"{replays['benchmark']}: {replays['actions']:,} actions in {replays['seconds']} s, "
                   f"{replays['replays_per_second']} replays/s; one {replays['long_trace_actions']}-action run "

@@ -26,7 +26,10 @@ from cowcheck.model.errors import SpecError
 @click.option("--sweep", "sweep_bench", is_flag=True,
               help="Measure sweeps instead: ~200 small cells serially and on 1 and 2 Dask workers (cells/s, speed-up), "
                    "and the per-task overhead on trivial cells.")
-def bench(as_json, folder, full, branches, profile, floor, choice, limit, sweep_bench) -> None:
+@click.option("--only", metavar="TEXT",
+              help="Run only the rows whose label contains TEXT (any case), in the main table or with --choice: "
+                   "e.g. --only prefix-cache.")
+def bench(as_json, folder, full, branches, profile, floor, choice, limit, sweep_bench, only) -> None:
     """Measure exploration and replay speed on fixed benchmarks, with and
     without reductions, and z3 BMC's time to a shortest violation next to
     the explorer's."""
@@ -35,11 +38,14 @@ def bench(as_json, folder, full, branches, profile, floor, choice, limit, sweep_
     from cowcheck.bench.sweeps import run_sweep_benchmarks
     from cowcheck.bench.table import run_benchmarks
     try:
+        if only is not None and (sweep_bench or branches or profile or floor):
+            raise SpecError("bench", "--only", "selects rows of the main table or of --choice; "
+                            "not allowed with --sweep, --branches, --profile or --floor")
         if sweep_bench:
             run_sweep_benchmarks(console, as_json)
             return
         if choice:
-            run_choice(console, as_json, limit)
+            run_choice(console, as_json, limit, only)
             return
         if branches or profile or floor:
             if branches:
@@ -49,7 +55,7 @@ def bench(as_json, folder, full, branches, profile, floor, choice, limit, sweep_
             if floor:
                 run_floor(console, as_json, limit)
             return
-        run_benchmarks(console, as_json, folder, full)
+        run_benchmarks(console, as_json, folder, full, only)
     except SpecError as error:
         fail(error)
 

@@ -268,6 +268,7 @@ def _shrink_cells(result: Sweep, runner: Runner, out_dir: Path, out: Console) ->
     for (protocol, inv), cell in sorted(smallest.items()):
         assert cell.scenario is not None
         shrunk = shrink(cell.scenario, inv, runner=runner)
+        shrunk.original_length = cell.broken()[inv]       # the cell's own shortest, for the shrunk file's description
         write_shrunk(shrunk, out_dir)
         _show_shrunk(shrunk, out)
         done.append(shrunk)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cowcheck.model.errors import SpecError
-from cowcheck.model.protocol import Protocol
+from cowcheck.model.protocol import Protocol, for_scenario
 from cowcheck.model.branches import BRANCH_NAMES
 from cowcheck.model.scenario import Scenario
 
@@ -97,10 +97,16 @@ def scenario_data(protocol: Protocol, c: dict[str, Any]) -> dict[str, Any]:
                 b[key] = value
     data: dict[str, Any] = {"block_size": c["block_size"], "prompt": c["prompt"], "device": c["device"],
                             "reuse": c["reuse"], "branch": branch}
-    if c.get("cache", "none") != "none":
+    cache = c.get("cache", "none") != "none"
+    if cache:
         data["cache"] = c["cache"]
     if c.get("allocator") is not None:
         data["allocator"] = c["allocator"]
+    elif cache:
+        # inline, every table counts as given: the tables a cache scenario
+        # takes from prefix-cache must be filled in first, as a file naming
+        # the protocol gets them
+        data["protocol"] = for_scenario(protocol, True, protocol.source).definition
     else:
         data["protocol"] = protocol.definition
     if c["pool"] != "default":

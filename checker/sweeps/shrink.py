@@ -380,8 +380,9 @@ def write_shrunk(shrunk: Shrunk, out_dir: Union[str, Path]) -> list[Path]:
     stem = safe_name(f"{shrunk.original.name}-shrunk-{shrunk.invariant}")
     toml_path = out_dir / f"{stem}.toml"
     cx_path = file_for(out_dir, stem, shrunk.invariant)
+    where = f" in {shrunk.original_length} actions" if shrunk.original_length is not None else ""
     description = (f"Shrunk by `cowcheck shrink` from {shrunk.original.name} ({shrunk.describe(shrunk.original)}, "
-                   f"{shrunk.invariant} in {shrunk.original_length} actions) to the smallest scenario that still breaks it "
+                   f"{shrunk.invariant}{where}) to the smallest scenario that still breaks it "
                    f"({shrunk.counterexample.length} actions here).")
     atomic.write_text(toml_path, scenario_toml(shrunk.scenario, description, f"violates {shrunk.invariant}"))
     scenario = load_scenario(toml_path)      # as `check` will read it

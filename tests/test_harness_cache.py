@@ -5,6 +5,7 @@ adapter as one line naming the adapter and the method, exit 2."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,54 @@ def test_the_allocator_axis_sweeps_cache_scenarios(tmp_path):
     result = CliRunner().invoke(main, ["sweep", str(grid), "--out", str(tmp_path / "o")])
     assert result.exit_code in (0, 1), result.output
     assert "prefix.correct" in result.output and "prefix.no_evict" in result.output
+
+
+def test_a_pool_told_of_its_kernels_keeps_a_cancelled_requests_blocks_until_the_last_is_done():
+    """Fences in a cache scenario: the V1-style pool frees an aborted
+    request's blocks at once and its kernel writes them after the next
+    request got one; step_fenced keeps them until kernel_done, a host action
+    of its own, and holds. Reported as holds instead of the request's own
+    references, the same deferral breaks refcount-write: the kernel then
+    writes a block no table references (docs/semantics.md#engines-that-wait-and-allocators-that-hold)."""
+    path = SPECS / "scenarios" / "prefix-code-cancel-in-flight.toml"
+    scenario = replace(load_scenario(path), expect=())
+    freed_at_once = cowcheck.check(scenario)
+    assert {"no-use-after-free", "faithful-output"} <= violated(freed_at_once)
+    fenced = cowcheck.check(SPECS / "scenarios" / "prefix-code-step-fenced.toml")
+    assert fenced.complete and fenced.expect_met and not violated(fenced)
+    model = HarnessModel(load_scenario(SPECS / "scenarios" / "prefix-code-step-fenced.toml"))
+    seen, frontier, fences = set(), [model.init_state()], 0
+    while frontier and not fences:
+        state = frontier.pop()
+        for t in model.successors(state):
+            fences += t.action.step == "kernel_done"
+            if t.state not in seen:
+                seen.add(t.state)
+                frontier.append(t.state)
+    assert fences
+    as_holds = cowcheck.check(scenario, allocator=toy_cache.deferred_as_holds)
+    assert violated(as_holds) == {"refcount-write"}
+
+
+def test_every_view_shrink_and_assertion_works_on_a_cache_scenario_through_the_harness(tmp_path):
+    """What a user does with a counterexample of allocator code on a cache
+    scenario: the Python API and the assertion helpers, the stepper page,
+    the block graph with its cache map, and shrinking."""
+    path = SPECS / "scenarios" / "prefix-code-async.toml"
+    cx = cowcheck.assert_violates(path, "faithful-output")
+    assert cx.scenario.allocator == "cowcheck.specs.allocators.prefix:correct" and cx.scenario.cache
+    with pytest.raises(cowcheck.CheckFailed, match="faithful-output"):
+        cowcheck.assert_safe(path)
+    assert cowcheck.assert_safe(SPECS / "scenarios" / "prefix-code.toml").complete      # one stream: undisciplined, safe
+    with pytest.raises(cowcheck.CheckFailed, match="exclusive-write"):
+        cowcheck.assert_holds(SPECS / "scenarios" / "prefix-code.toml")
+    page = cowcheck.page(cx)
+    assert '"cache"' in page and "admit" in page
+    written = cx.write(tmp_path / "cx.json")
+    run = CliRunner().invoke(main, ["graph", str(written), "-o", str(tmp_path / "g.svg")])
+    assert run.exit_code == 0, run.output
+    assert "cache: (p0 p1) → block 0" in (tmp_path / "g.svg").read_text()
+    shrunk = cowcheck.shrink(written, workers=0)
+    assert shrunk.smaller and shrunk.counterexample is not None
+    assert shrunk.scenario.allocator == cx.scenario.allocator and shrunk.scenario.cache
+    assert cowcheck.replay(shrunk.counterexample).ok

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cowcheck.specs.allocators.prefix import Adapter, KVCacheManager
+from cowcheck.specs.allocators.prefix import Adapter, FencedAdapter, KVCacheManager, StepFenced
 
 TOY = Path(__file__).resolve()
 
@@ -82,3 +82,15 @@ class Recording(Adapter):
 
 
 def recording(pool, block_size): return Recording(KVCacheManager(pool, block_size))
+
+
+class DeferredAsHolds(FencedAdapter):
+    """step_fenced that reports a freed request's deferred blocks as holds
+    of its own, not as the request's references."""
+
+    def holds(self, block):
+        manager = self.manager
+        return sum(block in manager.req_to_blocks[r] for r in manager.deferred)
+
+
+def deferred_as_holds(pool, block_size): return DeferredAsHolds(StepFenced(pool, block_size))

@@ -309,6 +309,65 @@ class CacheDrafts(KVCacheManager):
         self.block_pool.cache_full_blocks(self.req_to_blocks[request_id], tokens, len(tokens))
 
 
+# -- a fix ---------------------------------------------------------------------
+
+class StepFenced(KVCacheManager):
+    """The pool with V1's free-in-flight fixed the way an engine with step
+    fences fixes it (vLLM 45357): a request freed while a kernel it
+    launched may still run keeps its blocks until the engine learns, at a
+    fence, that the last such kernel completed (`kernel_done`). The blocks
+    stay the freed request's own references meanwhile, not holds: its
+    kernel writes a block of refcount 1, as the literal rule asks
+    (docs/semantics.md#engines-that-wait-and-allocators-that-hold)."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        super().__init__(num_blocks, block_size)
+        #: kernels each request launched that the engine has not yet seen complete
+        self.in_flight: dict[str, int] = {}
+        #: requests freed with a kernel in flight, released at their last kernel_done
+        self.deferred: set[str] = set()
+
+    def launched(self, request_id: str) -> None:
+        self.in_flight[request_id] = self.in_flight.get(request_id, 0) + 1
+
+    def kernel_done(self, request_id: str) -> None:
+        self.in_flight[request_id] -= 1
+        if self.in_flight[request_id] == 0 and request_id in self.deferred:
+            self.deferred.discard(request_id)
+            super().free(request_id)
+
+    def free(self, request_id: str) -> None:
+        if self.in_flight.get(request_id, 0) > 0:
+            self.deferred.add(request_id)
+        else:
+            super().free(request_id)
+
+
+class FencedAdapter(Adapter):
+    """The adapter of StepFenced: each admission and append launches one
+    kernel, and the harness says when each completed."""
+
+    manager: StepFenced
+
+    def admit(self, branch: str, tokens: list[str]) -> int:
+        computed = super().admit(branch, tokens)
+        self.manager.launched(branch)        # its prefill
+        return computed
+
+    def append(self, branch: str, token: str, draft: bool) -> list[tuple[int, int]]:
+        copies = super().append(branch, token, draft)
+        self.manager.launched(branch)
+        return copies
+
+    def kernel_done(self, branch: str) -> None:
+        self.manager.kernel_done(branch)
+
+
+def step_fenced(pool: int, block_size: int) -> Adapter:
+    """The pool with a freed request's blocks kept until its last kernel is done."""
+    return FencedAdapter(StepFenced(pool, block_size))
+
+
 def touch_after_alloc(pool: int, block_size: int) -> Adapter:
     return Adapter(TouchAfterAlloc(pool, block_size))
 

@@ -210,6 +210,11 @@ def test_the_manual_adapter_runs_as_written(tmp_path, monkeypatch):
                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert local.returncode == 0, local.stdout + local.stderr
     assert "allocator my_allocator.py:factory" in local.stdout and "safe and disciplined" in local.stdout
+    # the output printed under the command is this run's, but for its timings
+    printed = re.search(r"```\n(cow-stream~my_allocator.*?)```", section, re.S).group(1)
+    timings = re.compile(r"time \S+  states/s \S+")
+    assert [timings.sub("", line).rstrip() for line in printed.splitlines()] == \
+        [timings.sub("", line).rstrip() for line in local.stdout.splitlines()]
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr

@@ -567,3 +567,35 @@ def test_sweep_shrink_writes_files_that_name_the_protocol_and_the_cells_length(t
     assert "faithful-output in 26 actions" in text and 'protocol = "free-in-flight"' in text
     again = cowcheck.check(as_scenario(toml))
     assert again.expect_met
+
+
+def test_the_manuals_cell_counts_are_the_shipped_grids():
+    """The manual's figures for the shipped grids come from them: each
+    grid's cells in the sweeps how-to, and the total there and on the speed
+    page (a grid that grows without its docs fails here)."""
+    import re
+    counts = {path.stem: len(expand([load_grid(path)])) for path in (ROOT / "specs" / "grids").glob("*.toml")}
+    total = sum(counts.values())
+    howto = (ROOT / "docs" / "how-to" / "sweeps.md").read_text()
+    opening = howto.split("```")[0]
+    order = ("append-only", "beam-forks", "speculation", "prefix-caching", "engine-code")
+    assert set(order) == set(counts)
+    assert [int(n) for n in re.findall(r"(\d+) cells", opening)] == [counts[g] for g in order]
+    assert f"({total} cells, more than 200)" in howto and f"\n{total} cell(s): " in howto
+    speed = (ROOT / "docs" / "explanation" / "speed.md").read_text()
+    assert f"`time cowcheck sweep specs/grids/`, {total} cells" in " ".join(speed.split())
+
+
+def test_the_manuals_sweep_output_is_a_runs(tmp_path):
+    """The output the sweeps how-to prints under `cowcheck sweep
+    specs/grids/` is what the command prints (but for its seconds and how
+    many workers ran it)."""
+    import re
+    howto = (ROOT / "docs" / "how-to" / "sweeps.md").read_text()
+    printed = re.search(r"```\n(per invariant:.*?)```", howto, re.S).group(1).splitlines()
+    run = cowcheck_cmd("sweep", str(ROOT / "specs" / "grids"), "--workers", "0", "--out", "cx", cwd=tmp_path, timeout=300)
+    assert run.returncode == 1, run.stderr
+    lines = [line.rstrip() for line in run.stdout.splitlines()]
+    ran = lines[lines.index(printed[0].rstrip()):]
+    timing = re.compile(r"in [\d.]+ s, .*\)$")
+    assert [timing.sub("", line.rstrip()) for line in printed] == [timing.sub("", line) for line in ran]

@@ -280,7 +280,12 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
 
 def load_scenario(path: Path) -> Scenario:
     path = Path(path)
-    return scenario_from_dict(read_toml(path), str(path), path.parent, path.stem)
+    data = read_toml(path)
+    if isinstance(data, dict) and "allocator" in data and "reuse" in data:
+        # a counterexample file records the field for allocator code too (its format has it); a scenario file
+        # that gives it would say an order the allocator does not follow
+        raise SpecError(str(path), "reuse", "allocator code takes free blocks in its own order; reuse applies to protocols only")
+    return scenario_from_dict(data, str(path), path.parent, path.stem)
 
 
 def make_scenario(block_size: int, prompt: int, branches: list[tuple[int, bool]] | list[int] | list[dict[str, Any]], protocol: str | Protocol = "cow",

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from cowcheck.model.scenario import make_scenario
+# The tests compare printed output with the manual's, laid out for a file or
+# a pipe (140 columns): a CI job's $COLUMNS would lay it out otherwise.
+os.environ.pop("COLUMNS", None)
+
+from cowcheck.model.scenario import make_scenario  # noqa: E402
 import cowcheck
 from cowcheck import check
 from cowcheck.views.graph import CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
+
+
+@pytest.fixture(autouse=True)
+def _no_columns():
+    """GNU readline, once something in the test process loads it, sets
+    COLUMNS and LINES in the C environment (not in os.environ): the
+    commands a test starts would inherit them and lay their tables out for
+    80 columns instead of the manual's 140."""
+    os.unsetenv("COLUMNS")
+    os.unsetenv("LINES")
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(tempfile.gettempdir()) / "cowcheck-screenshots"
 

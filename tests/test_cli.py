@@ -221,6 +221,7 @@ def test_max_states_gives_a_partial_result(tmp_path):
     assert entry["complete"] is False
     assert entry["states"] <= 10
     assert entry["summary"] == "safe and disciplined"   # a fixed vocabulary; partiality has its own fields
+    assert entry["category"] == "partial"               # what the closing line counts it as: never safe
     assert "--max-states 10" in entry["stopped"]
     assert all(v["holds"] is None for v in entry["verdicts"].values()), "nothing is confirmed to hold in a partial run"
     assert "partial" in result.output
@@ -504,6 +505,43 @@ def test_a_z3_engine_never_writes_where_the_committed_counterexamples_are(tmp_pa
     assert "VIOLATED" in result.output, result.output
     assert [p.name for p in (tmp_path / "counterexamples").iterdir()] == ["overrides"]
     assert (tmp_path / "counterexamples" / "overrides" / "spare-bmc.exclusive-write.json").is_file()
+
+
+@pytest.mark.parametrize("options", [["--first"], ["--max-depth", "3"], ["--max-states", "10"], ["--no-symmetry"],
+                                     ["--por"], ["--no-por"], ["--compact"], ["--fingerprints"],
+                                     ["--invariant", "faithful-output"]])
+def test_only_the_explorers_default_run_writes_the_committed_folder(tmp_path, options):
+    """Item 11: a run with a bound, --first, another reduction or fewer
+    invariants may find another trace or a partial peak: it writes where an
+    override does, never over the default run's files."""
+    path = scenario(tmp_path, "spare", protocol="spare-capacity")
+    assert invoke("check", path).exit_code == 0
+    committed = {p.name: p.read_bytes() for p in (tmp_path / "counterexamples").glob("*.json")}
+    assert "spare.peak.json" in committed
+    result = invoke("check", path, *options)
+    assert result.exit_code in (0, 3), result.output
+    assert {p.name: p.read_bytes() for p in (tmp_path / "counterexamples").glob("*.json")} == committed
+    assert list((tmp_path / "counterexamples" / "overrides").glob("spare.*.json"))
+
+
+def test_a_partial_default_run_leaves_the_committed_peak_alone(tmp_path, monkeypatch):
+    """A default run stopped part way (here by the memory bound it sets
+    itself) writes what it found, but not its peak over the committed one:
+    that is only the peak of what it explored."""
+    path = scenario(tmp_path, "spare", protocol="spare-capacity")
+    assert invoke("check", path).exit_code == 0
+    peak = (tmp_path / "counterexamples" / "spare.peak.json").read_bytes()
+    import cowcheck.cli.check as check_cli
+    import cowcheck.engines.options as options
+    real = options.SearchOptions
+
+    def bounded(**kw):
+        return real(**{**kw, "max_states": 5})
+    monkeypatch.setattr("cowcheck.cli.check.SearchOptions", bounded)     # as the memory bound would stop it
+    monkeypatch.setattr("cowcheck.cli.check.default_out", lambda *args: check_cli.DEFAULT_OUT)
+    result = invoke("check", path)
+    assert "partial" in result.output, result.output
+    assert (tmp_path / "counterexamples" / "spare.peak.json").read_bytes() == peak
 
 
 def test_junit_xml_has_a_case_per_scenario_and_per_invariant(tmp_path):

@@ -154,3 +154,17 @@ def test_a_refused_atomic_write_names_the_target_not_the_temporary_file(tmp_path
         atomic.write_text(target, "{}\n")
     assert raised.value.filename == str(target)
     assert [p.name for p in tmp_path.iterdir()] == ["taken"]       # no temporary file left
+
+
+@pytest.mark.parametrize("columns, widest", [("90", 90), ("200", 200), ("", 140)])  # the long note needs > 140
+def test_a_pipe_is_laid_out_for_columns_where_ci_sets_it(tmp_path, columns, widest):
+    """Item 21: in a file or a pipe the tables take $COLUMNS where a CI job
+    sets it, else 140 columns (wide enough for the verdict table)."""
+    import subprocess
+    import sys
+    env = {**os.environ, "COLUMNS": columns}
+    run = subprocess.run([sys.executable, "-m", "cowcheck", "check", str(ROOT / "specs/scenarios/prefix-code-async.toml"),
+                          "--out", str(tmp_path / "cx")], capture_output=True, text=True, env=env, timeout=120)
+    table = [line for line in run.stdout.splitlines() if "│" in line or "━" in line]
+    width = max(len(line) for line in table)
+    assert width <= widest and width > (140 if widest > 140 else widest - 1)

@@ -175,6 +175,15 @@ def test_headers_and_pages_say_the_allocator_reuses_blocks_in_its_own_order(tmp_
         assert "reuse the allocator&#x27;s" in text and "reuse lifo" not in text
 
 
+def test_a_scenario_file_of_allocator_code_cannot_give_reuse(tmp_path):
+    """Item 15, in files: a scenario of allocator code that gives `reuse`
+    names an order the allocator does not follow; one line, exit 2."""
+    path = tmp_path / "s.toml"
+    path.write_text(f'allocator = "{ADAPTERS}:manager"\nreuse = "fifo"\n' + TWO)
+    line = error_line(CliRunner().invoke(main, ["check", str(path), "--out", str(tmp_path / "cx")]))
+    assert "s.toml" in line and "'reuse'" in line and "its own order" in line
+
+
 def test_the_z3_engines_refuse_allocator_code_in_one_line(tmp_path):
     result = CliRunner().invoke(main, ["check", str(scenario_file(tmp_path, f"{ADAPTERS}:manager")), "--engine", "bmc"])
     assert "allocator code is checked by the explorer" in error_line(result)

@@ -109,14 +109,18 @@ def test_an_allocator_axis_checks_code_through_the_harness():
                                                   "cowcheck.specs.allocators.engine:double_free_after_cow"]}},
                           "g.toml", Path("."), "g")
     cells = expand([grid])
-    assert [c.name for c in cells] == ["g~engine.correct-stream-lifo-B2-L3-2x1",
-                                       "g~engine.double_free_after_cow-stream-lifo-B2-L3-2x1"]
+    assert [c.name for c in cells] == ["g~engine.correct-stream-B2-L3-2x1",
+                                       "g~engine.double_free_after_cow-stream-B2-L3-2x1"]
     result = cowcheck.sweep([grid], workers=0)
     assert [c.verdict for c in result.cells] == ["safe and disciplined", "unsafe"]
     assert "allocator-error" in result.cells[1].broken()
     with pytest.raises(SpecError) as err:
         grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "protocol": "cow", "allocator": "m:f"}}, "g.toml", Path("."), "g")
     assert err.value.key == "grid.allocator"
+    # reuse belongs to the allocator (issue 27, item 15): a grid cannot give it
+    with pytest.raises(SpecError) as err:
+        grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "reuse": ["lifo", "fifo"], "allocator": "m:f"}}, "g.toml", Path("."), "g")
+    assert err.value.key == "grid.reuse" and "its own order" in err.value.message
 
 
 def test_a_program_cell_that_makes_no_scenario_is_invalid_and_says_why():
@@ -497,6 +501,7 @@ def test_the_page_of_several_grids_has_a_table_per_grid_with_its_own_axes():
     append_only = dict(sections)["append-only"]
     assert "In every cell: reuse lifo · block_size 2 · prompt 3 · branches 2 · pool default" in append_only
     assert "program" not in append_only and "prompts" not in append_only
+    assert "In every cell: reuse the allocator&#x27;s" in dict(sections)["engine-code"]
 
 
 def test_the_page_of_several_grids_reads_in_a_window_1400_px_wide(browser, tmp_path):

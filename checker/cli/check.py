@@ -125,23 +125,31 @@ class Progress:
 @click.option("--junit-xml", "junit_path", type=click.Path(dir_okay=False),
               help="Also write the results as JUnit XML to this file: a test case per scenario and per invariant.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Where counterexample files are written [default: counterexamples, or counterexamples/overrides "
-                   "with --protocol, --allocator, --device, --reuse or --engine bmc|kind].")
+              help="Where counterexample files are written [default: counterexamples for the explorer's default run, "
+                   "else counterexamples/overrides: with --protocol, --allocator, --device, --reuse, --engine bmc|kind, "
+                   "--invariant, --first, --max-states, --max-depth, --no-symmetry, --por/--no-por, --compact or "
+                   "--fingerprints].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
 def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
           depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
-    1 when one does not, 2 on bad input, 130 when interrupted (143 on
-    SIGTERM). With an override (--protocol, --device, --reuse) the files'
+    1 when one does not, 2 on bad input, 3 when a run without an `expect`
+    to judge it stopped part way (a bound) before it found harm, so it
+    proves nothing safe, 130 when interrupted (143 on SIGTERM). With an
+    override (--protocol, --allocator, --device, --reuse) the files'
     `expect` no longer applies: exit 1 only when a scenario is unsafe."""
     overridden = bool(protocol or device or reuse or allocator)
-    out_dir = Path(out_dir or default_out(overridden, engine))
     try:
         options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
                                 compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory,
                                 call_deadline=call_deadline)
+    except SpecError as error:
+        fail(error)
+    committed = out_dir is None and default_out(overridden, engine, options, invariant_ids) == DEFAULT_OUT
+    out_dir = Path(out_dir or default_out(overridden, engine, options, invariant_ids))
+    try:
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None
         scenarios: list[Scenario] = []
@@ -172,7 +180,8 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
             results.append(result)
             if refused is None:
                 try:
-                    write_result(result, out_dir)
+                    # a partial run's peak is only the peak of what it explored: not over a committed file
+                    write_result(result, out_dir, peak=result.complete or not committed)
                 except OSError as error:      # the folder refused a file after all: the results still come
                     refused = error
             show(result, out)
@@ -196,12 +205,24 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
 DEFAULT_OUT, OVERRIDE_OUT = Path("counterexamples"), Path("counterexamples") / "overrides"
 
 
-def default_out(overridden: bool, engine: str) -> Path:
+#: the search as `cowcheck check specs/` runs it, for what decides the traces it writes
+DEFAULT_SEARCH = SearchOptions()
+TRACE_OPTIONS = ("max_states", "max_depth", "first", "symmetry", "por", "compact", "fingerprints")
+
+
+def default_out(overridden: bool, engine: str, options: SearchOptions = DEFAULT_SEARCH,
+                invariant_ids: tuple[str, ...] = ()) -> Path:
     """Where counterexamples go without --out. The committed files in
-    counterexamples/ are the explorer's, on the scenarios as written; a z3
-    engine finds a shortest trace too, but not always the same one, so it
-    writes where an override does and never rewrites a committed file."""
-    return OVERRIDE_OUT if overridden or engine != "explicit" else DEFAULT_OUT
+    counterexamples/ are the explorer's default run's, on the scenarios as
+    written: every invariant, no bound, the default reductions. Any other
+    run may find another trace of the same length (a z3 engine, another
+    reduction), a partial peak (a bound, --first) or judge fewer
+    invariants, so it writes where an override does and never rewrites a
+    committed file."""
+    default_search = all(getattr(options, o) == getattr(DEFAULT_SEARCH, o) for o in TRACE_OPTIONS)
+    if overridden or engine != "explicit" or not default_search or invariant_ids:
+        return OVERRIDE_OUT
+    return DEFAULT_OUT
 
 
 

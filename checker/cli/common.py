@@ -18,8 +18,9 @@ from cowcheck import atomic
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import is_protocol_data, read_toml
 
-# Wide enough for the verdict table when the output is a file or a pipe.
-console = Console(width=None if sys.stdout.isatty() else 140)
+# A terminal's own width; in a file or a pipe, $COLUMNS where a CI job sets
+# it (rich reads it), else wide enough for the verdict table.
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 140)
 
 err_console = Console(stderr=True)
 

@@ -197,6 +197,7 @@ class Result:
             "seconds": round(self.seconds, 3),
             "verdicts": {k: v.to_json() for k, v in self.verdicts.items()},
             "summary": str(self.summary),
+            "category": self.category,
             "complete": self.complete,
             "stopped": self.stopped,
             **self.figures(),

@@ -58,7 +58,8 @@ def _prompts_text(prompts: list[Any]) -> str:
 
 def cell_name(grid: str, protocol_name: str, c: dict[str, Any]) -> str:
     prompt = f"L{c['prompt']}" if c.get("prompts") is None else f"P{_prompts_text(c['prompts'])}"
-    name = (f"{grid}~{protocol_name}-{c['device']}-{c['reuse']}-B{c['block_size']}-{prompt}-"
+    reuse = f"-{c['reuse']}" if c.get("reuse") else ""      # none for allocator code: its own order
+    name = (f"{grid}~{protocol_name}-{c['device']}{reuse}-B{c['block_size']}-{prompt}-"
             f"{_appends_text(c)}")
     if c.get("cache", "none") != "none":
         name += f"-{c['cache']}"
@@ -95,8 +96,9 @@ def scenario_data(protocol: Protocol, c: dict[str, Any]) -> dict[str, Any]:
         for b, value in zip(branch, values):
             if value != "":
                 b[key] = value
-    data: dict[str, Any] = {"block_size": c["block_size"], "prompt": c["prompt"], "device": c["device"],
-                            "reuse": c["reuse"], "branch": branch}
+    data: dict[str, Any] = {"block_size": c["block_size"], "prompt": c["prompt"], "device": c["device"], "branch": branch}
+    if c.get("reuse"):
+        data["reuse"] = c["reuse"]
     cache = c.get("cache", "none") != "none"
     if cache:
         data["cache"] = c["cache"]

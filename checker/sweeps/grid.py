@@ -201,6 +201,8 @@ def _check_axis_keys(table: dict[str, Any], source: str) -> None:
             raise SpecError(source, f"grid.{key}", "missing; give a value, a list or a range {from, to}")
     if "allocator" in table and "protocol" in table:
         raise SpecError(source, "grid.allocator", "give either 'protocol' or 'allocator' (code through the engine harness), not both")
+    if "allocator" in table and "reuse" in table:
+        raise SpecError(source, "grid.reuse", "allocator code takes free blocks in its own order; reuse applies to protocols only")
     if "program" in table and "appends" in table:
         raise SpecError(source, "grid.program", "give either 'appends' or 'program', not both (a program says what each branch appends)")
 
@@ -211,7 +213,7 @@ def _axis(axis: str, table: dict[str, Any], source: str) -> list[Any]:
     whose place the other of its pair takes (`program` for `appends`,
     `allocator` for `protocol`)."""
     raw = table.get(axis, DEFAULTS.get(axis))
-    if (axis == "appends" and "program" in table) or (axis == "protocol" and "allocator" in table):
+    if (axis == "appends" and "program" in table) or (axis in ("protocol", "reuse") and "allocator" in table):
         raw = None
     if raw is None:
         return [None]

@@ -64,6 +64,8 @@ def _value(axis: str, c: dict[str, Any]) -> str:
         return branch_texts(c) if value is not None else "appends"
     if axis == "allocator":
         return allocator_label(value) if value else ""
+    if axis == "reuse" and value is None:
+        return "the allocator's"
     if axis == "appends" and isinstance(value, list):
         return "+".join(map(str, value))
     if axis == "prompts" and value is not None:
@@ -91,7 +93,8 @@ def grid_tables(grid: Grid, cells: list[Cell], links: dict[int, str]) -> str:
     varying = [a for a in AXES if len(grid.axes.get(a, ())) > 1]
     row_axes = [a for a in ROW_AXES if a in varying]
     col_axes = [a for a in COLUMN_AXES if a in varying]
-    fixed = [a for a in AXES if a not in varying and grid.axes.get(a) not in ([None], ["none"])]
+    code = grid.axes.get("allocator") not in (None, [None])
+    fixed = [a for a in AXES if a not in varying and (grid.axes.get(a) not in ([None], ["none"]) or (a == "reuse" and code))]
     sample = cells[0].coordinates if cells else {}
     rows: dict[tuple[Any, ...], dict[tuple[Any, ...], Cell]] = {}
     columns: dict[tuple[Any, ...], dict[str, Any]] = {}

@@ -73,10 +73,11 @@ def file_for(out_dir: Path, scenario_name: str, what: str) -> Path:
     return path
 
 
-def write_result(result: Result, out_dir: Path) -> None:
-    """Write the result's counterexamples (and peak trace) into `out_dir`,
-    recording each path in its verdict; remove this scenario's files of
-    invariants that a complete run found to hold."""
+def write_result(result: Result, out_dir: Path, peak: bool = True) -> None:
+    """Write the result's counterexamples (and, unless `peak` is False,
+    its peak trace) into `out_dir`, recording each path in its verdict;
+    remove this scenario's files of invariants that a complete run found to
+    hold."""
     out_dir = Path(out_dir)
     for verdict in result.verdicts.values():
         path = file_for(out_dir, result.scenario.name, verdict.invariant)
@@ -85,5 +86,5 @@ def write_result(result: Result, out_dir: Path) -> None:
             verdict.path = str(cx.write(path))
         elif verdict.outcome is Outcome.HOLDS and path.is_file() and _written_for(path, result.scenario):
             path.unlink(missing_ok=True)
-    if isinstance(result, ExplicitResult) and result.peak_trace is not None:
+    if peak and isinstance(result, ExplicitResult) and result.peak_trace is not None:
         result.peak_path = str(result.peak_trace.write(file_for(out_dir, result.scenario.name, trace.PEAK)))

@@ -23,10 +23,18 @@ Which vLLM: the folder in the environment variable `COWCHECK_VLLM_SOURCE`
 block_pool.py in minutes, without building vLLM), whose `vllm/v1/core`
 modules, `vllm/v1/request.py` and `vllm/v1/kv_cache_interface.py` run
 unchanged with stand-ins for what they import (cowcheck.adapters.sources);
-else an installed vLLM. Tested on 0.9.1, 0.33.0 and 0.34.0 (`TESTED`).
-The two API generations (0.9.1's and 0.33's) differ in a handful of calls,
-all in `_V09` and `_V033`; a release that imports a module neither
-stand-in table knows fails with one line naming it.
+else an installed vLLM. Every release from 0.9.1 to 0.34.0 runs; the
+tests check `TESTED` (fetched by CI) and `SAMPLED` (where they are in the
+cache). The releases differ in where block hashes live (the manager's
+`req_to_block_hashes` up to 0.10.0, the request from 0.10.1), what a hash
+is (a tuple that carries its tokens up to 0.10.2, bare bytes after), the
+cache map's shape, and the parameters of a handful of calls: the adapter
+finds each by what the loaded modules have (an attribute, a parameter),
+never by a version number or a file's shape, in the functions of "V1's
+calls" below. What V1's core imports is read from the release's own files
+(`_plan`); each such module has one stand-in in `STAND_INS`, filled with
+the names the release imports; a module the table lacks, or a name its
+file lacks, fails with one line naming it.
 
 Pickling (the harness copies the adapter into every state): V1's objects
 pickle as they are; `VllmV1.__reduce__` wraps them so that unpickling in a
@@ -34,7 +42,8 @@ fresh process first loads the same sources. A state costs one pickle of
 the manager (3-6 KB on the tests' scenarios).
 
 One idea, though long: V1's manager driven as V1's scheduler drives it,
-with the few places where releases differ kept together (`_V09`, `_V033`).
+with the few places where releases differ kept together (`STAND_INS`, and
+V1's calls).
 """
 
 from __future__ import annotations
@@ -57,8 +66,13 @@ from cowcheck.model.errors import SpecError
 
 #: the environment variable that names a folder of vLLM's Python sources
 ENV = "COWCHECK_VLLM_SOURCE"
-#: the releases the tests check (tests/test_engines.py)
-TESTED = ("0.9.1", "0.33.0", "0.34.0")
+#: the releases the tests check, fetched by CI (tests/test_engines.py): the
+#: first and the newest two, 0.9.2 (vllm/utils a package, hashes still in
+#: the manager) and 0.10.1.1 (hashes on the request, still tuples)
+TESTED = ("0.9.1", "0.9.2", "0.10.1.1", "0.33.0", "0.34.0")
+#: releases between them the tests also check where their sources are in
+#: the cache (README, "Checking vLLM V1 and SGLang", says how to fetch them)
+SAMPLED = ("0.10.0", "0.10.2", "0.11.0", "0.11.2", "0.12.0", "0.18.0", "0.23.0", "0.30.0", "0.32.0")
 REF = "cowcheck.adapters.vllm_v1:make"
 #: names of at most this many UTF-8 bytes are their own token id (0.34
 #: keeps token ids in 32-bit arrays)

@@ -305,11 +305,11 @@ def engine(source: Optional[str]) -> _Engine:
                             f"or set {ENV} to a folder of vLLM's Python sources (an unpacked wheel or a checkout)") from None
         mods = {name: importlib.import_module(name) for name in CORE}
         try:
-            hashing = importlib.import_module("vllm.utils.hashing")
+            own = importlib.import_module("vllm.utils.hashing")
         except ImportError:
-            hashing = importlib.import_module("vllm.utils")
-        _seeded(mods, hashing.sha256)
-        _engine.__init__(None, getattr(sys.modules["vllm"], "__version__", "installed"), mods, hashing.sha256)  # type: ignore[misc]
+            own = importlib.import_module("vllm.utils")
+        _seeded(mods, own.sha256)
+        _engine.__init__(None, getattr(sys.modules["vllm"], "__version__", "installed"), mods, own.sha256)  # type: ignore[misc]
         return _engine
     root = Path(source)
     if not (root / "vllm/v1/core/block_pool.py").is_file():

@@ -3,7 +3,15 @@ the harness calls them, on each tested release's own sources.
 
 Each release is fetched once (pip download of the wheel, its .py files kept
 in build/engines/, git-ignored); a test that needs a download is marked
-slow, and skips with pip's reason where the registry is unreachable."""
+slow, and skips with pip's reason where the registry is unreachable.
+
+The vLLM releases: `vllm_v1.TESTED` (fetched if missing), the ones of
+`vllm_v1.SAMPLED` already in the cache, and those named in
+$COWCHECK_VLLM_RELEASES (spaces or commas; fetched if missing): how a reader
+checks any other release,
+
+    COWCHECK_VLLM_RELEASES=0.18.1 python -m pytest tests/test_engines.py tests/test_engines_harness.py -k vllm-0.18.1
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ import os
 import pickle
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -21,10 +30,21 @@ from cowcheck.model.errors import SpecError
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _cached(package: str, version: str) -> bool:
+    return (sources.CACHE / f"{package}-{version}" / ".complete").is_file()
+
+
+def _vllm_releases() -> tuple[str, ...]:
+    """TESTED, the SAMPLED ones in the cache, and $COWCHECK_VLLM_RELEASES."""
+    named = tuple(os.environ.get("COWCHECK_VLLM_RELEASES", "").replace(",", " ").split())
+    wanted = vllm_v1.TESTED + tuple(v for v in vllm_v1.SAMPLED if _cached("vllm", v)) + named
+    return tuple(dict.fromkeys(wanted))
+
+
 def _releases(package: str, versions: tuple[str, ...]) -> list:
     """One param per release: slow where it is not in the cache yet."""
     return [pytest.param(v, id=f"{package}-{v}",
-                         marks=[] if (sources.CACHE / f"{package}-{v}" / ".complete").is_file() else [pytest.mark.slow])
+                         marks=[] if _cached(package, v) else [pytest.mark.slow])
             for v in versions]
 
 
@@ -35,7 +55,7 @@ def _fetch(package: str, version: str) -> str:
         pytest.skip(f"{package} {version} could not be fetched: {err}")
 
 
-@pytest.fixture(scope="session", params=_releases("vllm", vllm_v1.TESTED))
+@pytest.fixture(scope="session", params=_releases("vllm", _vllm_releases()))
 def vllm_source(request) -> str:
     return _fetch("vllm", request.param)
 
@@ -120,6 +140,22 @@ def test_v1_pickles_into_a_fresh_process(vllm_source):
             "print(a.table('a'), a.table('b'), sorted(a.cached().items()))")
     out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True).stdout.decode()
     assert out.strip() == "[0, 1] [0, 2] [(0, ('p0', 'p1')), (1, ('p2', 'a1')), (2, ('p2', 'b1'))]"
+
+
+def test_v1_block_hashes_live_where_the_release_keeps_them(vllm_source):
+    """Up to 0.10.0 the manager keeps a request's block hashes, from 0.10.1
+    the request does: found by what the release has, whatever the shape of
+    vllm/utils (a file in 0.9.1, a package from 0.9.2). Either way the
+    snapshot holds them, and a hash either carries its tokens (up to
+    0.10.2) or the adapter has learned them."""
+    adapter = _two_requests(vllm_source)
+    in_manager = dict(getattr(adapter.manager, "req_to_block_hashes", {}))
+    on_request = {rid: list(r.block_hashes) for rid, r in adapter.requests.items() if hasattr(r, "block_hashes")}
+    assert bool(in_manager) != bool(on_request)
+    hashes = (in_manager or on_request)["a"]
+    assert len(hashes) == 1  # p0 p1: one full block
+    assert vllm_v1._manager_hashes(adapter.manager) or any(snap[-1] for snap in adapter.snapshot()[0])
+    assert hasattr(hashes[0], "token_ids") or bytes(hashes[0]) in adapter.key_tokens
 
 
 def test_v1_make_reads_the_environment(vllm_source, monkeypatch):
@@ -240,6 +276,23 @@ def test_an_unknown_import_names_the_module(tmp_path):
     with pytest.raises(sources.SourceError, match="fakeeng.brand_new is imported by the engine's sources but has no stand-in"):
         sources.load(tmp_path, "fakeeng", ["fakeeng.core.pool"], {}, ["fakeeng.core.pool"])
     assert "fakeeng.core.pool" not in sys.modules
+
+
+def test_extract_takes_what_the_names_use_and_keeps_the_stand_ins_values(tmp_path):
+    path = tmp_path / "mod.py"
+    path.write_text("import os\nfrom big.package import thing\nT = 3\nlogger = thing()\n"
+                    "def uses():\n    return T, logger\nunused = thing()\n")
+    module = types.ModuleType("stand_in")
+    module.logger = "ours"
+    sources.extract(path, ["uses"], module)
+    assert module.uses() == (3, "ours") and not hasattr(module, "unused") and module.os is os
+
+
+def test_imports_leave_out_type_checking(tmp_path):
+    path = tmp_path / "mod.py"
+    path.write_text("from typing import TYPE_CHECKING\nimport a.b\nfrom c import d, e\nfrom . import rel\n"
+                    "if TYPE_CHECKING:\n    from f import g\ndef late():\n    from h import i\n")
+    assert sources.imports(path) == {"typing": {"TYPE_CHECKING"}, "a.b": set(), "c": {"d", "e"}, "h": {"i"}}
 
 
 def test_cli_exit_2_without_the_engine(tmp_path):

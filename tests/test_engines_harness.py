@@ -26,7 +26,9 @@ from test_engines import sglang_source, vllm_source  # noqa: F401  (the fixtures
 SCENARIOS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 SAFE, UNDISCIPLINED, UNSAFE = "safe and disciplined", "safe but undisciplined", "unsafe"
 
-#: V1 (0.9.1, 0.33.0, 0.34.0 alike): scenario -> (summary, shortest length of each violated invariant)
+#: V1, every tested and sampled release alike (vllm_v1.TESTED, .SAMPLED: 0.9.1 to 0.34.0; the releases
+#: differ in where block hashes live and how drafts are kept from the cache, not in what reaches a
+#: block): scenario -> (summary, shortest length of each violated invariant)
 V1_FINDINGS = {
     # two requests with one prompt: the second maps the first's prompt block, keyed at admission, before its fill lands
     "prefix-code": (UNDISCIPLINED, {"exclusive-write": 3, "refcount-write": 3}),

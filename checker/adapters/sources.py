@@ -137,13 +137,34 @@ def load(root: Path, top: str, real: Sequence[str], stand_ins: Mapping[str, Fill
 _STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 
+def _defined(node: ast.stmt) -> list[str]:
+    """The names a top-level definition binds (a class, a function, an assignment to names)."""
+    if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return [t.id for t in targets if isinstance(t, ast.Name)]
+
+
 def extract(path: Path, names: Iterable[str], into: types.ModuleType) -> None:
-    """Run only the named top-level definitions of a release's file (with
-    that file's standard-library imports) in module `into`: a stand-in
-    then reuses the release's own pure-Python pieces (a constant, an enum,
-    a small class) where the rest of the file imports too much."""
+    """Run only the named top-level definitions of a release's file, and
+    the file's own top-level definitions they name (a TypeVar, a base
+    class, a table an enum reads) unless `into` has that name already,
+    with the file's standard-library
+    imports, in module `into`: a stand-in then reuses the release's own
+    pure-Python pieces (a constant, an enum, a small class) where the rest
+    of the file imports too much."""
     tree = ast.parse(Path(path).read_text(encoding="utf-8"), str(path))
     want = set(names)
+    # the stand-in's own values (set before) win over the file's definitions of those names
+    defs = {name: node for node in tree.body for name in _defined(node) if name in want or name not in into.__dict__}
+    kept: set[int] = set()
+    todo = [defs[n] for n in want if n in defs]
+    while todo:
+        node = todo.pop()
+        if id(node) in kept:
+            continue
+        kept.add(id(node))
+        todo.extend(defs[n.id] for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defs)
     keep: list[ast.stmt] = []
     for node in tree.body:
         if isinstance(node, ast.Import):
@@ -152,16 +173,32 @@ def extract(path: Path, names: Iterable[str], into: types.ModuleType) -> None:
         elif isinstance(node, ast.ImportFrom):
             if not node.level and (node.module or "").split(".")[0] in _STDLIB:
                 keep.append(node)
-        elif isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in want:
+        elif id(node) in kept:
             keep.append(node)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id in want for t in targets):
-                keep.append(node)
     exec(compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec"), into.__dict__)
     missing = sorted(want - set(into.__dict__))
     if missing:
         raise SourceError(f"{path}: no top-level {', '.join(missing)} (a new release? update the adapter's stand-in)")
+
+
+def imports(path: Path) -> dict[str, set[str]]:
+    """The modules a file imports (absolute imports, at any depth: a
+    function's own import runs when it is called), each with the names
+    taken from it; imports under `if TYPE_CHECKING:` never run and are
+    left out."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), str(path))
+    found: dict[str, set[str]] = {}
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for stmt in node.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.setdefault(node.module, set()).update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                found.setdefault(a.name, set())
+    return found
 
 
 @contextmanager

@@ -23,10 +23,18 @@ Which vLLM: the folder in the environment variable `COWCHECK_VLLM_SOURCE`
 block_pool.py in minutes, without building vLLM), whose `vllm/v1/core`
 modules, `vllm/v1/request.py` and `vllm/v1/kv_cache_interface.py` run
 unchanged with stand-ins for what they import (cowcheck.adapters.sources);
-else an installed vLLM. Tested on 0.9.1, 0.33.0 and 0.34.0 (`TESTED`).
-The two API generations (0.9.1's and 0.33's) differ in a handful of calls,
-all in `_V09` and `_V033`; a release that imports a module neither
-stand-in table knows fails with one line naming it.
+else an installed vLLM. Every release from 0.9.1 to 0.34.0 runs; the
+tests check `TESTED` (fetched by CI) and `SAMPLED` (where they are in the
+cache). The releases differ in where block hashes live (the manager's
+`req_to_block_hashes` up to 0.10.0, the request from 0.10.1), what a hash
+is (a tuple that carries its tokens up to 0.10.2, bare bytes after), the
+cache map's shape, and the parameters of a handful of calls: the adapter
+finds each by what the loaded modules have (an attribute, a parameter),
+never by a version number or a file's shape, in the functions of "V1's
+calls" below. What V1's core imports is read from the release's own files
+(`_plan`); each such module has one stand-in in `STAND_INS`, filled with
+the names the release imports; a module the table lacks, or a name its
+file lacks, fails with one line naming it.
 
 Pickling (the harness copies the adapter into every state): V1's objects
 pickle as they are; `VllmV1.__reduce__` wraps them so that unpickling in a
@@ -34,29 +42,37 @@ fresh process first loads the same sources. A state costs one pickle of
 the manager (3-6 KB on the tests' scenarios).
 
 One idea, though long: V1's manager driven as V1's scheduler drives it,
-with the few places where releases differ kept together (`_V09`, `_V033`).
+with the few places where releases differ kept together (`STAND_INS`, and
+V1's calls).
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
 import os
 import re
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
 from cowcheck.adapters import OutOfBlocks
-from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, environment, extract, load, restore
+from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, environment, extract, imports, load, restore
 from cowcheck.model.errors import SpecError
 
 #: the environment variable that names a folder of vLLM's Python sources
 ENV = "COWCHECK_VLLM_SOURCE"
-#: the releases the tests check (tests/test_engines.py)
-TESTED = ("0.9.1", "0.33.0", "0.34.0")
+#: the releases the tests check, fetched by CI (tests/test_engines.py): the
+#: first and the newest two, 0.9.2 (vllm/utils a package, hashes still in
+#: the manager) and 0.10.1.1 (hashes on the request, still tuples)
+TESTED = ("0.9.1", "0.9.2", "0.10.1.1", "0.33.0", "0.34.0")
+#: releases between them the tests also check where their sources are in
+#: the cache (README, "Checking vLLM V1 and SGLang", says how to fetch them)
+SAMPLED = ("0.10.0", "0.10.2", "0.11.0", "0.11.2", "0.12.0", "0.18.0", "0.23.0", "0.30.0", "0.32.0")
 REF = "cowcheck.adapters.vllm_v1:make"
 #: names of at most this many UTF-8 bytes are their own token id (0.34
 #: keeps token ids in 32-bit arrays)
@@ -109,252 +125,144 @@ class KVCacheEvent(Placeholder):
     """vllm.distributed.kv_events' events (never produced: events are off)."""
 
 
-def _fills(*fills: Fill) -> Fill:
-    """One stand-in made by several fills, in order."""
-    def fill(module: types.ModuleType) -> None:
-        for each in fills:
-            each(module)
-    return fill
-
-
-def _put(module: types.ModuleType, **attrs: Any) -> None:
-    for name, value in attrs.items():
-        setattr(module, name, value)
-
-
-def _placeholders(module: types.ModuleType, *names: str) -> None:
-    for name in names:
-        setattr(module, name, type(name, (Placeholder,), {"__module__": __name__}))
-
-
-def _torch(module: types.ModuleType) -> None:
-    _put(module, dtype=DType, float16=DType("float16", 2), bfloat16=DType("bfloat16", 2), float32=DType("float32", 4),
-         uint8=DType("uint8", 1), Tensor=Placeholder)
-
-
-def _logger(module: types.ModuleType) -> None:
-    def init_logger(name: str) -> logging.Logger:
-        log = logging.getLogger(name)
-        for once in ("info_once", "warning_once", "debug_once"):
-            setattr(log, once, getattr(log, once.removesuffix("_once")))
-        return log
-    module.init_logger = init_logger  # type: ignore[attr-defined]
-
-
-def _kv_events(root: Path, constants: tuple[str, ...], module: types.ModuleType) -> None:
-    if constants:
-        extract(root / "vllm/distributed/kv_events.py", constants, module)
-    _put(module, KVCacheEvent=KVCacheEvent, BlockStored=KVCacheEvent, BlockRemoved=KVCacheEvent, AllBlocksCleared=KVCacheEvent)
-
-
-def _extracted(path: Path, names: tuple[str, ...], module: types.ModuleType, **extra: Any) -> None:
-    """A stand-in made of the release's own definitions (and `extra`)."""
-    _put(module, **extra)
-    extract(path, names, module)
-
-
-def _stats_033(root: Path, module: types.ModuleType) -> None:
-    from vllm.v1.metrics.cache_hit_source import CacheHitSource  # the real one, loaded from root
-    _put(module, logger=logging.getLogger("vllm.v1.metrics.stats"), CacheHitSource=CacheHitSource)
-    extract(root / "vllm/v1/metrics/stats.py",
-            ("BaseCacheStats", "PrefixCacheStats", "KVCacheEvictionEvent", "PrefillStats", "RequestSpecDecodeMetrics"), module)
+def _logger(name: str) -> logging.Logger:
+    """vllm.logger.init_logger: a plain logger with vLLM's *_once methods."""
+    log = logging.getLogger(name)
+    for once in ("info_once", "warning_once", "debug_once"):
+        setattr(log, once, getattr(log, once.removesuffix("_once")))
+    return log
 
 
 def _cbor_refused(obj: Any, **kwargs: Any) -> bytes:
     raise NotImplementedError("cbor2 is not available to cowcheck's vLLM adapter: the adapter hashes with sha256")
 
 
-# -- the two API generations ---------------------------------------------------
-
-class _V09:
-    """vLLM 0.9.x: vllm/utils.py is one module; block hashes live in the
-    manager (`req_to_block_hashes`), carry their tokens, and are chained
-    from a NONE_HASH drawn at import time (fixed here by PYTHONHASHSEED);
-    `allocate_slots` takes `num_draft_tokens` and caches everything else."""
-
-    CORE = ("vllm.v1.core.kv_cache_manager", "vllm.v1.core.block_pool", "vllm.v1.core.kv_cache_utils",
-            "vllm.v1.core.single_type_kv_cache_manager", "vllm.v1.core.kv_cache_coordinator", "vllm.v1.request",
-            "vllm.v1.kv_cache_interface")
-
-    def real(self, root: Path) -> tuple[str, ...]:
-        return self.CORE
-
-    def stand_ins(self, root: Path) -> dict[str, Fill]:
-        v = root / "vllm"
-        return {
-            "torch": _torch,
-            "vllm.config": lambda m: _placeholders(m, "VllmConfig"),
-            "vllm.distributed.kv_events": partial(_kv_events, root, ()),
-            "vllm.logger": _logger,
-            "vllm.utils": lambda m: _extracted(v / "utils.py", ("T", "GiB_bytes", "cdiv", "sha256", "is_list_of"), m,
-                                               get_dtype_size=lambda dt: dt.itemsize),
-            "vllm.multimodal.inputs": lambda m: _placeholders(m, "MultiModalKwargs", "PlaceholderRange"),
-            "vllm.sampling_params": lambda m: _put(m, SamplingParams=SamplingParams),
-            "vllm.v1.engine": _fills(
-                partial(_extracted, v / "v1/engine/__init__.py", ("FINISH_REASON_STRINGS", "FinishReason", "EngineCoreEventType")),
-                lambda m: _placeholders(m, "EngineCoreEvent", "EngineCoreRequest")),
-            "vllm.v1.metrics.stats": lambda m: _extracted(v / "v1/metrics/stats.py", ("PrefixCacheStats",), m),
-            "vllm.v1.structured_output.request": lambda m: _put(m, StructuredOutputRequest=Placeholder),
-            "vllm.v1.utils": lambda m: _extracted(v / "v1/utils.py", ("T", "ConstantList"), m),
-        }
-
-    def manager(self, mods: dict[str, types.ModuleType], num_blocks: int, block_size: int) -> Any:
-        iface = mods["vllm.v1.kv_cache_interface"]
-        spec = iface.FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=DType("float16", 2),
-                                       use_mla=False)
-        config = iface.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                                     kv_cache_groups=[iface.KVCacheGroupSpec(["layer.0"], spec)])
-        return mods["vllm.v1.core.kv_cache_manager"].KVCacheManager(
-            config, max_model_len=num_blocks * block_size, enable_caching=True, caching_hash_algo="sha256")
-
-    def request(self, mods: dict[str, types.ModuleType], rid: str, ids: list[int], block_size: int) -> Any:
-        return mods["vllm.v1.request"].Request(rid, ids, None, None, None, SamplingParams(), None)
-
-    def computed(self, manager: Any, request: Any) -> tuple[Any, int]:
-        blocks, hit = manager.get_computed_blocks(request)
-        return blocks, hit
-
-    def allocate(self, manager: Any, request: Any, new: int, hit: int = 0, blocks: Any = None, drafts: int = 0) -> Any:
-        return manager.allocate_slots(request, new, hit, blocks, num_draft_tokens=drafts)
-
-    def finish(self, manager: Any, request: Any) -> None:
-        manager.free(request)
-        manager.free_block_hashes(request)
-
-    def cached_keys(self, pool: Any) -> list[tuple[Any, int]]:
-        """(key, V1 block id) for every block the cache map serves."""
-        return [(key, bid) for key, blocks in pool.cached_block_hash_to_block.items() for bid in blocks]
-
-    def key_ids(self, adapter: "VllmV1", key: Any) -> tuple[int, ...]:
-        """The token ids of a key's own block: this generation's keys carry them."""
-        return tuple(key.block_hash.token_ids)
-
-    def request_hashes(self, manager: Any, request: Any) -> list[Any]:
-        return []
-
-    def manager_hashes(self, manager: Any) -> Any:
-        """Block hashes the manager keeps per request (0.9: req_to_block_hashes)."""
-        return frozenset((rid, tuple(hashes)) for rid, hashes in manager.req_to_block_hashes.items())
+@dataclass(frozen=True)
+class _Real:
+    """A stand-in's value that is a real module's attribute, where the
+    release has that module (0.33's CacheHitSource)."""
+    module: str
+    name: str
 
 
-class _V033(_V09):
-    """vLLM 0.33 and later: vllm/utils is a package; the request carries its
-    block hashes (raw sha256 bytes, filled by a block hasher as tokens
-    arrive), the cache map is a `BlockHashToBlockMap`; `allocate_slots`
-    caches at most `request.num_tokens` tokens, so drafts, kept in
-    `spec_token_ids`, are never keyed. 0.34 adds vllm/v1/token_buffer.py."""
+@dataclass(frozen=True)
+class _StandIn:
+    """How to stand in for one module V1's core imports: the names in
+    `values` are these; names in `placeholders` (None: any name) are
+    Placeholder classes; every other name the core imports from it, and
+    the `also` names the file defines, are the release's own definitions,
+    extracted from its file (a name it lacks is one line naming it), with
+    what they use of the file (a logger made by `init_logger`: ours)."""
+    values: dict[str, Any] = field(default_factory=dict)
+    placeholders: Optional[frozenset[str]] = frozenset()
+    also: tuple[str, ...] = ()
 
-    EXTRA = ("vllm.v1.core.kv_cache_metrics", "vllm.v1.kv_cache_spec_registry", "vllm.v1.kv_cache_layout",
-             "vllm.v1.hisparse.block_pool", "vllm.utils.math_utils", "vllm.utils.hashing", "vllm.v1.metrics.cache_hit_source")
-
-    def real(self, root: Path) -> tuple[str, ...]:
-        extra = ("vllm.v1.token_buffer",) if (root / "vllm/v1/token_buffer.py").is_file() else ()
-        return self.CORE + self.EXTRA + extra
-
-    def stand_ins(self, root: Path) -> dict[str, Fill]:
-        v = root / "vllm"
-        table: dict[str, Fill] = {
-            "torch": _torch,
-            "cbor2": lambda m: _put(m, dumps=_cbor_refused),
-            "vllm.envs": lambda m: _put(m, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=False),
-            "vllm.config": _fills(lambda m: _placeholders(m, "VllmConfig"),
-                                  lambda m: _put(m, get_current_vllm_config_or_none=lambda: None)),
-            "vllm.platforms": lambda m: _put(m, current_platform=types.SimpleNamespace(
-                register_custom_kv_cache_specs=lambda config: None)),
-            "vllm.distributed.kv_events": partial(_kv_events, root, ("MEDIUM_GPU", "MEDIUM_CPU", "MEDIUM_STORAGE")),
-            "vllm.logger": _logger,
-            "vllm.utils": lambda m: _extracted(v / "utils/__init__.py", ("length_from_prompt_token_ids_or_embeds",), m),
-            "vllm.utils.torch_utils": lambda m: _put(m, get_dtype_size=lambda dt: dt.itemsize),
-            "vllm.multimodal.inputs": lambda m: _placeholders(m, "MultiModalFeatureSpec"),
-            "vllm.multimodal.utils": lambda m: _extracted(v / "multimodal/utils.py", ("get_mm_features_in_window",), m),
-            "vllm.pooling_params": lambda m: _placeholders(m, "PoolingParams"),
-            "vllm.sampling_params": lambda m: _put(m, SamplingParams=SamplingParams),
-            "vllm.v1.attention.backends.registry": lambda m: _extracted(
-                v / "v1/attention/backends/registry.py", ("_AttentionBackendEnumMeta", "MambaAttentionBackendEnum"), m),
-            "vllm.v1.engine": _fills(
-                partial(_extracted, v / "v1/engine/__init__.py", ("FINISH_REASON_STRINGS", "FinishReason", "EngineCoreEventType")),
-                lambda m: _placeholders(m, "EngineCoreEvent", "EngineCoreRequest")),
-            "vllm.v1.kv_hints": lambda m: _placeholders(m, "KvHintsEnvelope"),
-            "vllm.v1.metrics.stats": partial(_stats_033, root),
-            "vllm.v1.structured_output.request": lambda m: _put(m, StructuredOutputRequest=Placeholder),
-            "vllm.v1.utils": lambda m: _extracted(v / "v1/utils.py", ("T", "ConstantList"), m,
-                                                  tensor_data=_cbor_refused),
-        }
-        if (root / "vllm/v1/token_buffer.py").is_file():  # 0.34
-            table["vllm.utils.gc_utils"] = lambda m: _put(m, gc_untrack=lambda obj: obj, untracked_list=list)
-            table["vllm.utils.collection_utils"] = lambda m: _extracted(v / "utils/collection_utils.py", ("T", "as_list"), m)
-        return table
-
-    def manager(self, mods: dict[str, types.ModuleType], num_blocks: int, block_size: int) -> Any:
-        mods["vllm.v1.core.kv_cache_utils"].init_none_hash(mods["vllm.utils.hashing"].sha256)
-        iface = mods["vllm.v1.kv_cache_interface"]
-        spec = iface.FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=DType("float16", 2))
-        config = iface.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                                     kv_cache_groups=[iface.KVCacheGroupSpec(["layer.0"], spec)])
-        return mods["vllm.v1.core.kv_cache_manager"].KVCacheManager(
-            config, max_model_len=num_blocks * block_size, scheduler_block_size=block_size, hash_block_size=block_size,
-            enable_caching=True)
-
-    def request(self, mods: dict[str, types.ModuleType], rid: str, ids: list[int], block_size: int) -> Any:
-        return mods["vllm.v1.request"].Request(rid, ids, SamplingParams(), None, arrival_time=0.0,
-                                               block_hasher=BlockHasher(block_size))
-
-    def computed(self, manager: Any, request: Any) -> tuple[Any, int]:
-        blocks, hit, *_ = manager.get_computed_blocks(request)
-        return blocks, hit
-
-    def allocate(self, manager: Any, request: Any, new: int, hit: int = 0, blocks: Any = None, drafts: int = 0) -> Any:
-        return manager.allocate_slots(request, new, hit, blocks)
-
-    def finish(self, manager: Any, request: Any) -> None:
-        manager.free(request)
-
-    def cached_keys(self, pool: Any) -> list[tuple[Any, int]]:
-        cache = pool.cached_block_hash_to_block
-        dups = getattr(cache, "_dup_ids", {})  # 0.34: ids, several under a key kept apart
-        out: list[tuple[Any, int]] = []
-        for key, held in cache._cache.items():
-            if key in dups:
-                out.extend((key, bid) for bid in dups[key])
-            elif isinstance(held, dict):  # 0.33: {id: block} under a key cached by several blocks
-                out.extend((key, bid) for bid in held)
+    def fill(self, root: Path, name: str, imported: frozenset[str], module: types.ModuleType) -> None:
+        for key, value in self.values.items():
+            if isinstance(value, _Real):
+                if _file(root, value.module) is None:
+                    continue
+                value = getattr(importlib.import_module(value.module), value.name)
+            setattr(module, key, value)
+        rest = set()
+        for each in imported - set(self.values):
+            if self.placeholders is None or each in self.placeholders:
+                setattr(module, each, type(each, (Placeholder,), {"__module__": __name__}))
             else:
-                out.append((key, held if isinstance(held, int) else held.block_id))
-        return out
-
-    def key_ids(self, adapter: "VllmV1", key: Any) -> tuple[int, ...]:
-        """The tokens of a key's block, as learned from the request that keyed it."""
-        return adapter.key_tokens[bytes(_mods()["vllm.v1.core.kv_cache_utils"].get_block_hash(key))]
-
-    def request_hashes(self, manager: Any, request: Any) -> list[Any]:
-        return [bytes(h) for h in request.block_hashes]
-
-    def manager_hashes(self, manager: Any) -> Any:
-        return ()
+                rest.add(each)
+        path = _file(root, name)
+        if path is not None:
+            rest |= {n for n in self.also if re.search(rf"^(def|class) {n}\b|^{n}\s*[:=]", path.read_text(), re.M)}
+        if rest:
+            if path is None:
+                raise SourceError(f"{name}: no file under {root} for {', '.join(sorted(rest))}", name=name)
+            module.init_logger = _logger  # type: ignore[attr-defined]  # a file's `logger = init_logger(__name__)`
+            extract(path, rest, module)
 
 
-class BlockHasher:
-    """V1 0.33's `get_request_block_hasher(B, sha256)`, as an object: the
-    closure it returns does not pickle, and a Request keeps it."""
+_ANY: Optional[frozenset[str]] = None
+#: every module V1's core imports, in any release from 0.9.1 to 0.34.0, that
+#: the check does not run: by name
+STAND_INS: dict[str, _StandIn] = {
+    "torch": _StandIn(dict(dtype=DType, float16=DType("float16", 2), bfloat16=DType("bfloat16", 2),
+                           float32=DType("float32", 4), uint8=DType("uint8", 1), Tensor=Placeholder)),
+    "cbor2": _StandIn(dict(dumps=_cbor_refused)),
+    "vllm.envs": _StandIn(dict(VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=False, VLLM_PREFIX_CACHE_RETENTION_INTERVAL=None)),
+    "vllm.config": _StandIn(dict(get_current_vllm_config_or_none=lambda: None), _ANY),
+    "vllm.platforms": _StandIn(dict(current_platform=types.SimpleNamespace(register_custom_kv_cache_specs=lambda config: None))),
+    "vllm.distributed.kv_events": _StandIn(dict(KVCacheEvent=KVCacheEvent, BlockStored=KVCacheEvent, BlockRemoved=KVCacheEvent,
+                                                AllBlocksCleared=KVCacheEvent)),
+    "vllm.logger": _StandIn(dict(init_logger=_logger)),
+    # the adapter hashes with the release's own sha256 (vllm.utils up to 0.11.0, vllm.utils.hashing after)
+    "vllm.utils": _StandIn(dict(get_dtype_size=lambda dt: dt.itemsize), also=("sha256",)),
+    "vllm.utils.torch_utils": _StandIn(dict(get_dtype_size=lambda dt: dt.itemsize)),
+    "vllm.utils.gc_utils": _StandIn(dict(gc_untrack=lambda obj: obj, untracked_list=list)),
+    "vllm.utils.collection_utils": _StandIn(),
+    "vllm.utils.mem_constants": _StandIn(),
+    "vllm.utils.mem_utils": _StandIn(),
+    "vllm.multimodal": _StandIn(placeholders=_ANY),  # 0.10.2: MULTIMODAL_REGISTRY, for encoder specs only
+    "vllm.multimodal.inputs": _StandIn(placeholders=_ANY),
+    "vllm.multimodal.utils": _StandIn(),
+    "vllm.pooling_params": _StandIn(placeholders=_ANY),
+    "vllm.lora.request": _StandIn(placeholders=_ANY),
+    "vllm.sampling_params": _StandIn(dict(SamplingParams=SamplingParams)),
+    "vllm.v1.attention.backends.registry": _StandIn(),
+    "vllm.v1.engine": _StandIn(placeholders=frozenset({"EngineCoreEvent", "EngineCoreRequest"})),
+    "vllm.v1.hisparse.layout": _StandIn(placeholders=_ANY),  # 0.30, 0.31: HiSparse's memory planning, never called here
+    "vllm.v1.kv_hints": _StandIn(placeholders=_ANY),
+    "vllm.v1.metrics.stats": _StandIn(dict(CacheHitSource=_Real("vllm.v1.metrics.cache_hit_source", "CacheHitSource"))),
+    "vllm.v1.structured_output.request": _StandIn(dict(StructuredOutputRequest=Placeholder)),
+    "vllm.v1.utils": _StandIn(dict(tensor_data=_cbor_refused)),
+}
 
-    def __init__(self, block_size: int):
-        self.block_size = block_size
+#: the modules V1's core is: run unchanged
+CORE = ("vllm.v1.core.kv_cache_manager", "vllm.v1.core.block_pool", "vllm.v1.core.kv_cache_utils",
+        "vllm.v1.core.single_type_kv_cache_manager", "vllm.v1.core.kv_cache_coordinator", "vllm.v1.request",
+        "vllm.v1.kv_cache_interface")
+#: modules that later releases split out of the core, or added to it: run
+#: unchanged where the release has them
+OWN = ("vllm.v1.core.kv_cache_metrics", "vllm.v1.kv_cache_spec_registry", "vllm.v1.kv_cache_layout",
+       "vllm.v1.hisparse.block_pool", "vllm.utils.math_utils", "vllm.utils.hashing", "vllm.v1.metrics.cache_hit_source",
+       "vllm.v1.token_buffer")
 
-    def __call__(self, request: Any) -> Any:
-        mods = _mods()
-        hasher = mods["vllm.v1.core.kv_cache_utils"].get_request_block_hasher(self.block_size, mods["vllm.utils.hashing"].sha256)
-        return hasher(request)
+
+def _file(root: Path, module: str) -> Optional[Path]:
+    """A module's file in the release, if it has one."""
+    where = root.joinpath(*module.split("."))
+    return next((p for p in (where.with_suffix(".py"), where / "__init__.py") if p.is_file()), None)
+
+
+def _plan(root: Path) -> tuple[list[str], dict[str, Fill], str]:
+    """What to load from `root`: the real modules (CORE, and the OWN ones
+    the release has), a stand-in for each STAND_INS module they import,
+    filled with the names they import from it, and the module whose
+    sha256 the adapter hashes with."""
+    real = [m for m in CORE + OWN if _file(root, m) is not None]
+    wanted: dict[str, set[str]] = {}
+    for module in real:
+        for name, names in imports(_file(root, module)).items():  # type: ignore[arg-type]
+            submodules = {n for n in names if f"{name}.{n}" in STAND_INS}  # from vllm import envs
+            for sub in submodules:
+                wanted.setdefault(f"{name}.{sub}", set())
+            if name in STAND_INS and name not in real:
+                wanted.setdefault(name, set()).update(names - submodules)
+    hashing = "vllm.utils.hashing" if "vllm.utils.hashing" in real else "vllm.utils"
+    wanted.setdefault(hashing, set())
+    fills: dict[str, Fill] = {name: partial(STAND_INS[name].fill, root, name, frozenset(names))
+                              for name, names in wanted.items() if name not in real}
+    return real, fills, hashing
 
 
 # -- which vLLM ----------------------------------------------------------------
 
 @dataclass
 class _Engine:
-    """The vLLM whose modules are loaded now (one at a time: they share names)."""
+    """The vLLM whose modules are loaded now (one at a time: they share
+    names), and `sha256`, the release's own hash function."""
     source: Optional[str] = None
     version: str = ""
-    layout: _V09 = _V09()
     mods: dict[str, types.ModuleType] | None = None
+    sha256: Any = None
 
 
 _engine = _Engine()
@@ -372,6 +280,17 @@ def _version(root: Path) -> str:
     return found.group(1) if found else "unknown version"
 
 
+def _seeded(mods: dict[str, types.ModuleType], sha256: Any) -> None:
+    """V1's NONE_HASH, the parent of a request's first block hash: drawn at
+    import up to 0.9.2 (seeded by PYTHONHASHSEED while the modules load),
+    set by `init_none_hash` from 0.10.0; the same in every process, so a
+    state copied into another process hashes as it did."""
+    kv = mods["vllm.v1.core.kv_cache_utils"]
+    if hasattr(kv, "init_none_hash"):
+        with environment(PYTHONHASHSEED="0"):
+            kv.init_none_hash(sha256)
+
+
 def engine(source: Optional[str]) -> _Engine:
     """Load vLLM V1's core from `source` (a folder; None: the installed
     vLLM), unless it is what is loaded now."""
@@ -384,31 +303,27 @@ def engine(source: Optional[str]) -> _Engine:
         except ImportError:
             raise SpecError(REF, "factory", f"vLLM is not importable: pip install vllm (one of {', '.join(TESTED)}), "
                             f"or set {ENV} to a folder of vLLM's Python sources (an unpacked wheel or a checkout)") from None
-        import inspect
-        import importlib
-        wanted = _V09.CORE + ("vllm.utils.hashing",)
-        mods = {}
-        for name in wanted:
-            try:
-                mods[name] = importlib.import_module(name)
-            except ImportError:
-                if name != "vllm.utils.hashing":
-                    raise
-        params = inspect.signature(mods["vllm.v1.core.kv_cache_manager"].KVCacheManager.allocate_slots).parameters
-        layout: _V09 = _V09() if "num_draft_tokens" in params else _V033()
-        _engine.__init__(None, getattr(sys.modules["vllm"], "__version__", "installed"), layout, mods)  # type: ignore[misc]
+        mods = {name: importlib.import_module(name) for name in CORE}
+        try:
+            own = importlib.import_module("vllm.utils.hashing")
+        except ImportError:
+            own = importlib.import_module("vllm.utils")
+        _seeded(mods, own.sha256)
+        _engine.__init__(None, getattr(sys.modules["vllm"], "__version__", "installed"), mods, own.sha256)  # type: ignore[misc]
         return _engine
     root = Path(source)
     if not (root / "vllm/v1/core/block_pool.py").is_file():
         raise SpecError(REF, "factory", f"{ENV}={source!r} holds no vllm/v1/core/block_pool.py: point it at the folder "
                         "that contains vllm/ (an unpacked wheel or a vLLM checkout)")
-    layout = _V09() if (root / "vllm/utils.py").is_file() else _V033()
     try:
+        real, fills, hashing = _plan(root)
         with environment(PYTHONHASHSEED="0"):  # 0.9's NONE_HASH: the same in every process
-            mods = load(root, "vllm", layout.real(root), layout.stand_ins(root), layout.real(root))
+            mods = load(root, "vllm", real, fills, CORE + (hashing,))
+        sha256 = mods[hashing].sha256
+        _seeded(mods, sha256)
     except SourceError as err:
         raise SpecError(REF, "factory", f"vLLM {_version(root)} from {source}: {err}") from None
-    _engine.__init__(source, _version(root), layout, mods)  # type: ignore[misc]
+    _engine.__init__(source, _version(root), mods, sha256)  # type: ignore[misc]
     return _engine
 
 
@@ -416,6 +331,106 @@ def source() -> Optional[str]:
     """The folder the adapter loads vLLM from: $COWCHECK_VLLM_SOURCE, or
     None for the installed vLLM."""
     return os.environ.get(ENV) or None
+
+
+# -- V1's calls, as each release spells them -------------------------------------
+
+def _call(fn: Any, known: dict[str, Any]) -> Any:
+    """`fn` called with the values in `known` of the parameters it has (the
+    others keep their defaults): V1's constructors gain and lose
+    parameters from release to release; one it requires that the adapter
+    does not know is one line naming it."""
+    params = inspect.signature(fn).parameters
+    missing = [n for n, p in params.items() if n not in known and p.default is p.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if missing:
+        raise SpecError(REF, "factory", f"vLLM {_engine.version}: {getattr(fn, '__qualname__', fn)} requires "
+                        f"{', '.join(missing)}, which the adapter does not know (a new release?)")
+    return fn(**{n: v for n, v in known.items() if n in params})
+
+
+def _manager(num_blocks: int, block_size: int) -> Any:
+    """A KVCacheManager with prefix caching on, for one full-attention group."""
+    mods = _mods()
+    iface = mods["vllm.v1.kv_cache_interface"]
+    spec = _call(iface.FullAttentionSpec, dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=DType("float16", 2),
+                                               use_mla=False))  # use_mla: up to 0.10.2
+    config = _call(iface.KVCacheConfig, dict(num_blocks=num_blocks, kv_cache_tensors=[],
+                                             kv_cache_groups=[iface.KVCacheGroupSpec(["layer.0"], spec)]))
+    with environment(PYTHONHASHSEED="0"):  # 0.10.0's manager sets NONE_HASH itself
+        return _call(mods["vllm.v1.core.kv_cache_manager"].KVCacheManager, dict(
+            kv_cache_config=config, max_model_len=num_blocks * block_size, enable_caching=True,
+            caching_hash_algo="sha256",  # up to 0.10.0
+            hash_block_size=block_size,  # from 0.12.0
+            scheduler_block_size=block_size))  # from 0.23.0
+
+
+def _request(rid: str, ids: list[int], block_size: int) -> Any:
+    """A V1 Request; from 0.10.1 it hashes its own blocks (`block_hasher`)."""
+    return _call(_mods()["vllm.v1.request"].Request, dict(
+        request_id=rid, prompt_token_ids=ids, sampling_params=SamplingParams(), pooling_params=None, eos_token_id=None,
+        multi_modal_inputs=None, multi_modal_kwargs=None, multi_modal_hashes=None, multi_modal_placeholders=None,
+        mm_features=None, lora_request=None, arrival_time=0.0, block_hasher=BlockHasher(block_size)))
+
+
+def _allocate(manager: Any, request: Any, new: int, hit: int = 0, blocks: Any = None, drafts: int = 0) -> Any:
+    """`allocate_slots`: up to 0.9.2 it takes the draft count (and caches
+    every other slot); from 0.10.0 it caches at most `request.num_tokens`
+    tokens, so drafts, kept in `spec_token_ids`, are never keyed."""
+    if "num_draft_tokens" in inspect.signature(manager.allocate_slots).parameters:
+        return manager.allocate_slots(request, new, hit, blocks, num_draft_tokens=drafts)
+    return manager.allocate_slots(request, new, hit, blocks)
+
+
+def _finish(manager: Any, request: Any) -> None:
+    manager.free(request)
+    if hasattr(manager, "free_block_hashes"):  # up to 0.10.0 the manager keeps the request's block hashes
+        manager.free_block_hashes(request)
+
+
+def _cached_keys(pool: Any) -> list[tuple[Any, int]]:
+    """(key, V1 block id) for every block the cache map serves."""
+    cache = pool.cached_block_hash_to_block
+    if isinstance(cache, dict):  # up to 0.10.2: {key: {id: block}}
+        return [(key, bid) for key, blocks in cache.items() for bid in blocks]
+    dups = getattr(cache, "_dup_ids", {})  # 0.34: ids, several under a key kept apart
+    out: list[tuple[Any, int]] = []
+    for key, held in cache._cache.items():  # from 0.11.0: a BlockHashToBlockMap
+        if key in dups:
+            out.extend((key, bid) for bid in dups[key])
+        elif isinstance(held, dict):  # {id: block} under a key cached by several blocks
+            out.extend((key, bid) for bid in held)
+        else:
+            out.append((key, held if isinstance(held, int) else held.block_id))
+    return out
+
+
+def _block_hash(key: Any) -> Any:
+    """A cache key's block hash: a field of the key up to 0.10.2, its bytes
+    with the group id cut off from 0.11.0."""
+    return key.block_hash if hasattr(key, "block_hash") else _mods()["vllm.v1.core.kv_cache_utils"].get_block_hash(key)
+
+
+def _request_hashes(request: Any) -> list[Any]:
+    """The block hashes a request carries (from 0.10.1; none before)."""
+    return [bytes(h) if isinstance(h, (bytes, bytearray, memoryview)) else h for h in getattr(request, "block_hashes", ())]
+
+
+def _manager_hashes(manager: Any) -> Any:
+    """The block hashes the manager keeps per request (up to 0.10.0)."""
+    return frozenset((rid, tuple(hashes)) for rid, hashes in getattr(manager, "req_to_block_hashes", {}).items())
+
+
+class BlockHasher:
+    """V1's `get_request_block_hasher(B, sha256)` (0.10.1 on), as an
+    object: the closure it returns does not pickle, and a Request keeps it."""
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+
+    def __call__(self, request: Any) -> Any:
+        hasher = _mods()["vllm.v1.core.kv_cache_utils"].get_request_block_hasher(self.block_size, _engine.sha256)
+        return hasher(request)
 
 
 # -- the adapter -----------------------------------------------------------------
@@ -427,8 +442,8 @@ class VllmV1:
     def __init__(self, pool: int, block_size: int, source: Optional[str]):
         self.source = source
         self.B = block_size
-        eng = engine(source)
-        self.manager = eng.layout.manager(_mods(), pool + 1, block_size)
+        engine(source)
+        self.manager = _manager(pool + 1, block_size)
         self.requests: dict[str, Any] = {}
         #: names longer than _SHORT bytes, by id (the others are their own id)
         self.long_names: dict[int, str] = {}
@@ -456,21 +471,18 @@ class VllmV1:
             return self.long_names[tid]
         return tid.to_bytes(_SHORT, "big").lstrip(b"\0").decode()
 
-    @property
-    def _layout(self) -> _V09:
-        return _engine.layout
-
     def _learn(self) -> None:
         """Remember the tokens of every block hash a live request has, and
-        forget those of keys the cache no longer holds (0.33+)."""
+        forget those of keys the cache no longer holds (from 0.11.0, whose
+        hashes are bare bytes; before, a hash carries its tokens)."""
         for request in self.requests.values():
             ids = list(request.all_token_ids)
-            for i, h in enumerate(self._layout.request_hashes(self.manager, request)):
-                self.key_tokens.setdefault(h, tuple(ids[i * self.B:(i + 1) * self.B]))
+            for i, h in enumerate(_request_hashes(request)):
+                if not hasattr(h, "token_ids"):
+                    self.key_tokens.setdefault(h, tuple(ids[i * self.B:(i + 1) * self.B]))
         if self.key_tokens:
-            kv = _mods()["vllm.v1.core.kv_cache_utils"]
-            live = {bytes(kv.get_block_hash(key)) for key, _ in self._layout.cached_keys(self.manager.block_pool)}
-            live |= {h for r in self.requests.values() for h in self._layout.request_hashes(self.manager, r)}
+            live = {bytes(_block_hash(key)) for key, _ in _cached_keys(self.manager.block_pool)}
+            live |= {h for r in self.requests.values() for h in _request_hashes(r)}
             self.key_tokens = {h: t for h, t in self.key_tokens.items() if h in live}
 
     # the harness's calls
@@ -478,10 +490,9 @@ class VllmV1:
         """Schedule a waiting request: its cache hit, then slots for the rest
         of the prompt (V1 touches the hit and keys the prompt's full blocks
         here, before the prefill has run)."""
-        layout = self._layout
-        request = layout.request(_mods(), branch, [self._id(t) for t in tokens], self.B)
-        blocks, hit = layout.computed(self.manager, request)
-        if layout.allocate(self.manager, request, request.num_tokens - hit, hit, blocks) is None:
+        request = _request(branch, [self._id(t) for t in tokens], self.B)
+        blocks, hit = self.manager.get_computed_blocks(request)[:2]
+        if _allocate(self.manager, request, request.num_tokens - hit, hit, blocks) is None:
             raise OutOfBlocks(f"V1 cannot admit request {branch!r}")
         request.status = _mods()["vllm.v1.request"].RequestStatus.RUNNING
         request.num_computed_tokens = request.num_tokens
@@ -497,12 +508,12 @@ class VllmV1:
         if draft:
             request.spec_token_ids.append(tid)
             drafts = len(request.spec_token_ids)
-            if self._layout.allocate(self.manager, request, request.num_tokens_with_spec - request.num_computed_tokens,
+            if _allocate(self.manager, request, request.num_tokens_with_spec - request.num_computed_tokens,
                                      drafts=drafts) is None:
                 raise OutOfBlocks(f"V1 cannot schedule request {branch!r}'s draft")
         else:
             request.append_output_token_ids(tid)
-            if self._layout.allocate(self.manager, request, request.num_tokens - request.num_computed_tokens) is None:
+            if _allocate(self.manager, request, request.num_tokens - request.num_computed_tokens) is None:
                 raise OutOfBlocks(f"V1 cannot schedule request {branch!r}")
             request.num_computed_tokens = request.num_tokens
         self._learn()
@@ -522,7 +533,7 @@ class VllmV1:
 
     def free(self, branch: str) -> None:
         request = self.requests.pop(branch)
-        self._layout.finish(self.manager, request)
+        _finish(self.manager, request)
         self._learn()
 
     def snapshot(self) -> tuple[Any, ...]:
@@ -535,16 +546,15 @@ class VllmV1:
         m = self.manager
         pool = m.block_pool
         single = m.coordinator.single_type_managers[0]
-        layout = self._layout
         requests = tuple(sorted(
             (rid, tuple(r.all_token_ids), tuple(r.spec_token_ids), r.num_computed_tokens, int(r.status),
              tuple(b.block_id for b in single.req_to_blocks.get(rid, ())), single.num_cached_block.get(rid),
-             tuple(layout.request_hashes(m, r))) for rid, r in self.requests.items()))
+             tuple(_request_hashes(r))) for rid, r in self.requests.items()))
         others = frozenset((rid, tuple(b.block_id for b in blocks), single.num_cached_block.get(rid))
                            for rid, blocks in single.req_to_blocks.items() if rid not in self.requests)
         blocks = tuple((b.ref_cnt, b.block_hash) for b in pool.blocks)
         free = tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks())
-        return (requests, others, blocks, free, frozenset(layout.cached_keys(pool)), layout.manager_hashes(m),
+        return (requests, others, blocks, free, frozenset(_cached_keys(pool)), _manager_hashes(m),
                 frozenset(self.key_tokens.items()), frozenset(self.long_names.items()))
 
     def table(self, branch: str) -> list[int]:
@@ -562,8 +572,13 @@ class VllmV1:
     def cached(self) -> dict[int, tuple[str, ...]]:
         """Every block the cache map would serve as a hit, with the tokens
         of its own slots that its key names."""
-        return {bid - 1: tuple(self._name(t) for t in self._layout.key_ids(self, key))
-                for key, bid in self._layout.cached_keys(self.manager.block_pool)}
+        return {bid - 1: tuple(self._name(t) for t in self._key_ids(key)) for key, bid in _cached_keys(self.manager.block_pool)}
+
+    def _key_ids(self, key: Any) -> tuple[int, ...]:
+        """The token ids of a key's own block: carried by its hash up to
+        0.10.2, learned from the request that keyed it after."""
+        h = _block_hash(key)
+        return tuple(h.token_ids) if hasattr(h, "token_ids") else self.key_tokens[bytes(h)]
 
 
 def make(pool: int, block_size: int) -> VllmV1:

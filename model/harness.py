@@ -98,6 +98,9 @@ NOTIFICATIONS = ("copy_done", "kernel_done")
 #: the adapter attribute that declares an engine which orders each kernel
 #: after the copies its call returned
 WAITS = "waits_for_copies"
+#: the optional adapter method that names the engine code it runs and its
+#: release ("vLLM 0.33.0"), recorded in counterexamples
+VERSION = "version"
 #: a request's `after` request is done once it is one of these
 _DONE = (Status.FINISHED, Status.CANCELLED)
 
@@ -248,6 +251,8 @@ class HarnessModel:
         if type(self.waits) is not bool:
             raise self._bad(WAITS, f"must be True or False (whether the engine orders each kernel after the copies "
                             f"its call returned), got {self.waits!r}")
+        #: the engine code the adapter runs and its release, or None (its version())
+        self.version = self._version(adapter)
         #: the completions the allocator is told of (its copy_done, kernel_done)
         self.told = {name: callable(getattr(adapter, name, None)) for name in NOTIFICATIONS}
         self.tagged = self.waits or any(self.told.values())
@@ -258,6 +263,18 @@ class HarnessModel:
     # -- the adapter ----------------------------------------------------------
     def _bad(self, method: str, message: str) -> SpecError:
         return SpecError(self.ref, method, message)
+
+    def _version(self, adapter: Any) -> Optional[str]:
+        """What the adapter's version() says, a non-empty string, or None
+        when it has none."""
+        if not callable(getattr(adapter, VERSION, None)):
+            return None
+        with self.guard(f"{VERSION}()"):
+            version = adapter.version()
+        if not isinstance(version, str) or not version.strip():
+            raise self._bad(VERSION, f"must return the engine code and its release as a non-empty string "
+                            f"(such as 'vLLM 0.33.0'), got {version!r}")
+        return version
 
     def _make(self) -> Any:
         try:

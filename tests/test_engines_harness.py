@@ -102,6 +102,16 @@ def test_the_shipped_v1_style_pool_finds_the_same(name):
     assert findings(api.check(SCENARIOS / f"{name}.toml")) == V1_FINDINGS[name]
 
 
+def test_counterexamples_name_the_engine_release(v1, sg):
+    """A counterexample found in an engine's own code says which release:
+    the one whose sources the adapter loaded (its _version.py)."""
+    from cowcheck.adapters.sources import release
+    found = api.check(SCENARIOS / "prefix-code-async.toml", allocator=vllm_v1.REF).verdicts["faithful-output"].counterexample
+    assert found.allocator_version == f"vLLM {release(Path(v1), 'vllm')}" and "unknown" not in found.allocator_version
+    found = api.check(SCENARIOS / "prefix-code-b1-async.toml", allocator=sglang.REF).peak_trace
+    assert found.allocator_version == f"SGLang {release(Path(sg), 'sglang')}" and "unknown" not in found.allocator_version
+
+
 def test_which_invariant_shows_each_of_v1s_design_choices(v1):
     # keys before the fill lands: on one stream nothing wrong is computed, the discipline invariants break
     stream = api.check(SCENARIOS / "prefix-code.toml", allocator=vllm_v1.REF)

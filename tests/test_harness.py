@@ -321,3 +321,25 @@ def test_the_progress_line_names_the_call_running():
         assert "calling" not in progress.line()
     finally:
         progress.close()
+
+
+def test_a_counterexample_records_the_engine_code_it_was_found_with(tmp_path, monkeypatch):
+    """An adapter's version() ("vLLM 0.33.0") goes into its counterexamples;
+    replaying one on other code says so after the answer, and explain names
+    it; a version() that is not a non-empty string is one line."""
+    path = scenario_file(tmp_path, f"{ADAPTERS}:versioned")
+    monkeypatch.setenv("TOY_VERSION", "toy 1.0")
+    result = CliRunner().invoke(main, ["check", str(path), "--device", "async", "--out", str(tmp_path / "cx")])
+    written = next((tmp_path / "cx").glob("*.copy-before-use.json"))
+    data = json.loads(written.read_text())
+    assert data["allocator_version"] == "toy 1.0", result.output
+    cx = cowcheck.load_counterexample(written)
+    assert cx.allocator_version == "toy 1.0" and "toy 1.0" in cowcheck.explain(cx).splitlines()[0]
+    same = cowcheck.replay(cx, pool="none")
+    assert same.ok and "recorded with" not in same.model.message
+    monkeypatch.setenv("TOY_VERSION", "toy 2.0")
+    again = CliRunner().invoke(main, ["replay", str(written), "--pool", "none"])
+    assert "(recorded with toy 1.0; replayed with toy 2.0)" in again.output, again.output
+    bad = scenario_file(tmp_path, f"{ADAPTERS}:unversioned")
+    line = error_line(CliRunner().invoke(main, ["check", str(bad), "--out", str(tmp_path / "cx2")]))
+    assert "'version'" in line and "non-empty string" in line and "3" in line

@@ -192,3 +192,19 @@ class Interrupted(Manager):
 
 def hangs(pool, block_size): return Hangs(pool, block_size)
 def interrupted(pool, block_size): return Interrupted(pool, block_size)
+
+
+class Versioned(Manager):
+    """Names the engine code it runs: $TOY_VERSION, as a release would."""
+    def version(self):
+        import os
+        return os.environ.get("TOY_VERSION", "toy 1.0")
+
+
+class Unversioned(Manager):
+    def version(self):
+        return 3
+
+
+def versioned(pool, block_size): return Versioned(pool, block_size)
+def unversioned(pool, block_size): return Unversioned(pool, block_size)

@@ -95,7 +95,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 import numpy as np
 
 from cowcheck.adapters import OutOfBlocks
-from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, extract, load, restore
+from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, extract, load, release, restore
 from cowcheck.model.errors import SpecError
 
 ENV = "COWCHECK_SGLANG_SOURCE"
@@ -336,7 +336,8 @@ def engine(source: Optional[str]) -> dict[str, types.ModuleType]:
         module = sys.modules.get(name)
         if module is not None and hasattr(module, "time"):
             module.time = LogicalTime  # type: ignore[attr-defined]
-    _loaded.update(source=source, mods=mods)
+    version = release(Path(source), "sglang") if source is not None else getattr(sys.modules.get("sglang"), "__version__", "installed")
+    _loaded.update(source=source, mods=mods, version=version)
     return mods
 
 
@@ -368,6 +369,10 @@ class SGLang:
         mods = engine(source)
         with self._engine_call():
             self._build(mods, pool)
+
+    def version(self) -> str:
+        """The engine code this adapter runs, recorded in its counterexamples."""
+        return f"SGLang {_loaded['version']}"
 
     def _build(self, mods: dict[str, types.ModuleType], pool: int) -> None:
         torch = sys.modules.get("torch") if self.source is None else None

@@ -31,6 +31,7 @@ import importlib.util
 import io
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -236,6 +237,16 @@ def unpack(wheel: Path, dest: Path) -> Path:
     part.rename(dest)
     (dest / ".complete").write_text(wheel.name + "\n")
     return dest
+
+
+def release(root: Path, package: str) -> str:
+    """The release of `package` whose sources are in `root`, as its wheel
+    records it (`<package>/_version.py`), or "unknown version" (a source
+    checkout that was never built)."""
+    path = root / package / "_version.py"
+    text = path.read_text() if path.is_file() else ""
+    found = re.search(r"^__version__\b.*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return found.group(1) if found else "unknown version"
 
 
 def fetch(package: str, version: str, cache: Path = CACHE) -> Path:

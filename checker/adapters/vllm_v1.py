@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cowcheck.adapters import OutOfBlocks
-from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, environment, extract, imports, load, restore
+from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, environment, extract, imports, load, release, restore
 from cowcheck.model.errors import SpecError
 
 #: the environment variable that names a folder of vLLM's Python sources
@@ -274,12 +274,6 @@ def _mods() -> dict[str, types.ModuleType]:
     return _engine.mods
 
 
-def _version(root: Path) -> str:
-    text = (root / "vllm/_version.py").read_text() if (root / "vllm/_version.py").is_file() else ""
-    found = re.search(r"^__version__\b.*=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    return found.group(1) if found else "unknown version"
-
-
 def _seeded(mods: dict[str, types.ModuleType], sha256: Any) -> None:
     """V1's NONE_HASH, the parent of a request's first block hash: drawn at
     import up to 0.9.2 (seeded by PYTHONHASHSEED while the modules load),
@@ -322,8 +316,8 @@ def engine(source: Optional[str]) -> _Engine:
         sha256 = mods[hashing].sha256
         _seeded(mods, sha256)
     except SourceError as err:
-        raise SpecError(REF, "factory", f"vLLM {_version(root)} from {source}: {err}") from None
-    _engine.__init__(source, _version(root), mods, sha256)  # type: ignore[misc]
+        raise SpecError(REF, "factory", f"vLLM {release(root, 'vllm')} from {source}: {err}") from None
+    _engine.__init__(source, release(root, "vllm"), mods, sha256)  # type: ignore[misc]
     return _engine
 
 
@@ -449,6 +443,10 @@ class VllmV1:
         self.long_names: dict[int, str] = {}
         #: 0.33+: a block hash's own tokens, for the keys the cache holds
         self.key_tokens: dict[bytes, tuple[int, ...]] = {}
+
+    def version(self) -> str:
+        """The engine code this adapter runs, recorded in its counterexamples."""
+        return f"vLLM {_engine.version}"
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Unpickling loads the same vLLM sources before V1's objects."""

@@ -43,6 +43,9 @@ class Counterexample:
     peak: Optional[int] = None
     origin: str = ""             # the scenario file it was checked from, as recorded
     invariant_kind: Optional[str] = None
+    #: allocator code: the engine code and release its adapter's version()
+    #: named when the trace was found ("vLLM 0.33.0"), or None
+    allocator_version: Optional[str] = None
     #: the Invariant that judged it, when it came from a check in this process
     #: (a custom invariant replays by it); not part of the file
     judged_by: Any = field(default=None, compare=False, repr=False)
@@ -52,7 +55,7 @@ class Counterexample:
     def from_run(cls, scenario: Scenario, initial: State, run: list[tuple[Action, Optional[State]]], *,
                  invariant: Optional[str] = None, invariant_kind: Optional[str] = None,
                  witness: Optional[dict] = None, peak: Optional[int] = None,
-                 judged_by: Any = None) -> "Counterexample":
+                 judged_by: Any = None, allocator_version: Optional[str] = None) -> "Counterexample":
         return cls(
             scenario=scenario,
             kind="counterexample" if invariant else PEAK,
@@ -65,6 +68,7 @@ class Counterexample:
             peak=peak,
             origin=scenario.source,
             invariant_kind=invariant_kind,
+            allocator_version=allocator_version,
             judged_by=judged_by,
         )
 
@@ -83,6 +87,8 @@ class Counterexample:
         base = allocator_base(scenario, self.origin)
         if base is not None:
             data["allocator_base"] = base
+        if self.allocator_version is not None:
+            data["allocator_version"] = self.allocator_version
         if self.invariant:
             data.update(invariant=self.invariant, invariant_kind=self.invariant_kind, witness=self.witness)
         else:
@@ -162,6 +168,10 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
             raise SpecError(source, "invariant_kind", "must be harm or discipline")
         if kind == PEAK and type(data["peak_blocks"]) is not int:
             raise SpecError(source, "peak_blocks", "must be an integer in a peak trace")
+        version = data.get("allocator_version")
+        if version is not None and (not isinstance(version, str) or not version or scenario.allocator is None):
+            raise SpecError(source, "allocator_version", "must be the engine code's release, a non-empty string, "
+                            "and only in a counterexample of allocator code")
         steps = data["steps"]
         actions = [Action.from_json(s["action"]) for s in steps]
         states = [s["state"] for s in steps]
@@ -177,6 +187,7 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
             peak=data.get("peak_blocks"),
             origin=origin,
             invariant_kind=data.get("invariant_kind"),
+            allocator_version=version,
         )
     except SpecError:
         raise

@@ -402,7 +402,7 @@ def test_check_refuses_a_path_the_system_refuses_before_exploring(tmp_path, flag
     assert "invariant" not in result.output and not (tmp_path / "cx").exists()     # before exploring
 
 
-def test_a_missing_folder_is_created_for_every_output(tmp_path):
+def test_a_missing_folder_is_created_for_every_output(tmp_path, spare_capacity_cx):
     """Item 17: one rule: the folders on the way to any output are created."""
     scenario = write(tmp_path / "ok.toml", GOOD)
     result = invoke("check", scenario, "--json", tmp_path / "j" / "k" / "r.json", "--out", tmp_path / "o" / "cx",
@@ -411,6 +411,14 @@ def test_a_missing_folder_is_created_for_every_output(tmp_path):
     assert (tmp_path / "j/k/r.json").is_file() and (tmp_path / "o/cx").is_dir() and (tmp_path / "h/site/index.html").is_file()
     assert invoke("lab", "--html", tmp_path / "l" / "m" / "lab.html").exit_code == 0
     assert (tmp_path / "l/m/lab.html").is_file()
+    for command, made in ((["html", spare_capacity_cx, "-o", tmp_path / "p" / "q" / "page.html"], "p/q/page.html"),
+                          (["graph", spare_capacity_cx, "-o", tmp_path / "g" / "h" / "g.dot"], "g/h/g.dot"),
+                          (["shrink", spare_capacity_cx, "--workers", "0", "--out", tmp_path / "s" / "t"], "s/t"),
+                          (["sweep", write(tmp_path / "grid.toml", '[grid]\nblock_size = 2\nprompt = 3\n'), "--workers", "0",
+                            "--json", tmp_path / "w" / "x" / "r.json", "--html", tmp_path / "w" / "y" / "r.html"], "w/y/r.html")):
+        assert invoke(*command).exit_code in (0, 1), command
+        assert (tmp_path / made).exists(), command
+    assert (tmp_path / "w/x/r.json").is_file()
 
 
 @pytest.mark.parametrize("command", [["html", "-o", "{blocker}/page.html"], ["graph", "-o", "{blocker}/g.svg"],

@@ -85,11 +85,16 @@ def _rows(label: str, source: Any, limit: float) -> dict[str, dict]:
 
 
 def _shipped() -> list[Path]:
-    """specs/scenarios, wherever cowcheck is installed (as builtin_folder finds specs/protocols)."""
-    import cowcheck.specs.scenarios
-
-    folder = next(Path(p) for p in cowcheck.specs.scenarios.__path__ if Path(p).is_dir())
-    return sorted(folder.glob("*.toml"))
+    """specs/scenarios: beside the installed package where it is installed
+    from a checkout (editable), else under the working folder (a wheel
+    ships the protocols, not the scenarios: run it from a checkout's root)."""
+    try:
+        import cowcheck.specs.scenarios
+        folders = [Path(p) for p in cowcheck.specs.scenarios.__path__]
+    except ModuleNotFoundError:
+        folders = [Path("specs") / "scenarios"]
+    folder = next((f for f in folders if f.is_dir()), None)
+    return sorted(folder.glob("*.toml")) if folder is not None else []
 
 
 def _ratio(a: dict, b: dict) -> Optional[float]:

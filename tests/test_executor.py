@@ -189,7 +189,7 @@ def test_pool_follows_the_model_through_forks_and_rollbacks(walk):
     assert (first.step if first else None) == model_step
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(walks(cache_scenarios()))
 def test_pool_follows_the_model_through_the_prefix_cache(walk):
     """The same agreement in cache scenarios: prefill kernels write several

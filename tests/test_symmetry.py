@@ -293,7 +293,7 @@ def _everything(result) -> tuple:
     return measures(result), result.exploration.states, result.exploration.depth, traces, peak
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(any_reuse_scenarios())
 def test_taking_one_of_each_set_of_twin_free_blocks_changes_no_figure_and_no_trace(scenario):
     """With block-id symmetry, an allocation under `any` reuse takes one

@@ -4,8 +4,10 @@ bad file fails before any exploration starts."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
@@ -264,6 +266,23 @@ def protocol_from_dict(data: Any, source: str, default_name: str = "protocol") -
 
     given = frozenset(key for key in TOP_KEYS[2:] if key in data)
     return _build(name, description, source, rules, paths, ops, atomic_op, given)
+
+
+def inline_protocol(data: Any, source: str) -> Protocol:
+    """A protocol given inline, as a table (a sweep's cell, a counterexample
+    file's scenario): parsed once per definition and source, since a
+    Protocol is immutable. A grid of thousands of cells then parses each of
+    its protocols once (parsing compiles every rule's condition)."""
+    try:
+        key = json.dumps(data, sort_keys=True)
+    except (TypeError, ValueError):        # not plain data: parse it as it is, to say why
+        return protocol_from_dict(data, source)
+    return _parsed(key, source)
+
+
+@lru_cache(maxsize=256)
+def _parsed(definition: str, source: str) -> Protocol:
+    return protocol_from_dict(json.loads(definition), source)
 
 
 def _build(name: str, description: str, source: str, rules: tuple[Rule, ...], paths: dict[str, AppendPath],

@@ -12,7 +12,7 @@ from cowcheck.model.branches import (BRANCH_NAMES, CACHE_BRANCH_KEYS, BranchSpec
                                      parse_branches, parse_requests)
 from cowcheck.model.errors import SpecError
 from cowcheck.model.fields import MAXIMA, choice, integer, seconds
-from cowcheck.model.protocol import Protocol, for_scenario, protocol_from_dict, read_toml, resolve_protocol
+from cowcheck.model.protocol import Protocol, for_scenario, inline_protocol, read_toml, resolve_protocol
 
 DEVICES = ("async", "stream", "streams")
 REUSES = ("lifo", "fifo", "any")
@@ -225,7 +225,7 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
             raise SpecError(source, "allocator", f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the scenario's folder), got {allocator!r}")
     cache = choice(data, "cache", CACHES, "none", source) == "prefix"
     proto = data.get("protocol", "prefix-cache" if cache else "cow")
-    protocol = protocol_from_dict(proto, source + " (protocol)") if isinstance(proto, dict) else resolve_protocol(proto, base, source)
+    protocol = inline_protocol(proto, source + " (protocol)") if isinstance(proto, dict) else resolve_protocol(proto, base, source)
     protocol = for_scenario(protocol, cache, source)
     block_size = integer(data, "block_size", source, 1, required=True)
     prompt = integer(data, "prompt", source, 0, required=not cache) or 0

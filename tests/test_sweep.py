@@ -604,3 +604,16 @@ def test_the_manuals_sweep_output_is_a_runs(tmp_path):
     ran = lines[lines.index(printed[0].rstrip()):]
     timing = re.compile(r"in [\d.]+ s, .*\)$")
     assert [timing.sub("", line.rstrip()) for line in printed] == [timing.sub("", line) for line in ran]
+
+
+def test_cells_share_their_parsed_protocol(small):
+    """A grid of thousands of cells parses each protocol once (parsing
+    compiles every rule's condition): cells with one protocol hold one
+    object, and it is the one a scenario naming the protocol gets."""
+    cells = expand([load_grid(small)])
+    by_name: dict[str, set[int]] = {}
+    for c in cells:
+        by_name.setdefault(c.scenario.protocol.name, set()).add(id(c.scenario.protocol))
+    assert set(by_name) == {"cow", "premature-decrement"} and all(len(ids) == 1 for ids in by_name.values())
+    again = expand([load_grid(small)])
+    assert again[0].scenario.protocol is cells[0].scenario.protocol

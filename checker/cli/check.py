@@ -147,8 +147,9 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
                                 call_deadline=call_deadline)
     except SpecError as error:
         fail(error)
-    committed = out_dir is None and default_out(overridden, engine, options, invariant_ids) == DEFAULT_OUT
-    out_dir = Path(out_dir or default_out(overridden, engine, options, invariant_ids))
+    chosen = default_out(overridden, engine, options, invariant_ids)
+    committed = out_dir is None and chosen == DEFAULT_OUT     # this run writes over the committed files
+    out_dir = Path(out_dir or chosen)
     try:
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None

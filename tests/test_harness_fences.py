@@ -144,7 +144,7 @@ class StepFence(FencedAdapter):
 
     def free(self, branch):
         self._release()
-        self.manager.kernels.clear()        # no deferred release: the step fence has passed
+        self.manager.in_flight.clear()      # no deferred release: the step fence has passed
         self.manager.free(self._seq(branch))
 
 

@@ -34,6 +34,7 @@ reads its tail before the copy lands).
 
 from __future__ import annotations
 
+from cowcheck.specs.allocators.deferred import DeferredRelease
 from cowcheck.specs.allocators.engine import Adapter, BlockAllocator, BlockManager
 
 
@@ -56,23 +57,19 @@ class PinningAllocator(BlockAllocator):
         self.free(block)            # the pin's reference; the last one frees the block
 
 
-class FencedBlockManager(BlockManager):
+class FencedBlockManager(DeferredRelease, BlockManager):
     """BlockManager with a pin on each copy's source and a deferred
     release of a sequence freed while a kernel of its may still run."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size)
         self.allocator: PinningAllocator = PinningAllocator(num_blocks)
-        #: kernels launched per sequence that the engine has not reported done
-        self.kernels: dict[int, int] = {}
-        #: sequences freed while a kernel of theirs may still run
-        self.deferred: set[int] = set()
 
     def append_slot(self, seq_id: int) -> list[tuple[int, int]]:
         """As BlockManager's (a pinned tail has refcount > 1: it is copied,
         never written in place); the append launches a kernel."""
         copies = super().append_slot(seq_id)
-        self.kernels[seq_id] = self.kernels.get(seq_id, 0) + 1
+        self.launched(seq_id)
         return copies
 
     def _copy_on_write(self, table: list[int]) -> list[tuple[int, int]]:
@@ -85,20 +82,6 @@ class FencedBlockManager(BlockManager):
 
     def copy_done(self, src: int, dst: int) -> None:
         self.allocator.unpin(src)
-
-    def kernel_done(self, seq_id: int) -> None:
-        self.kernels[seq_id] -= 1
-        if self.kernels[seq_id] == 0 and seq_id in self.deferred:
-            self.deferred.discard(seq_id)
-            super().free(seq_id)
-
-    def free(self, seq_id: int) -> None:
-        """Drop the sequence's references, or, while a kernel of its may
-        still run, once that kernel is done."""
-        if self.kernels.get(seq_id, 0):
-            self.deferred.add(seq_id)
-        else:
-            super().free(seq_id)
 
 
 class FencedAdapter(Adapter):

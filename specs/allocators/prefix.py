@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import Optional
 
 from cowcheck.adapters import OutOfBlocks
+from cowcheck.specs.allocators.deferred import DeferredRelease
 
 #: a chained block hash: (the previous block's key, this block's tokens)
 BlockHash = tuple
@@ -311,36 +312,12 @@ class CacheDrafts(KVCacheManager):
 
 # -- a fix ---------------------------------------------------------------------
 
-class StepFenced(KVCacheManager):
+class StepFenced(DeferredRelease, KVCacheManager):
     """The pool with V1's free-in-flight fixed the way an engine with step
     fences fixes it (vLLM 45357): a request freed while a kernel it
     launched may still run keeps its blocks until the engine learns, at a
-    fence, that the last such kernel completed (`kernel_done`). The blocks
-    stay the freed request's own references meanwhile, not holds: its
-    kernel writes a block of refcount 1, as the literal rule asks
-    (docs/semantics.md#engines-that-wait-and-allocators-that-hold)."""
-
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        super().__init__(num_blocks, block_size)
-        #: kernels each request launched that the engine has not yet seen complete
-        self.in_flight: dict[str, int] = {}
-        #: requests freed with a kernel in flight, released at their last kernel_done
-        self.deferred: set[str] = set()
-
-    def launched(self, request_id: str) -> None:
-        self.in_flight[request_id] = self.in_flight.get(request_id, 0) + 1
-
-    def kernel_done(self, request_id: str) -> None:
-        self.in_flight[request_id] -= 1
-        if self.in_flight[request_id] == 0 and request_id in self.deferred:
-            self.deferred.discard(request_id)
-            super().free(request_id)
-
-    def free(self, request_id: str) -> None:
-        if self.in_flight.get(request_id, 0) > 0:
-            self.deferred.add(request_id)
-        else:
-            super().free(request_id)
+    fence, that the last such kernel completed (`kernel_done`); the
+    deferral is deferred.py's, as fenced.py's manager's is."""
 
 
 class FencedAdapter(Adapter):

@@ -278,13 +278,17 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
     )
 
 
+#: why a scenario or grid of allocator code cannot give `reuse`
+ALLOCATOR_REUSE = "allocator code takes free blocks in its own order; reuse applies to protocols only"
+
+
 def load_scenario(path: Path) -> Scenario:
     path = Path(path)
     data = read_toml(path)
     if isinstance(data, dict) and "allocator" in data and "reuse" in data:
         # a counterexample file records the field for allocator code too (its format has it); a scenario file
         # that gives it would say an order the allocator does not follow
-        raise SpecError(str(path), "reuse", "allocator code takes free blocks in its own order; reuse applies to protocols only")
+        raise SpecError(str(path), "reuse", ALLOCATOR_REUSE)
     return scenario_from_dict(data, str(path), path.parent, path.stem)
 
 

@@ -34,7 +34,7 @@ from cowcheck.model.harness import allocator_label
 from cowcheck.model.protocol import Protocol, read_toml
 from cowcheck.model.branches import BRANCH_NAMES
 from cowcheck.model.fields import MAXIMA
-from cowcheck.model.scenario import CACHES, DEVICES, REUSES, scenario_from_dict
+from cowcheck.model.scenario import ALLOCATOR_REUSE, CACHES, DEVICES, REUSES, scenario_from_dict
 
 from cowcheck.sweeps.cells import INVALID, Cell, _error_data, cell_name, scenario_data
 
@@ -202,7 +202,7 @@ def _check_axis_keys(table: dict[str, Any], source: str) -> None:
     if "allocator" in table and "protocol" in table:
         raise SpecError(source, "grid.allocator", "give either 'protocol' or 'allocator' (code through the engine harness), not both")
     if "allocator" in table and "reuse" in table:
-        raise SpecError(source, "grid.reuse", "allocator code takes free blocks in its own order; reuse applies to protocols only")
+        raise SpecError(source, "grid.reuse", ALLOCATOR_REUSE)
     if "program" in table and "appends" in table:
         raise SpecError(source, "grid.program", "give either 'appends' or 'program', not both (a program says what each branch appends)")
 

@@ -88,11 +88,8 @@ def _shipped() -> list[Path]:
     """specs/scenarios: beside the installed package where it is installed
     from a checkout (editable), else under the working folder (a wheel
     ships the protocols, not the scenarios: run it from a checkout's root)."""
-    try:
-        import cowcheck.specs.scenarios
-        folders = [Path(p) for p in cowcheck.specs.scenarios.__path__]
-    except ModuleNotFoundError:
-        folders = [Path("specs") / "scenarios"]
+    import cowcheck.specs
+    folders = [Path(p) / "scenarios" for p in cowcheck.specs.__path__] + [Path("specs") / "scenarios"]
     folder = next((f for f in folders if f.is_dir()), None)
     return sorted(folder.glob("*.toml")) if folder is not None else []
 

@@ -12,13 +12,17 @@ it (defaults included): its protocol (or allocator code), device model,
 shape and `expect`. What breaks, with the shortest length, and the peak of
 allocated blocks come from the counterexample files `cowcheck check
 specs/` writes (`<scenario>.<invariant>.json`, `<scenario>.peak.json`),
-which CI keeps equal to what the checker writes."""
+which CI keeps equal to what the checker writes. Where they do not meet the
+scenario's `expect` (a new scenario checked but not committed), the build
+stops and says so."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+
+from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "specs" / "scenarios"
@@ -71,16 +75,30 @@ def broken(name: str) -> tuple[list[tuple[str, str, int]], int | None]:
     return sorted(found, key=lambda f: (order.get(f[0], len(order)), f[0])), peak
 
 
+def stale(scenario, found: list[tuple[str, str, int]], peak: int | None) -> str | None:
+    """Why the committed counterexamples cannot be this scenario's, if they
+    cannot: no peak file, or an `expect` they do not meet."""
+    ids = {inv for inv, _, _ in found}
+    harm = {inv for inv, kind, _ in found if kind == "harm"}
+    unmet = [e for e in scenario.expect
+             if (e == "holds" and ids) or (e == "safe" and harm) or (e.startswith("violates ") and e.split()[1] not in ids)]
+    if peak is None:
+        return "no peak file"
+    return f"expect not met: {', '.join(unmet)}" if unmet else None
+
+
 def row(scenario) -> str:
     found, peak = broken(scenario.name)
+    why = stale(scenario, found, peak)
+    if why:
+        raise PluginError(f"counterexamples/{scenario.name}.*.json: {why}; run `cowcheck check specs/` and commit what it writes")
     kinds = {kind for _, kind, _ in found}
     verdict = VERDICTS["harm" if "harm" in kinds else "discipline" if kinds else None]
     lengths = ", ".join(f"{inv} ({n})" for inv, _, n in found) or "none"
     subject = f"`{scenario.subject}`"
     device = scenario.device + ("" if scenario.allocator is not None or scenario.reuse == "lifo" else f", {scenario.reuse} reuse")
     expect = ", ".join(scenario.expect) or "none"
-    cells = [f"`{scenario.name}`", subject, device, shape(scenario), expect, verdict, lengths,
-             "" if peak is None else str(peak), scenario.description]
+    cells = [f"`{scenario.name}`", subject, device, shape(scenario), expect, verdict, lengths, str(peak), scenario.description]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
@@ -100,7 +118,7 @@ def on_page_markdown(markdown, page, config, files):
     unknown = sorted(set(named) - set(GROUPS))
     missing = [g for g in GROUPS if g not in named]
     if unknown or missing:
-        raise ValueError(f"{page.file.src_path}: scenario tables: unknown group(s) {unknown}, missing {missing}; "
+        raise PluginError(f"{page.file.src_path}: scenario tables: unknown group(s) {unknown}, missing {missing}; "
                          f"the groups are {', '.join(GROUPS)}")
     made = tables()
     return MARKER.sub(lambda m: made[m.group(1)], markdown)

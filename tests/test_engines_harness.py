@@ -1,5 +1,5 @@
 """What cowcheck finds in the real engines through the engine harness
-(README, "Checking vLLM V1 and SGLang"): vLLM V1's KVCacheManager on the
+(docs/how-to/vllm-sglang.md): vLLM V1's KVCacheManager on the
 shipped V1-style scenarios (specs/scenarios/prefix-code*.toml, run with
 `--allocator cowcheck.adapters.vllm_v1:make`), SGLang's RadixCache on the
 B = 1 ones (prefix-code-b1*.toml, `--allocator cowcheck.adapters.sglang:make`),

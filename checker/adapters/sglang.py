@@ -1,5 +1,5 @@
 """SGLang's own `RadixCache` over its token allocator, as an adapter for
-the engine harness (README, "Checking vLLM V1 and SGLang").
+the engine harness (docs/how-to/vllm-sglang.md).
 
     cowcheck check SCENARIO --allocator cowcheck.adapters.sglang:make
 

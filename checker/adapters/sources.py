@@ -1,5 +1,5 @@
 """An engine's own Python sources, run unchanged without the engine's
-dependencies (docs: README, "Checking vLLM V1 and SGLang").
+dependencies (docs/how-to/vllm-sglang.md).
 
 The block managers of vLLM V1 and SGLang are plain Python, but their
 packages import torch, CUDA kernels and most of the serving stack on the

@@ -1,5 +1,5 @@
 """vLLM V1's own `KVCacheManager`, with prefix caching on, as an adapter for
-the engine harness (README, "Checking vLLM V1 and SGLang").
+the engine harness (docs/how-to/vllm-sglang.md).
 
     cowcheck check SCENARIO --allocator cowcheck.adapters.vllm_v1:make
 
@@ -71,7 +71,7 @@ ENV = "COWCHECK_VLLM_SOURCE"
 #: the manager) and 0.10.1.1 (hashes on the request, still tuples)
 TESTED = ("0.9.1", "0.9.2", "0.10.1.1", "0.33.0", "0.34.0")
 #: releases between them the tests also check where their sources are in
-#: the cache (README, "Checking vLLM V1 and SGLang", says how to fetch them)
+#: the cache (docs/how-to/vllm-sglang.md says how to fetch them)
 SAMPLED = ("0.10.0", "0.10.2", "0.11.0", "0.11.2", "0.12.0", "0.18.0", "0.23.0", "0.30.0", "0.32.0")
 REF = "cowcheck.adapters.vllm_v1:make"
 #: names of at most this many UTF-8 bytes are their own token id (0.34

@@ -16,7 +16,8 @@ from __future__ import annotations
 from array import array
 from typing import cast
 
-from cowcheck.model.protocol import COPIES, Step
+from cowcheck.model.protocol import Step
+from cowcheck.model.stepkinds import COPIES
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Block, Branch, Copy, Kernel, State, Status
 from cowcheck.model.structure import Op
@@ -40,7 +41,7 @@ class Compact:
         self.token_id = {t: i for i, t in enumerate(self.tokens)}
         steps = [p.steps for p in protocol.paths.values()]
         appends_per_path = max(sum(s.op == "append" for s in p) for p in steps)
-        copies_per_path = max(sum(s.op in ("copy", "copy-block") for s in p) for p in steps)
+        copies_per_path = max(sum(s.op in COPIES for s in p) for p in steps)
 
         def count(steps: tuple[Step, ...], ops: tuple[str, ...]) -> int:
             return sum(s.op in ops for s in steps)

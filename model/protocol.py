@@ -13,50 +13,15 @@ from typing import Any, NamedTuple, Optional
 
 from cowcheck.model.condition import Condition
 from cowcheck.model.errors import SpecError
+from cowcheck.model.stepkinds import ALLOCS, ARITY, CACHE_STEPS, STEPS, Once
 
-#: step name -> number of local arguments (each `tail` or `new`)
-ARITY = {
-    "alloc": 1,
-    "incref": 1,
-    "decref": 1,
-    "hold": 1,
-    "release": 1,
-    "copy": 2,
-    "copy-block": 2,
-    "wait-copy": 1,
-    "append": 1,
-    "replace": 2,
-    "publish": 0,
-    "write": 0,
-    "wait-kernel": 0,
-    "decref-all": 0,
-    "check-output": 0,
-    "incref-all": 0,
-    "share": 0,
-    "rewind": 0,
-    "trim": 0,
-    # prefix caching (docs/semantics.md#prefix-caching)
-    "lookup": 0,
-    "touch-hits": 0,
-    "alloc-prompt": 0,
-    "prefill": 0,
-    "cache-full": 0,
-    "cache-drafts": 0,
-    "alloc-no-evict": 1,
-}
 LOCALS = ("tail", "new")
-WAITS = ("wait-copy", "wait-kernel")
-COPIES = ("copy", "copy-block")
-ALLOCS = ("alloc", "alloc-no-evict")
-#: the steps that need a cache scenario (cache = "prefix")
-CACHE_STEPS = ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts", "alloc-no-evict")
 
 
 def step_forms(table: str) -> str:
     """The steps a table may list, as `alloc X, copy X X, ...`: every step
-    but those that belong in another table (ONLY_IN)."""
-    return ", ".join(name + "".join(" X" for _ in range(n)) for name, n in ARITY.items()
-                     if ONLY_IN.get(name, table) == table)
+    but those that belong in other tables (StepKind.tables)."""
+    return ", ".join(name + " X" * len(kind.args) for name, kind in STEPS.items() if table in kind.tables)
 
 TOP_KEYS = ("name", "description", "admit", "append", "cancel", "finish", "fork", "rollback")
 APPEND_KEYS = ("rules", "paths", "atomic")
@@ -64,10 +29,6 @@ RULE_KEYS = ("when", "path")
 PATH_KEYS = ("steps", "atomic")
 OP_KEYS = ("steps",)
 PROGRAM_OP_KEYS = ("steps", "atomic")
-#: steps that use an operation's own local, and the one table each belongs in
-#: (`share` uses `child`, `rewind` uses `rejected`; neither is ever an argument)
-ONLY_IN = {"write": "append", "share": "fork", "rewind": "rollback",
-           "lookup": "admit", "touch-hits": "admit", "alloc-prompt": "admit", "prefill": "admit"}
 #: the tables a cache scenario takes from the built-in prefix-cache when a
 #: protocol does not give them (docs/semantics.md#prefix-caching)
 CACHE_DEFAULTS = ("admit", "append", "rollback", "finish")
@@ -168,19 +129,19 @@ def _steps(value: Any, source: str, key: str, table: str) -> tuple[Step, ...]:
         raise SpecError(source, key, "must be a non-empty list of steps" if table != "rollback" else "must be a list of steps")
     steps = tuple(parse_step(v, source, f"{key}[{i}]", table) for i, v in enumerate(value))
     for i, step in enumerate(steps):
-        home = ONLY_IN.get(step.op)
-        if home is not None and home != table:
-            where = "append paths" if home == "append" else f"[{home}]"
+        tables = STEPS[step.op].tables
+        if table not in tables:
+            where = " or ".join("append paths" if home == "append" else f"[{home}]" for home in tables)
             raise SpecError(source, f"{key}[{i}]", f"'{step.op}' is allowed only in {where}")
-    counts = {op: sum(s.op == op for s in steps) for op in ("write", "share", "rewind", "prefill")}
-    if table == "admit" and counts["prefill"] != 1:
-        raise SpecError(source, key, f"[admit] must have exactly one 'prefill' step (the prompt's kernel), it has {counts['prefill']}")
-    if table == "append" and counts["write"] != 1:
-        raise SpecError(source, key, f"an append path must have exactly one 'write' step, it has {counts['write']}")
-    if table == "fork" and counts["share"] != 1:
-        raise SpecError(source, key, f"[fork] must have exactly one 'share' step (the child is born there), it has {counts['share']}")
-    if table == "rollback" and counts["rewind"] > 1:
-        raise SpecError(source, key, f"[rollback] may have at most one 'rewind' step, it has {counts['rewind']}")
+    place = "an append path" if table == "append" else f"[{table}]"
+    for kind in STEPS.values():
+        if kind.once is None or kind.home != table:
+            continue
+        n = sum(s.op == kind.name for s in steps)
+        if kind.once is Once.EXACTLY and n != 1:
+            raise SpecError(source, key, f"{place} must have exactly one '{kind.name}' step{kind.why}, it has {n}")
+        if kind.once is Once.AT_MOST and n > 1:
+            raise SpecError(source, key, f"{place} may have at most one '{kind.name}' step, it has {n}")
     return steps
 
 

@@ -15,6 +15,7 @@ from cowcheck.model.action import Bound
 from cowcheck.model.block import Allocated, Draft, Keyed, OutputChecked, TableMiss
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Step
+from cowcheck.model.stepkinds import ALLOCS, CACHE_STEPS, COPIES, WAITS
 from cowcheck.model.branches import BRANCH_NAMES
 from cowcheck.model.state import Branch, Copy, Kernel, State, born, read
 
@@ -56,7 +57,7 @@ def choices(state: State, index: int, step: Step, reuse: str, source: str, reque
     choice). `twins`: one choice of each set that differ only in which of
     some indistinguishable free blocks they take (cowcheck.model.block.twin_classes)."""
     op = step.op
-    if op == "alloc" or op == "alloc-no-evict":
+    if op in ALLOCS:
         return blockops.free_choices(state, reuse, twins)
     if op == "alloc-prompt":
         n = prompt_allocs(state.branches[index], request.prompt, len(state.blocks[0].slots))
@@ -88,10 +89,10 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Choice,
     kernel-table-miss) and the block ids its locals bound."""
     op, args = step.op, step.args
     name = request.name
-    values = _NO_VALUES if op in ("alloc", "alloc-no-evict") or not args else {a: local(br, a, step, source) for a in args}
+    values = _NO_VALUES if op in ALLOCS or not args else {a: local(br, a, step, source) for a in args}
     binds: tuple[tuple[str, Bound], ...] = tuple(values.items()) if values else ()
 
-    if op == "alloc" or op == "alloc-no-evict":
+    if op in ALLOCS:
         assert isinstance(choice, int)  # `choices` gives an alloc a free block
         evicted = blockops.alloc(d, choice, evict=op == "alloc")
         br = _new(Branch, br[:6] + ((choice, br.new) if args[0] == "tail" else (br.tail, choice)) + br[8:])
@@ -104,7 +105,7 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Choice,
         return _cache_step(d, index, br, step, choice, block_size, request, source)
     elif op in ("incref", "decref", "hold", "release"):
         getattr(blockops, op)(d, values[args[0]])
-    elif op in ("copy", "copy-block"):
+    elif op in COPIES:
         n = br.pos % block_size if op == "copy" else block_size
         d.queue.append(Copy(values[args[0]], values[args[1]], n))
     elif op == "append":
@@ -156,12 +157,14 @@ def apply(d: Draft, index: int, br: Branch, step: Step, choice: Choice,
     elif op == "check-output":
         d.facts.append(OutputChecked(index, read(tuple(d.blocks), br.working, br.pos, block_size), br.seq))
         binds = (("pos", br.pos), ("table", br.working))  # what was read, for a replay on a real pool
-    # wait-copy and wait-kernel change nothing: `choices` already gated them
+    else:
+        # wait-copy and wait-kernel change nothing: `choices` already gated them
+        assert op in WAITS, f"step {op!r} has no effect here"
     return br, binds
 
 
-#: the steps of prefix caching that `_cache_step` performs
-CACHE_ONLY = ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts")
+#: the steps of prefix caching that `_cache_step` performs (the allocs are `apply`'s)
+CACHE_ONLY = tuple(op for op in CACHE_STEPS if op not in ALLOCS)
 
 
 def _cache_step(d: Draft, index: int, br: Branch, step: Step, choice: Choice, block_size: int,

@@ -12,7 +12,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple, Optional
 
-from cowcheck.model.protocol import WAITS, Protocol, Step
+from cowcheck.model.protocol import Protocol, Step
+from cowcheck.model.stepkinds import COPIES, WAITS
 
 
 class Op(StrEnum):
@@ -104,7 +105,7 @@ class Structure:
         """The locals some `copy` / `copy-block` step writes into (a correct
         protocol copies into `new` only)."""
         return frozenset(step.args[1] for program in self._programs.values() for step in program
-                         if step.op in ("copy", "copy-block"))
+                         if step.op in COPIES)
 
     def cancellable(self, place: Place) -> bool:
         return place.op is Op.APPEND and self.step(place).op == "wait-kernel"

@@ -17,7 +17,8 @@ from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Draft
 from cowcheck.model.condition import environment
 from cowcheck.model.errors import SpecError
-from cowcheck.model.protocol import WAITS, Rule, Step
+from cowcheck.model.protocol import Rule, Step
+from cowcheck.model.stepkinds import COPIES, WAITS
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_quiescent, is_steady
 from cowcheck.model.steps import Request
@@ -32,6 +33,8 @@ ACTIVE = (Status.RUNNING, Status.WAITING)
 DONE = (Status.FINISHED, Status.CANCELLED)
 #: the operations of a branch's program (finish and cancel end it)
 PROGRAM_OPS = (Op.APPEND, Op.FORK, Op.ROLLBACK)
+#: how an action's step text begins when it launches a copy
+_COPY_LAUNCHES = tuple(op + " " for op in COPIES)
 #: builds a named tuple from a tuple of its fields without the call through
 #: its generated __new__ (the successor function builds millions of them)
 _new = tuple.__new__
@@ -141,7 +144,7 @@ class ProtocolModel:
 
     @staticmethod
     def is_copy_launch(action: Action) -> int:
-        return action.step.startswith(("copy ", "copy-block "))
+        return action.step.startswith(_COPY_LAUNCHES)
 
     @staticmethod
     def hits(action: Action) -> int:

@@ -48,8 +48,9 @@ from typing import Callable, NamedTuple, Optional
 import z3
 
 from cowcheck.model.condition import Algebra
-from cowcheck.model.protocol import COPIES, AppendPath, Protocol, Step
+from cowcheck.model.protocol import AppendPath, Protocol, Step
 from cowcheck.model.scenario import Scenario
+from cowcheck.model.stepkinds import ALLOCS, COPIES, KERNEL_LAUNCHES, LAUNCHES
 from cowcheck.model.structure import Op, Place, Structure
 
 from cowcheck.symbolic.conditions import formula
@@ -69,7 +70,7 @@ class Pending(NamedTuple):
     def after(self, step: Step) -> "Pending":
         """The pending ops once `step` has been taken."""
         op, args = step.op, step.args
-        if op in ("write", "prefill"):
+        if op in KERNEL_LAUNCHES:
             return self._replace(kernels=self.kernels + 1)
         if op == "wait-kernel":
             return self._replace(kernels=0)
@@ -77,7 +78,7 @@ class Pending(NamedTuple):
             return self._replace(**{args[1]: getattr(self, args[1]) + 1})
         if op == "wait-copy":
             return self._replace(**{args[0]: 0})
-        if op in ("alloc", "alloc-no-evict"):   # the local now names another block: its copies are out of reach
+        if op in ALLOCS:   # the local now names another block: its copies are out of reach
             return self._replace(**{args[0]: 0, "stale": self.stale + getattr(self, args[0])})
         return self
 
@@ -110,7 +111,6 @@ def walk(structure: Structure, op: Op, path: Optional[str], start: Pending,
 #: rules_at(k): the indices of the rules the append at operation k of a
 #: branch's flattened program can choose (empty for a fork or a rollback)
 RulesAt = Callable[[int], list[int]]
-LAUNCHES = COPIES + ("write", "prefill")
 
 
 def paths(scenario: Scenario, rules: list[int]) -> list[AppendPath]:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import z3
 
-from cowcheck.model.protocol import COPIES, LOCALS, Step
+from cowcheck.model.protocol import LOCALS, Step
 from cowcheck.model.state import Status
+from cowcheck.model.stepkinds import COPIES
 from cowcheck.model.structure import Op
 from cowcheck.model.system import STATUS_AFTER
 

@@ -57,9 +57,9 @@ import z3
 
 from cowcheck.model.action import DEVICE, Transition, completion
 from cowcheck.model.condition import Condition
-from cowcheck.model.protocol import WAITS
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Copy, State, Status
+from cowcheck.model.stepkinds import ALLOCATING, WAITS
 from cowcheck.model.structure import Op, Place
 from cowcheck.model.system import ProtocolModel
 
@@ -367,7 +367,7 @@ class SymbolicSystem:
         symbolic choice would touch them all. Every other step: itself."""
         assert inst.place is not None
         op = self.structure.step(inst.place).op
-        if op not in ("alloc", "alloc-no-evict", "alloc-prompt") or self.scenario.reuse != "any":
+        if op not in ALLOCATING or self.scenario.reuse != "any":
             return [inst]
         if op == "alloc-prompt":    # every ordered choice of the blocks it can need (one per count of hits)
             assert inst.branch is not None

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from cowcheck.model.action import DEVICE
 from cowcheck.model.branches import BRANCH_NAMES, parse_operation
+from cowcheck.model.stepkinds import ALLOCS, COPIES, WAITS
 from cowcheck.model.structure import Op
 
 #: the host calls of the engine harness, as an action's step names them
@@ -116,7 +117,7 @@ def _admission_short(steps: list[str], spec: dict, state: dict) -> Optional[str]
     prompt, free, hits = list(spec.get("prompt") or []), list(state["free"]), []
     for step in steps:
         op = step.split()[0]
-        if op.startswith("wait-"):
+        if op in WAITS:
             break
         if op == "lookup":
             hits = _lookup(state.get("cache") or {}, prompt, B)
@@ -129,7 +130,7 @@ def _admission_short(steps: list[str], spec: dict, state: dict) -> Optional[str]
                 return (f"it needs {need} free block{'s' if need != 1 else ''} for its prompt{served}, "
                         f"and {len(free)} {'is' if len(free) == 1 else 'are'} free")
             free = free[need:]
-        elif op in ("alloc", "alloc-no-evict"):
+        elif op in ALLOCS:
             if not free:
                 return f"its step {step!r} needs a free block, and none is free"
             free = free[1:]
@@ -476,7 +477,7 @@ def _step_words(who: str, op: str, args: list[str], binds: dict, before: dict, a
     if op in ("hold", "release"):
         verb = "pins" if op == "hold" else "unpins"
         return f"{who} {verb} block {arg[0]}: {_change(before, after, arg[0], 'holds')}."
-    if op in ("copy", "copy-block"):
+    if op in COPIES:
         copy = next(q["copy"] for q in reversed(after["queue"]) if "copy" in q)
         n = copy["n"]
         return (f"{who} launches an asynchronous copy of block {arg[0]}'s first {n} slot{'s' if n != 1 else ''} "

@@ -162,21 +162,12 @@ from __future__ import annotations
 from typing import Optional
 
 
-from cowcheck.model.protocol import WAITS, Step
+from cowcheck.model.protocol import Step
+from cowcheck.model.stepkinds import LAUNCHES, LOCAL_STEPS, NEVER_BLOCKS, WAITS
 from cowcheck.model.state import Branch, Copy, InFlight, Kernel, State, Status, published_uses
 from cowcheck.model.structure import Op
 from cowcheck.model.action import Transition, completion
 from cowcheck.model.system import ProtocolModel
-
-#: the step kinds that can form an ample set, given the conditions above
-LOCAL_STEPS = frozenset({"wait-kernel", "wait-copy", "append", "replace", "publish"})
-#: launches, local only where the queue is unordered (the async device)
-LAUNCHES = frozenset({"copy", "copy-block", "write", "prefill"})
-#: steps that may stand after the first wait of an atomic [admit]: always
-#: enabled, so a request holding the scheduler lock there always moves on
-NEVER_BLOCKS = frozenset({"lookup", "touch-hits", "publish", "prefill", "cache-full", "cache-drafts", "append",
-                          "replace", "incref", "decref", "hold", "release", "copy", "copy-block", "write",
-                          "check-output", "decref-all"})
 
 
 class Ample:
@@ -191,7 +182,7 @@ class Ample:
         self.enabled = not structure.any_atomic or self.admission_lock
         self._locking = frozenset(structure.locking_places)
         self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
-        self.local_steps = LOCAL_STEPS | LAUNCHES if model.device == "async" else LOCAL_STEPS
+        self.local_steps = LOCAL_STEPS.union(LAUNCHES) if model.device == "async" else LOCAL_STEPS
         #: settled device completions explored alone too: keeps only whether some violation is reachable
         self.completions = completions and self.enabled and model.device == "async" \
             and model.structure.copy_destinations <= {"new"}

@@ -282,7 +282,7 @@ class Outputs:
 
 
 def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: bool, interrupted: bool,
-            skipped: Optional[Skipped] = None) -> int:
+            skips: Optional[Skipped] = None) -> int:
     """The closing summary and the JSON and HTML of what was checked, with
     further interrupts held off until they are written. Returns the exit status."""
     with interrupts.held():     # a further Ctrl-C waits until the results are written whole
@@ -304,7 +304,7 @@ def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: b
             out.print(f"[bold]{len(results)} scenario(s) checked[/], {met} met their expect"
                       + (f"; [bold red]not met: {escape(', '.join(r.scenario.name for r in unmet))}[/]" if unmet else "")
                       + f"{undecided} [dim]({tally})[/]")
-        for line in skipped.lines() if skipped else ():
+        for line in skips.lines() if skips else ():
             out.print(f"[yellow]{escape(line)}[/]")
         if outputs.html:
             skipped: list[SpecError] = []

@@ -224,7 +224,14 @@ def pair(before: dict[str, Record], after: dict[str, Record]) -> list[tuple[Opti
             old_left.remove(olds[0])
             new_left.remove(news[0])
     pairs += [(r, None) for r in old_left] + [(None, r) for r in new_left]
-    return sorted(pairs, key=lambda p: (p[1] or p[0]).name)    # type: ignore[union-attr]
+    return sorted(pairs, key=_shown)
+
+
+def _shown(paired: tuple[Optional[Record], Optional[Record]]) -> str:
+    """The name a pair is shown by: the later run's, else the earlier's."""
+    record = paired[1] or paired[0]
+    assert record is not None
+    return record.name
 
 
 # -- reading a run ------------------------------------------------------------------------

@@ -26,3 +26,17 @@ def one_line(text: str) -> str:
     """`text` with its control characters escaped (a newline or carriage
     return quoted from a bad file would split the one error line)."""
     return "".join(c if c >= " " or c == "\t" else repr(c)[1:-1] for c in text)
+
+
+class KindMismatch(SpecError):
+    """An override made for the other kind of scenario: a prefix-cache
+    protocol on a fork scenario, an adapter that answers `admit` (not
+    `start` and `fork`) on a fork scenario, or one that answers `start` and
+    `fork` (not `admit`) on a cache scenario. Bad input for a file named on
+    the command line; a check over a folder skips the scenario and counts
+    it (`scenario_kind`, and `why` in words)."""
+
+    def __init__(self, source: str, key: str, message: str, scenario_kind: str, why: str):
+        self.scenario_kind = scenario_kind      # "fork" or "cache": the kind of the scenario that does not fit
+        self.why = why
+        super().__init__(source, key, message)

@@ -67,7 +67,7 @@ from typing import Any, Callable, Hashable, Optional, cast
 from cowcheck.model import device
 from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Freed, Keyed, OutputChecked, TableMiss
-from cowcheck.model.errors import SpecError
+from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.branches import Operation
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import (UNBORN, WAITING, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final,
@@ -286,11 +286,18 @@ class HarnessModel:
         missing = [m for m in required if not callable(getattr(adapter, m, None))]
         if missing:
             if self.cache:
-                raise self._bad(missing[0], f"the adapter has no {missing[0]}(); in a cache scenario (cache = \"prefix\") an adapter "
-                                f"answers {', '.join(required)}: admit(branch, tokens) in place of start, returning the prompt "
-                                "tokens the engine already holds (and optionally refcount, free_blocks, cached, snapshot)")
-            raise self._bad(missing[0], f"the adapter has no {missing[0]}(); an adapter answers {', '.join(REQUIRED)} "
-                            "(and optionally refcount, free_blocks, snapshot)")
+                message = (f"the adapter has no {missing[0]}(); in a cache scenario (cache = \"prefix\") an adapter "
+                           f"answers {', '.join(required)}: admit(branch, tokens) in place of start, returning the prompt "
+                           "tokens the engine already holds (and optionally refcount, free_blocks, cached, snapshot)")
+            else:
+                message = (f"the adapter has no {missing[0]}(); an adapter answers {', '.join(REQUIRED)} "
+                           "(and optionally refcount, free_blocks, snapshot)")
+            other = REQUIRED if self.cache else CACHE_REQUIRED
+            if all(callable(getattr(adapter, m, None)) for m in other):    # an adapter for the other kind of scenario
+                why = ("the adapter answers start and fork, not admit: a fork adapter" if self.cache
+                       else "the adapter answers admit, not start and fork: a prefix-cache adapter")
+                raise KindMismatch(self.ref, missing[0], message, "cache" if self.cache else "fork", why)
+            raise self._bad(missing[0], message)
         return adapter
 
     def _freeze(self, adapter: Any, tags: tuple[Tag, ...] = (), pending: tuple[Note, ...] = ()) -> Snapshot:

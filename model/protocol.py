@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from cowcheck.model.condition import Condition
-from cowcheck.model.errors import SpecError
+from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.stepkinds import ALLOCS, ARITY, CACHE_STEPS, STEPS, Once
 
 LOCALS = ("tail", "new")
@@ -277,13 +277,14 @@ def for_scenario(protocol: Protocol, cache: bool, source: str) -> Protocol:
     elsewhere [append] is required, [admit] is ignored and a cache step is
     bad input (docs/semantics.md#prefix-caching)."""
     if not cache:
+        why = f"protocol {protocol.name!r} is a prefix-cache protocol"
         if not protocol.paths:
-            raise SpecError(protocol.source, "append", "missing; a protocol needs [append] with rules and paths "
-                            "(only in a cache scenario does it default to prefix-cache's)")
+            raise KindMismatch(protocol.source, "append", "missing; a protocol needs [append] with rules and paths "
+                               "(only in a cache scenario does it default to prefix-cache's)", "fork", why)
         for where, step in protocol.steps():
             if step.op in CACHE_STEPS:
-                raise SpecError(source, "protocol", f"protocol {protocol.name!r} uses the cache step {step.text!r} in {where}, "
-                                'which needs a cache scenario (cache = "prefix")')
+                raise KindMismatch(source, "protocol", f"protocol {protocol.name!r} uses the cache step {step.text!r} in {where}, "
+                                   'which needs a cache scenario (cache = "prefix")', "fork", why)
         return protocol
     missing = [table for table in CACHE_DEFAULTS if table not in protocol.given]
     if not missing:

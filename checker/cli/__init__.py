@@ -5,7 +5,8 @@ share (cowcheck.cli.common).
 - traces.py: `replay`, `explain`
 - pages.py: `html`, `graph`, `lab`
 - sweep.py: `sweep`, `shrink`
-- bench.py: `bench`"""
+- bench.py: `bench`
+- diff.py: `diff`"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import click
 
 from cowcheck import interrupts
-from cowcheck.cli import bench, check, pages, sweep, traces
+from cowcheck.cli import bench, check, diff, pages, sweep, traces
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,7 +25,7 @@ def main() -> None:
 
 
 for _command in (check.check, traces.replay, traces.explain, check.list_, bench.bench, pages.html, pages.graph,
-                 pages.lab, sweep.sweep, sweep.shrink):
+                 pages.lab, sweep.sweep, sweep.shrink, diff.diff):
     main.add_command(_command)
 
 

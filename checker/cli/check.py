@@ -23,7 +23,7 @@ from cowcheck.cli.common import console, emit_json, err_console, fail, scenario_
 from cowcheck.engines import invariants as invs
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.results import PARTIAL, Result, Summary
-from cowcheck.model.errors import SpecError
+from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
 from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
 from cowcheck.traces import output
@@ -90,6 +90,30 @@ class Progress:
                 self.live.stop()
 
 
+#: the two kinds of scenario: branches forked from one prompt, and requests
+#: with their own prompts through a prefix cache (cache = "prefix")
+KINDS = ("fork", "cache")
+
+
+def kind_of(scenario: Scenario) -> str:
+    return "cache" if scenario.cache else "fork"
+
+
+class Skipped:
+    """The scenarios a check passed over, counted per kind and reason, for
+    its closing lines ("skipped 40 fork scenario(s): protocol 'vllm-v1' is
+    a prefix-cache protocol")."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def add(self, kind: str, why: str) -> None:
+        self.counts[kind, why] += 1
+
+    def lines(self) -> list[str]:
+        return [f"skipped {n} {kind} scenario(s): {why}" for (kind, why), n in self.counts.items()]
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--device", type=click.Choice(DEVICES), help="Override every scenario's device model.")
@@ -97,6 +121,10 @@ class Progress:
 @click.option("--protocol", "protocol", metavar="NAME|FILE", help="Override every scenario's protocol.")
 @click.option("--allocator", "allocator", metavar="MODULE:FACTORY|FILE.py:FACTORY",
               help="Check allocator code through the engine harness instead of each scenario's protocol.")
+@click.option("--kind", type=click.Choice(KINDS),
+              help="Check only the fork scenarios or only the cache scenarios (cache = \"prefix\") of the paths; "
+                   "the others are skipped and counted. Without it, a folder's scenarios that --protocol or "
+                   "--allocator does not fit are skipped and counted too.")
 @click.option("--invariant", "invariant_ids", multiple=True, metavar="ID", help="Check only this invariant (repeatable).")
 @click.option("--first", is_flag=True, help="Stop at the first violation.")
 @click.option("--max-states", type=click.IntRange(min=1), help="Stop after this many distinct states (partial result).")
@@ -131,7 +159,7 @@ class Progress:
                    "--fingerprints].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
-def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
+def check(paths, device, reuse, protocol, allocator, kind, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
           depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
@@ -139,7 +167,11 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
     to judge it stopped part way (a bound) before it found harm, so it
     proves nothing safe, 130 when interrupted (143 on SIGTERM). With an
     override (--protocol, --allocator, --device, --reuse) the files'
-    `expect` no longer applies: exit 1 only when a scenario is unsafe."""
+    `expect` no longer applies: exit 1 only when a scenario is unsafe.
+    A folder's scenarios of the other kind than an override's (a
+    prefix-cache protocol or adapter on fork scenarios, a fork adapter on
+    cache scenarios) are skipped and counted; a file named on the command
+    line that the override does not fit is bad input."""
     overridden = bool(protocol or device or reuse or allocator)
     try:
         options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
@@ -154,10 +186,24 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
         selected = invs.select(invariant_ids)
         override = api.resolve_protocol(protocol) if protocol else None
         scenarios: list[Scenario] = []
+        skipped = Skipped()
+        named = {Path(p) for p in paths if Path(p).is_file()}     # an override that does not fit one of these is bad input
         for path in scenario_files(paths):
-            scenario = api.with_overrides(load_scenario(path), override, device, reuse, allocator)
+            loaded = load_scenario(path)
+            if kind is not None and kind_of(loaded) != kind:
+                skipped.add(kind_of(loaded), f"--kind {kind}")
+                continue
+            try:
+                scenario = api.with_overrides(loaded, override, device, reuse, allocator)
+            except KindMismatch as mismatch:
+                if path in named:
+                    raise
+                skipped.add(mismatch.scenario_kind, mismatch.why)
+                continue
             invs.validate_expect(scenario, scenario.allocator is not None)
             scenarios.append(scenario)
+        if not scenarios:
+            raise SpecError(", ".join(paths), "", "no scenario to check: " + "; ".join(skipped.lines()))
         output.refuse_collisions(scenarios, out_dir)
         writable_file(json_path, "--json")
         writable_file(junit_path, "--junit-xml")
@@ -194,7 +240,7 @@ def check(paths, device, reuse, protocol, allocator, invariant_ids, first, max_s
     except SpecError as error:
         fail(error)
     try:
-        status = _finish(results, out, Outputs(json_path, junit_path, html_dir), overridden, interrupted)
+        status = _finish(results, out, Outputs(json_path, junit_path, html_dir), overridden, interrupted, skipped)
     except OSError as error:
         refused = refused or error
     if refused is not None:
@@ -235,7 +281,8 @@ class Outputs:
     html: Optional[str] = None
 
 
-def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: bool, interrupted: bool) -> int:
+def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: bool, interrupted: bool,
+            skips: Optional[Skipped] = None) -> int:
     """The closing summary and the JSON and HTML of what was checked, with
     further interrupts held off until they are written. Returns the exit status."""
     with interrupts.held():     # a further Ctrl-C waits until the results are written whole
@@ -257,6 +304,8 @@ def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: b
             out.print(f"[bold]{len(results)} scenario(s) checked[/], {met} met their expect"
                       + (f"; [bold red]not met: {escape(', '.join(r.scenario.name for r in unmet))}[/]" if unmet else "")
                       + f"{undecided} [dim]({tally})[/]")
+        for line in skips.lines() if skips else ():
+            out.print(f"[yellow]{escape(line)}[/]")
         if outputs.html:
             skipped: list[SpecError] = []
             write_check_pages(results, Path(outputs.html), skipped)

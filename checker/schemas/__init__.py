@@ -8,7 +8,8 @@
 - replay.schema.json: what `cowcheck replay --json` prints;
 - sweep.schema.json: what `cowcheck sweep --json` writes (each checked
   cell is also a result.schema.json object once its place in the grid,
-  `cell`, `grid` and `coordinates`, is set aside).
+  `cell`, `grid` and `coordinates`, is set aside);
+- diff.schema.json: what `cowcheck diff --json` writes.
 
 Read one with `load("result")`, or as data with
 `importlib.resources.files("cowcheck.schemas") / "result.schema.json"`.
@@ -20,7 +21,7 @@ import json
 from importlib import resources
 from typing import Any
 
-NAMES = ("result", "counterexample", "replay", "sweep")
+NAMES = ("result", "counterexample", "replay", "sweep", "diff")
 
 
 def load(name: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@
 - junit: the results as JUnit XML for CI systems (`cowcheck check --junit-xml`).
 - report: how results look in the terminal: a rich table per scenario, the
   one-line summary and the measures.
+- comparison: what changed between two runs (`cowcheck diff`), as a rich table.
 - assets/: the scripts and styles (package data) that html inlines into
   every page, so a page opened from disk needs no network.
 

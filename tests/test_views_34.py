@@ -22,7 +22,8 @@ from cowcheck.model.scenario import load_scenario
 from cowcheck.views.html import stepper_data
 from cowcheck.views.pages import decoded_on_pool
 from cowcheck.views.report import overview, show
-from cowcheck.views.words import against_reference
+
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CX = ROOT / "counterexamples"
@@ -33,6 +34,7 @@ SAME_TOKEN = CX / "no-evict.faithful-output.json"
 
 # -- 10: a divergence that decodes the same token --------------------------------
 def test_against_reference_says_same_token_or_the_reference_token():
+    from cowcheck.views.words import against_reference
     assert against_reference("p1", "p1", 0.2108) == ", the same token as the reference, off by 0.211 (max |diff|)"
     assert against_reference("a2", "p2", 2.48) == " where the reference decodes p2 (max |diff| 2.480)"
     assert against_reference("p1", "p1", 0.0) == ", the same token as the reference"     # a match
@@ -94,3 +96,41 @@ def test_the_closing_table_breaks_no_word(results, width):
 def test_the_chosen_line_is_one_line(results):
     text = printed(60, lambda console: show(results[0], console))
     assert f"chosen {results[0].choice}" in text.splitlines()
+
+
+# -- 16: the pytest plugin leads with harm and says where its files are ----------------
+
+#: premature-decrement under `expect = "holds"`: exclusive-write (discipline) breaks in 7 actions,
+#: faithful-output (harm) only in 27: the failure must lead with the harm, not the shorter break
+PREMATURE = ('expect = "holds"\nprotocol = "protocols/mine.toml"\n'
+             'block_size = 2\nprompt = 3\n[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n')
+
+
+@pytest.fixture
+def team(pytester: pytest.Pytester) -> pytest.Pytester:
+    (pytester.path / "specs" / "protocols").mkdir(parents=True)
+    (pytester.path / "specs" / "protocols" / "mine.toml").write_text(
+        (ROOT / "specs" / "protocols" / "premature-decrement.toml").read_text())
+    (pytester.path / "specs" / "racy.toml").write_text(PREMATURE)
+    return pytester
+
+
+def test_the_failure_leads_with_harm_and_names_its_files_under_basetemp(team):
+    run = team.runpytest("--cowcheck", "specs/", "-p", "no:cacheprovider", "--basetemp", str(team.path / "tmp"))
+    run.assert_outcomes(failed=1)
+    out = run.stdout.str()
+    harm = out.index("shortest counterexample of faithful-output (harm, 27 actions)")
+    discipline = out.index("exclusive-write (discipline, 7 actions)")
+    assert harm < out.index("step 1 ") < discipline        # the harm narrated first, the discipline break after
+    folder = team.path / "tmp" / "cowcheck"
+    assert f"counterexample files in {folder}" in out
+    assert (folder / "racy.faithful-output.json").is_file() and f"{folder / 'racy.faithful-output.json'}" in out
+    assert (folder / "racy.exclusive-write.json").is_file()
+
+
+def test_cowcheck_out_names_the_artifact_folder(team):
+    run = team.runpytest("--cowcheck", "specs/", "-p", "no:cacheprovider", "--cowcheck-out", "artifacts")
+    run.assert_outcomes(failed=1)
+    written = sorted(p.name for p in (team.path / "artifacts").iterdir())
+    assert "racy.faithful-output.json" in written and "racy.peak.json" not in written
+    assert f"counterexample files in {team.path / 'artifacts'}" in run.stdout.str()

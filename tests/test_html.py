@@ -113,7 +113,7 @@ def test_data_cannot_close_the_script_element():
 def test_decoded_tokens_are_carried_into_the_page():
     decoded = {27: {"branch": "b", "pos": 3, "decoded": "x7", "expected": "b2"}}
     data = stepper_data(load(RACE), decoded)
-    assert data["decoded"] == {"27": decoded[27]}
+    assert data["decoded"] == {"27": {**decoded[27], "against": " where the reference decodes b2"}}
     assert stepper_data(load(RACE))["decoded"] == {}
 
 

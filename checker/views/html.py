@@ -22,14 +22,16 @@ from importlib import resources
 from typing import Optional
 
 from cowcheck.engines.results import Summary
-from cowcheck.views.words import (action_words, describe, doing, initial_words, is_cache, is_harness, is_plain, key_text, program_summary,
-                                  reuse_words, token)
+from cowcheck.views.words import (action_words, against_reference, describe, doing, host_calls, initial_words, is_cache, is_harness,
+                                  is_plain, key_text, program_summary, reuse_words, token)
 from cowcheck.engines.invariants import BY_ID
 
-#: What the header says of allocator code, in place of a protocol's description.
-HARNESS_DESCRIPTION = ("Allocator code, driven through the engine harness: each host call (append, fork, rollback, free) "
-                       "is one step, its copies and the branch's kernel launched in that same step; a branch's table is "
-                       "what the allocator's table(branch) returns, and the refcounts and free list are as it reports them.")
+def harness_description(scenario: dict) -> str:
+    """What the header says of allocator code, in place of a protocol's
+    description: the host calls its scenario's kind makes."""
+    return (f"Allocator code, driven through the engine harness: each host call ({', '.join(host_calls(scenario))}) "
+            "is one step, its copies and the branch's kernel launched in that same step; a branch's table is "
+            "what the allocator's table(branch) returns, and the refcounts and free list are as it reports them.")
 
 #: Forbids every fetch (scripts, styles, images, frames, connections): a page
 #: that needs the network fails loudly in the browser's console.
@@ -116,10 +118,16 @@ def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
             "sentence": describe(witness), "witness": witness, "mark": _marked(witness, B)}
 
 
+def _against(output: dict) -> str:
+    """What the page says after the token an executor's output gave."""
+    return against_reference(output.get("decoded"), output.get("expected"), output.get("max_diff"), output.get("kind", "kernel"))
+
+
 def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[str] = None) -> dict:
     """What the stepper page displays, one frame per step (frame 0: the
     initial state). `decoded` is the concrete executor's optional per-step
-    output: {step: {"branch", "pos", "decoded", "expected"}}."""
+    output: {step: {"branch", "pos", "decoded", "expected"}}, each given
+    the words that say how its token stands beside the reference's."""
     scenario = cx["scenario"]
     harness = is_harness(scenario)
     protocol = None if harness else scenario["protocol"]
@@ -139,7 +147,7 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
     return {
         "scenario": {k: scenario[k] for k in ("name", "block_size", "prompt", "pool", "device", "reuse")},
         "cache": is_cache(scenario),     # a prefix cache: keys on blocks, the cache map, requests that wait
-        "protocol": ({"name": scenario["allocator"], "description": HARNESS_DESCRIPTION} if protocol is None else
+        "protocol": ({"name": scenario["allocator"], "description": harness_description(scenario)} if protocol is None else
                      {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())}),
         "subject": "allocator" if harness else "protocol",
         "harness": harness,     # one table per branch: what table(branch) returns
@@ -148,7 +156,7 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
         "programs": not all(map(is_plain, specs.values())),   # show sequences: pos alone does not tell them
         "violation": _violation(cx, holds_when),
         "frames": frames,
-        "decoded": {str(k): v for k, v in (decoded or {}).items()},
+        "decoded": {str(k): {**v, "against": _against(v)} for k, v in (decoded or {}).items()},
     }
 
 

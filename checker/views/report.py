@@ -7,10 +7,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cowcheck.model.harness import allocator_label
 from cowcheck.traces.pool import PoolReplay
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import ExplicitResult, Outcome, Result, Summary
-from cowcheck.views.words import reuse_words
+from cowcheck.views.words import against_reference, reuse_words, token
 
 VERDICT_STYLE = {Outcome.HOLDS: ("holds", "green"), Outcome.NOT_SEEN: ("not seen (partial)", "dim"),
                  Outcome.UNSUPPORTED: ("unsupported", "dim")}
@@ -62,8 +63,8 @@ def show(result: Result, console: Console) -> None:
     if x.fingerprints:
         line += f"  [dim]fingerprints[/] 64-bit, collision probability ~{x.collision_probability:.1e}"
     console.print(line)
-    if result.choice:
-        console.print(f"[dim]chosen[/] {escape(result.choice)}")
+    if result.choice:       # one line, as the title: a pipe or a CI log keeps it whole, a terminal wraps it
+        console.print(f"[dim]chosen[/] {escape(result.choice)}", soft_wrap=True)
     if len(result.searches) > 1:
         console.print("[dim]searches[/] " + escape("; ".join(
             f"{s.purpose} ({'with' if any('partial-order' in r for r in s.reductions) else 'without'} partial-order) "
@@ -82,12 +83,18 @@ def span(values: tuple[int, int] | None) -> str:
 def overview(results: list[Result], console: Console) -> None:
     """One row per scenario checked, so runs of one shape under several
     protocols read side by side: a rollback that never trims is safe, and
-    only its peak or steady count beside cow's shows what it costs."""
+    only its peak or steady count beside cow's shows what it costs.
+
+    No name breaks mid-word, however narrow the console: a scenario's name
+    keeps its width while the other columns wrap at word boundaries, and a
+    cell narrower than a word shortens it with an ellipsis (the scenario's
+    own section above gives everything whole). Allocator code is named by
+    its short label (module and factory)."""
     table = Table(title="scenarios", title_justify="left", show_edge=False, pad_edge=False)
     measures = ("peak", "steady", "copies", "hits")
     any_cache = any(r.scenario.cache for r in results)
     for col in ("scenario", "protocol / allocator", "device", "verdict", "broken (shortest)") + measures[:4 if any_cache else 3]:
-        table.add_column(col, justify="right" if col in measures else "left", overflow="fold")
+        table.add_column(col, justify="right" if col in measures else "left", no_wrap=col == "scenario")
     for r in results:
         broken = ", ".join(f"{v.invariant} ({v.length})" for v in r.verdicts.values() if v.outcome is Outcome.VIOLATED)
         peak = steady = copies = hits = ""
@@ -97,7 +104,8 @@ def overview(results: list[Result], console: Console) -> None:
             steady = "n/a" if x.steady is None else str(x.steady)
             copies = span(x.cost_range)
             hits = span(x.hits_range) if r.scenario.cache else ""
-        row = [escape(r.scenario.name), escape(r.scenario.subject), r.scenario.device,
+        subject = r.scenario.protocol.name if r.scenario.allocator is None else allocator_label(r.scenario.allocator)
+        row = [escape(r.scenario.name), escape(subject), r.scenario.device,
                f"[{SUMMARY_STYLE[r.summary]}]{r.summary}[/]", escape(broken), peak, steady, copies]
         table.add_row(*row, *([hits] if any_cache else []))
     console.print(table)
@@ -147,8 +155,8 @@ def show_pool(replay: PoolReplay, console: Console) -> None:
         console.print("[green]every output matches the reference[/]")
     elif first.kind == "kernel":
         console.print(f"[bold red]first divergence at step {first.step}[/]: branch {first.branch}'s kernel for position "
-                      f"{first.pos} decodes [bold]{first.decoded}[/] where the reference decodes [bold]{first.expected}[/] "
-                      f"(max |diff| {first.max_diff:.3f})")
+                      f"{first.pos} decodes [bold]{escape(token(first.decoded))}[/]"
+                      + escape(against_reference(first.decoded, first.expected, first.max_diff)))
     else:
         console.print(f"[bold red]first divergence at step {first.step}[/]: branch {first.branch}'s check-output reads "
                       f"[bold]{first.decoded or '_'}[/] at position {first.position} where its reference has [bold]{first.expected}[/]")

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from cowcheck.model.action import DEVICE
 from cowcheck.model.branches import BRANCH_NAMES, parse_operation
+from cowcheck.model.harness import CACHE_REQUIRED, REQUIRED
 from cowcheck.model.stepkinds import ALLOCS, COPIES, WAITS
 from cowcheck.model.structure import Op
 
@@ -157,6 +158,15 @@ def is_harness(scenario: dict) -> bool:
     """A scenario (JSON form) whose subject is allocator code, checked
     through the engine harness, rather than a protocol."""
     return scenario.get("allocator") is not None
+
+
+def host_calls(scenario: dict) -> tuple[str, ...]:
+    """The host calls that are a harness trace's steps, as its scenario's
+    kind has them: a cache scenario's adapter admits each request and forks
+    nothing. `start` (called once, before the first step) and `table` (a
+    question, not a step) are left out."""
+    required = CACHE_REQUIRED if is_cache(scenario) else REQUIRED
+    return tuple(call for call in required if call not in ("start", "table"))
 
 
 def reuse_words(reuse: str, harness: bool) -> str:
@@ -717,3 +727,15 @@ def describe(witness: dict) -> str:
         return (f"{where}: at position {witness['position']} it expected {token(witness['expected'])} and read {token(witness['read'])}"
                 f" (expected {' '.join(map(token, witness['expected_sequence']))}, read {' '.join(map(token, witness['read_sequence']))})")
     return witness.get("message", str(witness))
+
+
+def against_reference(decoded: Optional[str], expected: Optional[str], max_diff: Optional[float], kind: str = "kernel") -> str:
+    """What the token a kernel (or a check-output) gave on a real KV pool
+    is beside its reference's, said right after that token: another token,
+    or the same token whose output still moved (a wrong token elsewhere in
+    its context), which is no less a divergence."""
+    off = None if not max_diff else f"{max_diff:.3f}" if max_diff >= 0.001 else f"{max_diff:.1e}"
+    if decoded == expected:
+        return ", the same token as the reference" + (f", off by {off} (max |diff|)" if off else "")
+    has = "has" if kind == "check-output" else "decodes"
+    return f" where the reference {has} {token(expected)}" + (f" (max |diff| {off})" if off else "")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from contextlib import AbstractContextManager, nullcontext
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol
+from typing import Callable, Mapping, Optional, Protocol
 
 from cowcheck.model import device, steps
 from cowcheck.model.action import Action, Transition, completion
@@ -30,9 +30,6 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_quiescent, is_steady
 from cowcheck.model.steps import Request
 from cowcheck.model.structure import Op, Place, Structure
-
-if TYPE_CHECKING:
-    from cowcheck.model.reduce.ample import Ample
 
 #: the status a branch has once the last step of each operation is done
 STATUS_AFTER = {Op.APPEND: Status.RUNNING, Op.FORK: Status.RUNNING, Op.ROLLBACK: Status.RUNNING,
@@ -93,11 +90,17 @@ class TransitionSystem(Protocol):
         ...
 
     # -- capabilities: what the engines may do with it, and their defaults ----
-    #: why the reductions cannot apply to its states, or None where they can:
-    #: symmetry renames block ids and branches, the compact encoding packs a
-    #: state into bytes, partial-order reduction leaves some interleavings
-    #: unexplored, and each must know what the states mean
-    irreducible: Optional[str] = "the checker cannot read its states"
+    @property
+    def reducible(self) -> Optional[ProtocolModel]:
+        """The protocol file's model by which the reductions read its
+        states (symmetry renames block ids and branches, the compact
+        encoding packs a state into bytes, partial-order reduction reads the
+        protocol's steps to leave some interleavings unexplored), or None
+        where they cannot read them (`irreducible` says why)."""
+        return None
+
+    #: why the reductions cannot read its states, where `reducible` is None
+    irreducible: str = "the checker cannot read its states"
     #: the adapter through which it runs the user's code (as messages name
     #: it: an allocator's `module:factory`), or None where it runs none (a
     #: model of the code, such as a protocol file's). A system that runs
@@ -116,23 +119,14 @@ class TransitionSystem(Protocol):
     #: code lacks)
     unsupported: Mapping[str, str] = MappingProxyType({})
 
-    def up_to_block_ids(self) -> TransitionSystem:
-        """The system to search when states are stored up to renaming block
-        ids (block-id symmetry); by default itself."""
-        return self
-
-    def partial_order(self, completions: bool = False) -> Optional[Ample]:
-        """Its partial-order reduction (cowcheck.model.reduce.ample), with
-        settled completions if asked for; None where it has none (by
-        default, and wherever `irreducible` says why)."""
-        return None
-
 
 class ProtocolModel(TransitionSystem):
     """A scenario run under its protocol file."""
 
-    #: its states are plain data the reductions read (cowcheck.model.state)
-    irreducible = None
+    @property
+    def reducible(self) -> ProtocolModel:
+        """Itself: its states are plain data the reductions read (cowcheck.model.state)."""
+        return self
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
@@ -166,10 +160,6 @@ class ProtocolModel(TransitionSystem):
         twin = copy.copy(self)
         twin.twins = True
         return twin
-
-    def partial_order(self, completions: bool = False) -> Ample:
-        from cowcheck.model.reduce.ample import Ample       # it reads this model: imported once it is defined
-        return Ample(self, completions)
 
     # -- the TransitionSystem interface ---------------------------------------
     def init_state(self) -> State:

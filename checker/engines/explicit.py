@@ -121,13 +121,14 @@ class _Searches:
     def __init__(self, scenario: Scenario, model: TransitionSystem, options: SearchOptions,
                  progress: Optional[Callable]):
         # only states the reductions can read are renamed, reordered and encoded
-        reducible = model.irreducible is None
+        reducible = model.reducible
         self.model, self.options, self.progress = model, options, progress
         self.cache = scenario.cache
-        self.orbits = Symmetry(scenario) if options.symmetry and reducible else None
+        self.orbits = Symmetry(scenario) if options.symmetry and reducible is not None else None
         if self.orbits is not None:
-            self.model = model = model.up_to_block_ids()
-        self.encode = Compact(scenario).encode if options.compact and reducible else None
+            assert reducible is not None
+            self.model = model = reducible.up_to_block_ids()
+        self.encode = Compact(scenario).encode if options.compact and reducible is not None else None
         self.explored: list[Exploration] = []   # each search's result (not the search: what it stored may go)
         self.done: list[Search] = []
 
@@ -191,14 +192,14 @@ def _partial_order(model: TransitionSystem, options: SearchOptions) -> tuple[Opt
     search for the peak's trace and a buggy protocol's second search cost."""
     if options.max_depth is not None:
         return None, "--max-depth bounds the search, and the reduction needs an exhaustive one"
-    ample = model.partial_order(completions=True)
-    if ample is None:
-        return None, model.irreducible or "the system has no partial-order reduction"
+    if model.reducible is None:
+        return None, model.irreducible
+    model = model.reducible          # the protocol file's model, which the reduction reads
+    ample = Ample(model, completions=True)
     if not ample.enabled:
         return None, "the protocol has atomic paths (a branch taking the scheduler lock disables the others)"
     if not ample.completions:
-        device = ample.model.device
-        where = f"on the {device} device" if device != "async" else "as the protocol copies into tail,"
+        where = f"on the {model.device} device" if model.device != "async" else "as the protocol copies into tail,"
         return ample, f"{where} no completion is settled, and without that it saves little"
     return ample, ""
 

@@ -201,3 +201,12 @@ def test_a_system_that_runs_code_gets_a_deadline_on_each_call():
 def test_a_stop_marked_for_the_peak_search_keeps_its_kind():
     stop = replace(interrupted(Terminated()), peak=True)
     assert stop.interrupted and str(stop) == "interrupted (SIGTERM) (searching for the peak's shortest trace)"
+
+
+def test_a_sweep_cell_stopped_by_its_budget_says_so():
+    """What a sweep's worker returns: the cell's JSON, with its stop in the
+    sweep's words (the searches keep the engine's)."""
+    from cowcheck.sweeps.runner import run_cell, task_for
+    out = run_cell(task_for(make_scenario(2, 3, [2, 2], name="cell"), {"max_states": 5}))
+    assert out["result"]["stopped"] == "budget: max-states 5" and not out["result"]["complete"]
+    assert [s["stopped"] for s in out["result"]["searches"]] == ["--max-states 5"]

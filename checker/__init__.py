@@ -49,6 +49,7 @@ _EXPORTS = {
     "KindResult": "cowcheck.engines.results", "Outcome": "cowcheck.engines.results",
     "Result": "cowcheck.engines.results", "Summary": "cowcheck.engines.results", "Verdict": "cowcheck.engines.results",
     "Counterexample": "cowcheck.engines.counterexample",
+    "Stop": "cowcheck.engines.stop", "StopKind": "cowcheck.engines.stop",
     "sweep": "cowcheck.sweeps.sweep", "Sweep": "cowcheck.sweeps.sweep", "load_grid": "cowcheck.sweeps.grid",
     "shrink": "cowcheck.sweeps.shrink", "Shrunk": "cowcheck.sweeps.shrink",
     "OutOfBlocks": "cowcheck.model.harness", "HarnessModel": "cowcheck.model.harness",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     from cowcheck.traces.output import write_result
     from cowcheck.engines.results import BmcResult, Engine, ExplicitResult, KindResult, Outcome, Result, Summary, Verdict
     from cowcheck.engines.counterexample import Counterexample
+    from cowcheck.engines.stop import Stop, StopKind
     from cowcheck.sweeps.grid import load_grid
     from cowcheck.sweeps.sweep import Sweep, sweep
     from cowcheck.sweeps.shrink import Shrunk, shrink

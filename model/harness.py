@@ -59,7 +59,6 @@ import pickle
 import sys
 import sysconfig
 import traceback
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional, cast
@@ -73,6 +72,7 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import (UNBORN, WAITING, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final,
                                   is_quiescent, is_steady, prompt, prompt_slots, read)
 from cowcheck.model.structure import Op
+from cowcheck.model.system import ProtocolModel, TransitionSystem
 
 #: the prefix of the module name a file named by path is imported under
 PATH_MODULE = "cowcheck_allocator_"
@@ -121,12 +121,14 @@ class CallDeadline(BaseException):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        return f"call deadline: {self.adapter} {self.call} did not return within {self.seconds:g} s"
+        return past_deadline(f"{self.adapter} {self.call}", self.seconds)
 
 
-def unguarded(call: str) -> AbstractContextManager[None]:
-    """The harness's default guard: every adapter call runs as long as it takes."""
-    return nullcontext()
+def past_deadline(call: str, seconds: float) -> str:
+    """A call (its adapter and the call as written) that did not return
+    within its deadline, in words: the exception's, and the search's it
+    stopped (cowcheck.engines.stop)."""
+    return f"call deadline: {call} did not return within {seconds:g} s"
 
 
 #: which host call launched an in-flight op: (branch index, the position
@@ -216,8 +218,12 @@ def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]
     return cast(Callable[[int, int], Any], factory)
 
 
-class HarnessModel:
+class HarnessModel(TransitionSystem):
     """A scenario run with allocator code through the engine harness."""
+
+    #: its states hold the allocator's snapshot, whose block ids and branch
+    #: names the checker cannot rename
+    irreducible = "allocator code cannot be reduced"
 
     def __init__(self, scenario: Scenario, factory: Optional[Callable[[int, int], Any]] = None):
         self.scenario = scenario
@@ -225,15 +231,11 @@ class HarnessModel:
         self.P = scenario.pool
         self.device = scenario.device
         self.names, self.operations, self.descendants = scenario.names, scenario.operations, scenario.lineage
-        self.ref = str(scenario.allocator or getattr(factory, "__qualname__", "allocator"))
+        self.adapter: str = str(scenario.allocator or getattr(factory, "__qualname__", "allocator"))
         if factory is None:
             assert scenario.allocator is not None, "a harness needs allocator code"
             factory = load_factory(scenario.allocator, Path(scenario.allocator_base or Path(scenario.source).parent), scenario.source)
         self.factory = factory
-        #: what every adapter call runs inside, given the call as written
-        #: (`append('a', 'a1')`): the checker's per-call deadline
-        #: (cowcheck.adapters.deadline); the model itself sets none
-        self.guard: Callable[[str], AbstractContextManager[None]] = unguarded
         #: a cache scenario: requests admitted with their own prompts
         self.cache = scenario.cache
         self.prompts = tuple(scenario.prompt_of(i) for i in range(len(scenario.branches)))
@@ -262,7 +264,7 @@ class HarnessModel:
 
     # -- the adapter ----------------------------------------------------------
     def _bad(self, method: str, message: str) -> SpecError:
-        return SpecError(self.ref, method, message)
+        return SpecError(self.adapter, method, message)
 
     def _version(self, adapter: Any) -> Optional[str]:
         """What the adapter's version() says, a non-empty string, or None
@@ -745,10 +747,9 @@ class HarnessModel:
         return out
 
 
-def system_for(scenario: Scenario) -> Any:
+def system_for(scenario: Scenario) -> TransitionSystem:
     """The transition system a scenario is checked on: its protocol file's
     model, or its allocator code through the harness."""
     if scenario.allocator is not None:
         return HarnessModel(scenario)
-    from cowcheck.model.system import ProtocolModel
     return ProtocolModel(scenario)

@@ -5,12 +5,20 @@ explorer, the depth-first cross-check, replay, the z3 decoder's check);
 `ProtocolModel`, a protocol file run under a scenario, is its first
 implementation. It applies the scheduling rules (docs/semantics.md#scheduling)
 through the protocol's Structure, knows nothing of search or invariants, and
-reports what happened as facts (cowcheck.model.block) for the checker to judge."""
+reports what happened as facts (cowcheck.model.block) for the checker to judge.
+
+What the engines may do with a system beyond exploring it, they ask it:
+its capabilities are the protocol's attributes and methods after the
+interface, each with the default a new kind of system gets unless it
+declares otherwise (implementations subclass the protocol to inherit
+them), so a new kind of system is added without touching the engines."""
 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Optional, Protocol
+from contextlib import AbstractContextManager, nullcontext
+from types import MappingProxyType
+from typing import Callable, Mapping, Optional, Protocol
 
 from cowcheck.model import device, steps
 from cowcheck.model.action import Action, Transition, completion
@@ -38,6 +46,11 @@ _COPY_LAUNCHES = tuple(op + " " for op in COPIES)
 #: builds a named tuple from a tuple of its fields without the call through
 #: its generated __new__ (the successor function builds millions of them)
 _new = tuple.__new__
+
+
+def unguarded(call: str) -> AbstractContextManager[None]:
+    """The default guard: every call runs as long as it takes."""
+    return nullcontext()
 
 
 class TransitionSystem(Protocol):
@@ -79,9 +92,44 @@ class TransitionSystem(Protocol):
         """Where a branch stands, in words (deadlock witnesses, explain)."""
         ...
 
+    # -- capabilities: what the engines may do with it, and their defaults ----
+    @property
+    def reducible(self) -> Optional[ProtocolModel]:
+        """The protocol file's model by which the reductions read its
+        states (symmetry renames block ids and branches, the compact
+        encoding packs a state into bytes, partial-order reduction reads the
+        protocol's steps to leave some interleavings unexplored), or None
+        where they cannot read them (`irreducible` says why)."""
+        return None
 
-class ProtocolModel:
+    #: why the reductions cannot read its states, where `reducible` is None
+    irreducible: str = "the checker cannot read its states"
+    #: the adapter through which it runs the user's code (as messages name
+    #: it: an allocator's `module:factory`), or None where it runs none (a
+    #: model of the code, such as a protocol file's). A system that runs
+    #: code is a harness: the checker bounds each of its calls by a
+    #: deadline (`guard`), a trace it cannot rebuild means the code is not
+    #: deterministic, and what the code raises is judged (allocator-error)
+    adapter: Optional[str] = None
+    #: what each call of that code runs inside, given the call as written
+    #: (`append('a', 'a1')`): the checker sets its deadline here on a system
+    #: with an `adapter` (cowcheck.adapters.deadline); by default none
+    guard: Callable[[str], AbstractContextManager[None]] = staticmethod(unguarded)
+    #: the engine code it runs and its release ("vLLM 0.33.0"), recorded in
+    #: counterexamples; None where it names none
+    version: Optional[str] = None
+    #: invariant id -> why it cannot judge that invariant (an observer its
+    #: code lacks)
+    unsupported: Mapping[str, str] = MappingProxyType({})
+
+
+class ProtocolModel(TransitionSystem):
     """A scenario run under its protocol file."""
+
+    @property
+    def reducible(self) -> ProtocolModel:
+        """Itself: its states are plain data the reductions read (cowcheck.model.state)."""
+        return self
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario

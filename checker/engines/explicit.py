@@ -34,16 +34,17 @@ from cowcheck.model.state import allocated
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.reduce.symmetry import Symmetry
-from cowcheck.model.harness import HarnessModel, system_for
-from cowcheck.model.system import ProtocolModel, TransitionSystem
+from cowcheck.model.harness import system_for
+from cowcheck.model.system import TransitionSystem
 
 from cowcheck.adapters.deadline import DEFAULT_SECONDS, Deadline
-from cowcheck.engines.explorer import PEAK_REACHED, Exploration, Explorer, NotRebuilt
+from cowcheck.engines.explorer import Exploration, Explorer, NotRebuilt
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import ExplicitResult, Outcome, Search, Verdict, verdict_for
 from cowcheck.engines.counterexample import Counterexample
+from cowcheck.engines.stop import PEAK_REACHED
 
 T = TypeVar("T")
 
@@ -54,13 +55,14 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     """Explore the scenario with the reductions asked for, staged as the
     module docstring says. `system`: the transition system to explore
     (default: the scenario's, see cowcheck.model.harness.system_for).
-    Allocator code through the harness gets no reduction: its states are
-    opaque snapshots, whose block ids and branch names the checker cannot
-    rename."""
+    What it may do with the system, the system says (its capabilities,
+    cowcheck.model.system.TransitionSystem): a system whose states the
+    reductions cannot read gets none, and one that runs the user's code
+    through an adapter (a harness) has a deadline on each call."""
     model = system or system_for(scenario)
-    harness = isinstance(model, HarnessModel)
-    if isinstance(model, HarnessModel):
-        model.guard = Deadline(deadline_for(scenario, options), model.ref)
+    harness = model.adapter is not None
+    if model.adapter is not None:
+        model.guard = Deadline(deadline_for(scenario, options), model.adapter)
     invariants, unsupported = for_system(invariants, model)
     validate_expect(scenario, harness)
     searches = _Searches(scenario, model, options, progress)
@@ -77,7 +79,7 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     x, shortest = staged.main.result, staged.shortest
     x.seconds = searches.seconds
     init = model.init_state()
-    version = model.version if isinstance(model, HarnessModel) else None
+    version = model.version
     verdicts = {}
 
     def rebuilt(trace: Callable[[], T]) -> T:
@@ -107,7 +109,7 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     if peak_state is not None:
         peak = Counterexample.from_run(scenario, init, rebuilt(lambda: staged.peak.path_to(peak_state)), peak=x.peak,
                                        allocator_version=version)
-    return ExplicitResult(scenario, verdicts, x.complete, x.stopped, x.seconds, exploration=x, peak_trace=peak,
+    return ExplicitResult(scenario, verdicts, x.complete, x.stop, x.seconds, exploration=x, peak_trace=peak,
                           searches=tuple(searches.done), partial_order=options.por_asked, choice=staged.why)
 
 
@@ -118,15 +120,15 @@ class _Searches:
 
     def __init__(self, scenario: Scenario, model: TransitionSystem, options: SearchOptions,
                  progress: Optional[Callable]):
-        # only a protocol file's states can be renamed, reordered and encoded
-        reducible = isinstance(model, ProtocolModel)
+        # only states the reductions can read are renamed, reordered and encoded
+        reducible = model.reducible
         self.model, self.options, self.progress = model, options, progress
         self.cache = scenario.cache
-        self.orbits = Symmetry(scenario) if options.symmetry and reducible else None
+        self.orbits = Symmetry(scenario) if options.symmetry and reducible is not None else None
         if self.orbits is not None:
-            assert isinstance(model, ProtocolModel)
-            self.model = model = model.up_to_block_ids()
-        self.encode = Compact(scenario).encode if options.compact and reducible else None
+            assert reducible is not None
+            self.model = model = reducible.up_to_block_ids()
+        self.encode = Compact(scenario).encode if options.compact and reducible is not None else None
         self.explored: list[Exploration] = []   # each search's result (not the search: what it stored may go)
         self.done: list[Search] = []
 
@@ -190,8 +192,9 @@ def _partial_order(model: TransitionSystem, options: SearchOptions) -> tuple[Opt
     search for the peak's trace and a buggy protocol's second search cost."""
     if options.max_depth is not None:
         return None, "--max-depth bounds the search, and the reduction needs an exhaustive one"
-    if not isinstance(model, ProtocolModel):
-        return None, "allocator code cannot be reduced"
+    if model.reducible is None:
+        return None, model.irreducible
+    model = model.reducible          # the protocol file's model, which the reduction reads
     ample = Ample(model, completions=True)
     if not ample.enabled:
         return None, "the protocol has atomic paths (a branch taking the scheduler lock disables the others)"
@@ -280,11 +283,12 @@ def _auto(searches: _Searches, invariants: tuple[Invariant, ...], ample: Ample) 
         assert x.peak is not None         # every search has the gauge
         peak = searches.more(plain).seek(x.peak)
         searches.record("peak trace", plain)
-        if peak.stopped != PEAK_REACHED:       # stopped short of the peak: its trace is not the shortest
-            x.complete, x.stopped = False, f"{peak.stopped} (searching for the peak's shortest trace)"
+        if peak.stop != PEAK_REACHED:       # stopped short of the peak: its trace is not the shortest
+            assert peak.stop is not None      # `seek` always stops
+            x.complete, x.stop = False, replace(peak.stop, peak=True)
         return _Staged(reduced, reduced, plain, "auto: with partial-order reduction, no violation: every invariant "
                        "holds and every measure is exact (the peak's shortest trace: without it, up to the peak)")
-    if "interrupted" in (x.stopped or ""):     # the paused search gave nothing: only the interrupted one is reported
+    if x.stop is not None and x.stop.interrupted:     # the paused search gave nothing: only the interrupted one is reported
         return _Staged(reduced, reduced, reduced, "auto: interrupted in the search with partial-order reduction")
     if x.violations:
         broken = next(iter(x.violations))

@@ -45,10 +45,10 @@ from typing import Any, Callable, Optional
 
 from cowcheck.model.system import TransitionSystem
 
-from cowcheck.interrupts import Terminated
 from cowcheck.model.harness import CallDeadline
 from cowcheck.engines.invariants import Invariant, Judge
 from cowcheck.engines.options import SearchOptions
+from cowcheck.engines.stop import PEAK_REACHED, Stop, StopKind, Stoppable, interrupted, past
 
 
 @dataclass
@@ -62,13 +62,13 @@ class Violation:
 
 
 @dataclass
-class Exploration:
+class Exploration(Stoppable):
     states: int = 0
     transitions: int = 0
     depth: int = 0
     seconds: float = 0.0
     complete: bool = True
-    stopped: Optional[str] = None          # why a partial run stopped
+    stop: Optional[Stop] = None            # why a partial run stopped
     violations: dict[str, Violation] = field(default_factory=dict)
     peak: Optional[int] = None
     peak_state: Optional[int] = None
@@ -276,9 +276,9 @@ class Explorer:
         if inv_id not in self.result.violations:
             self.result.violations[inv_id] = Violation(inv_id, length, sid, action, after, witness or {})
             if self.options.first:
-                raise _Stop("first violation")
+                raise _Stop(Stop(StopKind.FIRST_VIOLATION))
             if self.stop_after is not None and self.stop_after <= self.result.violations.keys():
-                raise _Stop("every sought violation found")
+                raise _Stop(Stop(StopKind.SOUGHT))
 
     def run(self, pause_at: Optional[int] = None) -> Exploration:
         """The search, judging every invariant and keeping every measure.
@@ -307,7 +307,7 @@ class Explorer:
         then `loop`, stopped by whatever stops a search; then the result."""
         res = self.result
         if self.paused:                  # a pause is no stop: complete unless something else stopped it
-            res.complete, self.paused = res.stopped is None, False
+            res.complete, self.paused = res.stop is None, False
         self.started = start = time.perf_counter()
         if self.memory_at_start is None:
             self.memory_at_start = _resident_bytes()
@@ -325,16 +325,16 @@ class Explorer:
             res.complete, self.paused = False, True
         except _Stop as stop:
             res.complete = False
-            res.stopped = res.stopped or str(stop)
+            res.stop = res.stop or stop.why
         except (MemoryError, SystemError) as err:      # the last resort: give the queue's memory back and report
             if type(err) is SystemError and not _out_of_memory_in_c(err):
                 raise
             self.queue.clear()
-            res.complete, res.stopped = False, "out of memory (MemoryError)"
+            res.complete, res.stop = False, Stop(StopKind.OUT_OF_MEMORY)
         except KeyboardInterrupt as interrupt:
-            res.complete, res.stopped = False, interrupted(interrupt)
+            res.complete, res.stop = False, interrupted(interrupt)
         except CallDeadline as late:     # allocator code that did not return (cowcheck.adapters.deadline)
-            res.complete, res.stopped = False, str(late)
+            res.complete, res.stop = False, past(late)
         finally:
             gc.unfreeze()        # back under the collector: what is garbage once the run ends is collected
         res.states = len(self.keys)
@@ -353,10 +353,10 @@ class Explorer:
         # again (its full passes would walk every stored state).
         gc.freeze()
         if self.max_memory is not None and _resident_bytes() > self.max_memory:
-            raise _Stop(f"--max-memory {self.max_memory >> 20:,} MiB")
+            raise _Stop(Stop(StopKind.MEMORY, self.max_memory >> 20))
         max_seconds = self.options.max_seconds
         if max_seconds is not None and time.perf_counter() - self.started > max_seconds:
-            raise _Stop(f"max_seconds {max_seconds:g}")
+            raise _Stop(Stop(StopKind.SECONDS, max_seconds))
         if self.progress is not None:
             self.progress(self, len(self.queue))
 
@@ -371,6 +371,7 @@ class Explorer:
         plain = self.encode is None and not self.fingerprints and self.times is None   # the key is the state
         steady, gauge, cost, hits, max_depth = self.steady, self.gauge, self.cost, self.hits, self.options.max_depth
         max_states = self.options.max_states
+        deep = Stop(StopKind.DEPTH, max_depth)
         depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
         edge_hits = self.edge_hits
         state_checks, action_checks, violate = judge.state, judge.action, self._violate
@@ -392,7 +393,7 @@ class Explorer:
                 steady_values.add(gauge(state))
             if max_depth is not None and depth >= max_depth:
                 if trs:
-                    res.complete, res.stopped = False, f"--max-depth {max_depth}"
+                    res.complete, res.stop = False, deep
                 continue
             if mirror is not None:
                 trs = mirror(state, trs)
@@ -412,8 +413,8 @@ class Explorer:
                 nid = index.get(key)
                 if nid is None:
                     if max_states is not None and len(self.keys) >= max_states:
-                        res.complete, res.stopped = False, f"--max-states {max_states}"
-                        raise _Stop(res.stopped)
+                        res.complete, res.stop = False, Stop(StopKind.STATES, max_states)
+                        raise _Stop(res.stop)
                     nid = self._add(key, nxt, sid, depth + 1)
                     queue.append((nid, nxt))
                 edge_dst.append(nid)
@@ -452,7 +453,7 @@ class Explorer:
                     queue.append((add(key, nxt, sid, depth + 1), nxt))     # raises PEAK_REACHED at the target
             if not sid & 0xFFF:
                 self._checkpoint()
-        raise _Stop("the peak not reached")      # the target was not the peak of this search
+        raise _Stop(Stop(StopKind.PEAK_NOT_REACHED))      # the target was not the peak of this search
 
     # -- measures -------------------------------------------------------------
     def _cost_range(self, cost: array) -> Optional[tuple[int, int]]:
@@ -531,13 +532,6 @@ class Explorer:
         raise AssertionError(f"no action breaks {violation.invariant} from the stored state")
 
 
-def interrupted(interrupt: KeyboardInterrupt) -> str:
-    """Why a run stopped early: Ctrl-C, or SIGTERM (delivered as an interrupt
-    by the command line, cowcheck.__main__)."""
-    during = getattr(interrupt, "during", None)     # the adapter call it stopped (cowcheck.adapters.deadline)
-    return ("interrupted (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted (Ctrl-C)") + (f" in {during}" if during else "")
-
-
 class NotRebuilt(RuntimeError):
     """Re-running successors along a stored path found no state with the
     stored key. It carries what a caller needs to say where: the actions
@@ -550,11 +544,11 @@ class NotRebuilt(RuntimeError):
 
 
 class _Stop(Exception):
-    pass
+    """A search stopping short, and why (`why`)."""
 
-
-#: why `seek` stopped when it reached its target
-PEAK_REACHED = "the peak reached"
+    def __init__(self, why: Stop):
+        super().__init__(str(why))
+        self.why = why
 
 
 class _Paused(Exception):

@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterator, Optional
 
 from cowcheck.model.block import Allocated, AllocatorRaised, CopyDone, Fact, Freed, KernelDone, Keyed, OutputChecked, TableMiss, Underflow
 from cowcheck.model.errors import SpecError
-from cowcheck.model.harness import HarnessModel
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Branch, Copy, Kernel, State, Status, published_uses
 from cowcheck.model.action import Transition
@@ -357,12 +356,13 @@ HARNESS_BLIND = {"no-underflow": "not checked: the harness sees refcounts, not d
 STANDS_IN = {"no-underflow": "allocator-error"}
 
 
-def for_system(invariants: tuple[Invariant, ...], system: Any) -> tuple[tuple[Invariant, ...], dict[str, tuple[str, str]]]:
+def for_system(invariants: tuple[Invariant, ...], system: TransitionSystem) -> tuple[tuple[Invariant, ...], dict[str, tuple[str, str]]]:
     """The invariants a system is judged on, and those it cannot judge
     (id -> (kind, why)): a cache scenario adds the cache invariants (and
-    only it has them) when all the built-in ones are asked for; allocator
-    code adds allocator-error, never sees an underflow, and without an
-    optional observer some more cannot be checked."""
+    only it has them) when all the built-in ones are asked for; code run
+    through an adapter (a harness) adds allocator-error, never sees an
+    underflow, and without an optional observer some more cannot be
+    checked (the system's `unsupported`)."""
     cache = system.scenario.cache
     everything = invariants == INVARIANTS       # nothing narrower asked for
     if everything and cache:
@@ -372,7 +372,7 @@ def for_system(invariants: tuple[Invariant, ...], system: Any) -> tuple[tuple[In
         unjudged = {inv.id: (str(inv.kind), 'only a cache scenario (cache = "prefix") has a prefix cache')
                     for inv in invariants if inv in CACHE_INVARIANTS}
         invariants = tuple(inv for inv in invariants if inv not in CACHE_INVARIANTS)
-    if not isinstance(system, HarnessModel):
+    if system.adapter is None:
         return invariants, unjudged
     unsupported = {**HARNESS_BLIND, **system.unsupported}
     if everything:

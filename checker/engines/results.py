@@ -3,7 +3,8 @@ each engine's own figures (and only those: BMC has no state count, the
 explorer no z3 seconds). Nothing here writes files; cowcheck.traces.output does.
 
 The summary is a fixed vocabulary (docs/semantics.md#summaries); whether
-the run was partial, and why it stopped, are fields of their own."""
+the run was partial, and why it stopped (a cowcheck.engines.stop.Stop),
+are fields of their own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Optional
 
 from cowcheck.engines.invariants import STANDS_IN, Kind
+from cowcheck.engines.stop import Stop, Stoppable
 from cowcheck.model.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -119,12 +121,12 @@ def judge_expectations(scenario: Scenario, verdicts: dict[str, Verdict], complet
 
 
 @dataclass
-class Result:
+class Result(Stoppable):
     """What every engine reports for one scenario."""
     scenario: Scenario
     verdicts: dict[str, Verdict]
     complete: bool
-    stopped: Optional[str] = None        # why a partial run stopped
+    stop: Optional[Stop] = None          # why a partial run stopped
     seconds: float = 0.0
     expectation_failures: list[str] = field(default_factory=list)
 
@@ -170,7 +172,7 @@ class Result:
 
     @property
     def interrupted(self) -> bool:
-        return bool(self.stopped and "interrupted" in self.stopped)
+        return self.stop is not None and self.stop.interrupted
 
     @property
     def counterexamples(self) -> list["Counterexample"]:
@@ -212,7 +214,7 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Search:
+class Search(Stoppable):
     """One search of a staged check (cowcheck.engines.explicit may run
     several): what it was for, what shrank it, what it explored and found."""
     purpose: str                   # "first violation", "verdicts", "shortest lengths" or "peak trace"
@@ -220,12 +222,12 @@ class Search:
     states: int
     transitions: int
     seconds: float
-    stopped: Optional[str]         # why it stopped short (for these searches, also on purpose)
+    stop: Optional[Stop]           # why it stopped short (for these searches, also on purpose)
     violations: tuple[str, ...]    # the invariants it found broken
 
     @classmethod
     def of(cls, purpose: str, x: "Exploration") -> "Search":
-        return cls(purpose, x.reductions, x.states, x.transitions, x.seconds, x.stopped, tuple(x.violations))
+        return cls(purpose, x.reductions, x.states, x.transitions, x.seconds, x.stop, tuple(x.violations))
 
     def to_json(self) -> dict[str, Any]:
         return {"purpose": self.purpose, "reductions": list(self.reductions), "states": self.states,

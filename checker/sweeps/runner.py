@@ -22,7 +22,6 @@ from cowcheck.model.scenario import Scenario, scenario_from_dict
 
 from cowcheck import interrupts
 from cowcheck.engines.options import SearchOptions
-from cowcheck.engines.results import ExplicitResult
 
 
 # -- tasks -----------------------------------------------------------------------------
@@ -52,13 +51,10 @@ def run_cell(task: dict[str, Any]) -> dict[str, Any]:
         return {"error": str(err), "pid": os.getpid()}
     if result.interrupted:
         return {"interrupted": True, "pid": os.getpid()}
-    if result.stopped and result.stopped.startswith("max_seconds"):      # the budget's labels
-        result.stopped = f"budget: {seconds:g} s"
-    elif result.stopped and result.stopped.startswith("--max-states"):
-        result.stopped = f"budget: {result.stopped.removeprefix('--')}"
-    if isinstance(result, ExplicitResult) and result.exploration is not None:
-        result.exploration.stopped = result.stopped
-    return {"result": result.to_json(), "pid": os.getpid(),
+    data = result.to_json()
+    if result.stop is not None:       # in the sweep's words: its bounds are the cell's budget
+        data["stopped"] = result.stop.in_sweep(seconds)
+    return {"result": data, "pid": os.getpid(),
             "counterexamples": {v.invariant: v.counterexample.to_json() for v in result.verdicts.values()
                                 if v.counterexample is not None}}
 

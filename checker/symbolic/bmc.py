@@ -38,12 +38,12 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import State
 from cowcheck.model.system import ProtocolModel
 
-from cowcheck.engines.explorer import interrupted
 from cowcheck.interrupts import poll
 from cowcheck.engines.invariants import INVARIANTS, Invariant, Judge, for_system, validate_expect
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import BmcResult, Outcome, Verdict
 from cowcheck.engines.counterexample import Counterexample
+from cowcheck.engines.stop import Stop, StopKind, interrupted
 from cowcheck.symbolic.invariants import SymbolicJudge, encoded, unsupported
 from cowcheck.symbolic.reduction import Reductions
 from cowcheck.symbolic.state import Sym
@@ -231,22 +231,22 @@ def run_bmc(scenario: Scenario, invariants: tuple[Invariant, ...] = INVARIANTS, 
     checked, left_out = encoded(invariants)
     verdicts: dict[str, Verdict] = {inv.id: unsupported(inv) for inv in left_out}
     deepening = Deepening()
-    stopped: Optional[str] = None
+    stop: Optional[Stop] = None
     try:
         with solving():
             if checked:
                 _deepen(scenario, checked, depth, reduce, verdicts, deepening)
     except KeyboardInterrupt as interrupt:   # what was decided so far stands; the rest is not seen
-        stopped = interrupted(interrupt)
+        stop = interrupted(interrupt)
     for inv in checked:
         if inv.id not in verdicts:
             verdicts[inv.id] = Verdict(inv.id, Kind(inv.kind), Outcome.HOLDS if deepening.exhausted else Outcome.NOT_SEEN)
     verdicts = {**{inv.id: verdicts[inv.id] for inv in invariants}, **unjudged}
     # nothing left open within any bound
-    settled = stopped is None and (deepening.exhausted or all(verdicts[inv.id].outcome is Outcome.VIOLATED for inv in checked))
+    settled = stop is None and (deepening.exhausted or all(verdicts[inv.id].outcome is Outcome.VIOLATED for inv in checked))
     if not settled:
-        stopped = stopped or f"bmc bound {depth}"
-    return BmcResult(scenario, verdicts, settled, stopped, sum(deepening.seconds),
+        stop = stop or Stop(StopKind.BMC_BOUND, depth)
+    return BmcResult(scenario, verdicts, settled, stop, sum(deepening.seconds),
                      bound=depth, reached=deepening.reached, depth_seconds=deepening.seconds)
 
 

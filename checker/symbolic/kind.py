@@ -58,10 +58,10 @@ from typing import Optional
 
 from cowcheck.model.scenario import Scenario
 
-from cowcheck.engines.explorer import interrupted
 from cowcheck.engines.invariants import INVARIANTS, Invariant, validate_expect
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import KindResult, Outcome, Verdict
+from cowcheck.engines.stop import Stop, StopKind, interrupted
 from cowcheck.symbolic.bmc import run_bmc, scenario_invariants
 from cowcheck.symbolic.invariants import encoded, unsupported
 from cowcheck.symbolic.prover import Candidate, Prover
@@ -157,7 +157,7 @@ class KInduction:
             if self.settled():
                 return
 
-    def closing_bmc(self) -> tuple[dict[str, Verdict], list[float], int, Optional[str]]:
+    def closing_bmc(self) -> tuple[dict[str, Verdict], list[float], int, Optional[Stop]]:
         """BMC to the bound for the invariants left open: (their verdicts,
         its seconds per depth, the deepest depth it decided, and why it
         stopped if it was interrupted)."""
@@ -165,10 +165,10 @@ class KInduction:
         if not left:
             return {}, [], 0, None
         rest = run_bmc(self.scenario, left, self.depth)
-        return rest.verdicts, rest.depth_seconds, rest.reached, rest.stopped if rest.interrupted else None
+        return rest.verdicts, rest.depth_seconds, rest.reached, rest.stop if rest.interrupted else None
 
     def tally(self, bmc_verdicts: dict[str, Verdict], bmc_seconds: list[float], reached: int,
-              interrupt: Optional[str] = None) -> KindResult:
+              interrupt: Optional[Stop] = None) -> KindResult:
         """The verdicts, the k that closed each proof, and each lemma's parts
         proven (and so used) and dropped."""
         verdicts = dict(bmc_verdicts)
@@ -185,14 +185,14 @@ class KInduction:
         verdicts = {inv.id: verdicts[inv.id] for inv in self.invariants}
         open_ids = [inv.id for inv in self.checked if closed_at[inv.id] is None and verdicts[inv.id].holds is None]
         complete = not open_ids      # every invariant proven or violated: both are final (as in BMC)
-        stopped = None if complete else interrupt or f"k-induction did not close within k <= {self.depth}: {', '.join(open_ids)}"
+        stop = None if complete else interrupt or Stop(StopKind.NOT_CLOSED, self.depth, open=tuple(open_ids))
         used = self.proven_lemmas()
         tally: dict[str, list[int]] = {name: [0, 0] for name in self.prover.lemmas.names()}
         for name in (c.lemma for c in used if c.lemma):
             tally[name][0] += 1
         for name in (c.lemma for c in self.lemmas + self.refuted if c.lemma):
             tally[name][1] += 1
-        return KindResult(self.scenario, verdicts, complete, stopped, sum(self.k_seconds) + sum(bmc_seconds),
+        return KindResult(self.scenario, verdicts, complete, stop, sum(self.k_seconds) + sum(bmc_seconds),
                           bound=self.depth, closed_at={inv.id: closed_at[inv.id] for inv in self.checked},
                           k_seconds=self.k_seconds, bmc_seconds=bmc_seconds,
                           lemmas={name: (v[0], v[1]) for name, v in tally.items() if sum(v)},

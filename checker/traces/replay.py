@@ -10,7 +10,7 @@ from typing import Optional
 from cowcheck.model.errors import SpecError
 from cowcheck.model.state import State, allocated, state_to_json
 from cowcheck.model.action import Transition
-from cowcheck.model.harness import HarnessModel, system_for
+from cowcheck.model.harness import system_for
 from cowcheck.model.system import TransitionSystem
 
 from cowcheck.engines.invariants import BY_ID, Invariant, Judge
@@ -75,7 +75,7 @@ def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Op
     inv = judging(cx, invariants)
     model = model or _system(cx)
     out = _replay(cx, inv, model)
-    now = model.version if isinstance(model, HarnessModel) else None
+    now = model.version
     if cx.allocator_version is not None and now != cx.allocator_version:
         out.message += f" (recorded with {cx.allocator_version}; replayed with {now or 'code that names no version'})"
     return out

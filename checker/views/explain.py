@@ -22,9 +22,9 @@ from rich.markup import escape
 from cowcheck.engines.counterexample import Counterexample
 from cowcheck.engines.invariants import Invariant
 from cowcheck.model.block import Freed
-from cowcheck.model.harness import HarnessModel, system_for
+from cowcheck.model.harness import system_for
 from cowcheck.model.state import Block, Copy, State, state_to_json
-from cowcheck.model.system import ProtocolModel
+from cowcheck.model.system import TransitionSystem
 from cowcheck.traces.replay import Replayed, judging, replay
 from cowcheck.views.words import (_slots, _tokens, action_words, cache_words, describe, doing, initial_words, is_cache, is_harness,
                                   is_plain, key_text, reuse_words, program_summary, subject)
@@ -50,10 +50,7 @@ def _block_line(i: int, before: Block | None, after: Block, free: bool, holds: b
     return f"block {i}: {counters}, slots {slots}{key}{state}"
 
 
-Model = ProtocolModel | HarnessModel
-
-
-def _queue(model: Model, state: State) -> str:
+def _queue(model: TransitionSystem, state: State) -> str:
     if not state.queue:
         return "nothing"
     items = []
@@ -71,7 +68,7 @@ def _queue(model: Model, state: State) -> str:
     return "; ".join(items)
 
 
-def _state_lines(model: Model, scenario: dict, before: State | None, state: State, touched: set[int]) -> list[str]:
+def _state_lines(model: TransitionSystem, scenario: dict, before: State | None, state: State, touched: set[int]) -> list[str]:
     """The touched blocks, every branch (with its sequence when the scenario
     has programs: then pos alone does not tell it), the device queue. A
     branch of allocator code has one table, what `table(branch)` returns."""
@@ -101,7 +98,7 @@ def _state_lines(model: Model, scenario: dict, before: State | None, state: Stat
 def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when: Optional[str] = None) -> None:
     """Narrate a replayed trace; `holds_when` is the invariant's rule in words."""
     s = cx.scenario
-    model: Model = system_for(s)
+    model = system_for(s)
     definition = s.definition()
     what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})" if cx.invariant else f"reaches its peak of {cx.peak} blocks"
     branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))

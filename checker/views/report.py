@@ -11,6 +11,7 @@ from cowcheck.model.harness import allocator_label
 from cowcheck.traces.pool import PoolReplay
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import ExplicitResult, Outcome, Result, Summary
+from cowcheck.engines.stop import Stop, StopKind
 from cowcheck.views.words import against_reference, reuse_words, token
 
 VERDICT_STYLE = {Outcome.HOLDS: ("holds", "green"), Outcome.NOT_SEEN: ("not seen (partial)", "dim"),
@@ -69,7 +70,7 @@ def show(result: Result, console: Console) -> None:
         console.print("[dim]searches[/] " + escape("; ".join(
             f"{s.purpose} ({'with' if any('partial-order' in r for r in s.reductions) else 'without'} partial-order) "
             f"{s.states:,} states {s.seconds:.2f}s" for s in result.searches)))
-    hint = bound_hint(x.stopped, tuple(r for search in result.searches for r in search.reductions) or x.reductions)
+    hint = bound_hint(x.stop, tuple(r for search in result.searches for r in search.reductions) or x.reductions)
     if hint:
         console.print(f"[yellow]{escape(hint)}[/]")
     _show_expect(result, console)
@@ -111,19 +112,20 @@ def overview(results: list[Result], console: Console) -> None:
     console.print(table)
 
 
-BOUNDS = ("--max-states", "--max-memory", "out of memory")
+#: the stops that less stored per state, or fewer states, would push further
+BOUNDS = frozenset({StopKind.STATES, StopKind.MEMORY, StopKind.OUT_OF_MEMORY})
 
 
-def bound_hint(stopped: str | None, reductions: tuple[str, ...]) -> str | None:
+def bound_hint(stop: Stop | None, reductions: tuple[str, ...]) -> str | None:
     """What to try when a bound on states or memory stopped the search; not
     a reduction that one of the check's searches already used."""
-    if not stopped or not stopped.startswith(BOUNDS):
+    if stop is None or stop.kind not in BOUNDS:
         return None
     tries = [] if any("symmetry" in r for r in reductions) else ["--symmetry"]
     tries += ["--fingerprints (8 bytes a state)", "--compact"]
     tries += [] if any("partial-order" in r for r in reductions) else ["--por"]
     tries += ["--first (stop at the first violation)", "--engine bmc --depth K (no states stored)"]
-    return f"stopped by {stopped}: the verdicts above are partial; to get further try " + ", ".join(tries)
+    return f"stopped by {stop}: the verdicts above are partial; to get further try " + ", ".join(tries)
 
 
 def _show_expect(result: Result, console: Console) -> None:

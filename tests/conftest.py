@@ -6,6 +6,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -169,3 +170,49 @@ def screenshot(page, name: str) -> None:
 def fits(page, width: int) -> bool:
     """Nothing sticks out sideways: the page needs no horizontal scrolling."""
     return page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+# -- the shipped specs, checked once -------------------------------------------------
+class Shipped(NamedTuple):
+    """One `cowcheck check specs --json FILE --out DIR`, run from the
+    checkout's root as the README's first command runs it."""
+    exit_code: int
+    output: str
+    results: list            # the --json file: one result per scenario
+    out: Path                # the counterexamples it wrote
+
+
+def _check_specs(folder: Path) -> Shipped:
+    import json
+    from click.testing import CliRunner
+    from cowcheck.cli import main
+    here = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        run = CliRunner().invoke(main, ["check", "specs", "--json", str(folder / "results.json"), "--out", str(folder / "cx")])
+    finally:
+        os.chdir(here)
+    assert run.exception is None or isinstance(run.exception, SystemExit), run.output
+    return Shipped(run.exit_code, run.output, json.loads((folder / "results.json").read_text()), folder / "cx")
+
+
+@pytest.fixture(scope="session")
+def shipped(tmp_path_factory) -> Shipped:
+    """Every shipped scenario checked once for the whole test session (the
+    expectations, the regenerated counterexamples, their schemas and the
+    buggy protocols' traces all read this one run). Under pytest-xdist the
+    first worker that asks runs it and the others wait for it and read
+    its files."""
+    import fcntl
+    import pickle
+    session = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):     # each xdist worker has its own folder below the session's
+        session = session.parent
+    folder = session / "shipped-specs"
+    with open(session / "shipped-specs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / "run.pickle"
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            done.write_bytes(pickle.dumps(_check_specs(folder)))
+        return pickle.loads(done.read_bytes())

@@ -30,22 +30,25 @@ def test_every_buggy_builtin_protocol_has_a_failing_scenario():
 
 
 @pytest.mark.parametrize("path", BUGGY, ids=[p.stem for p in BUGGY])
-def test_violations_found_minimal_and_replayable(path, tmp_path):
+def test_violations_found_minimal_and_replayable(path, shipped):
+    """From the session's one check of specs/ (conftest.shipped): each
+    expected violation's file replays to its length, and no trace one
+    action shorter breaks the invariant."""
     scenario = load_scenario(path)
-    result = check_into(scenario, tmp_path)
-    assert result.expect_met, result.expectation_failures
+    (result,) = [r for r in shipped.results if r["scenario"] == scenario.name]
+    assert result["expect_met"], result
     expected = {e.split()[1] for e in scenario.expect if e.startswith("violates")}
     for inv_id in expected:
-        verdict = result.verdicts[inv_id]
-        assert verdict.holds is False
-        cx = trace.load(Path(verdict.path))
-        assert cx.length == verdict.length == len(cx.actions)
+        verdict = result["verdicts"][inv_id]
+        assert verdict["holds"] is False
+        cx = trace.load(Path(verdict["counterexample"]))
+        assert cx.length == verdict["length"] == len(cx.actions)
         replayed = replay(cx)
         assert replayed.ok, replayed.message
-        assert replayed.step == verdict.length
+        assert replayed.step == verdict["length"]
         # minimal: exploring every trace one action shorter never breaks it
-        shorter = check(scenario, invariants=select([inv_id]), max_depth=verdict.length - 1)
-        assert shorter.verdicts[inv_id].holds is not False, f"{inv_id} broke in fewer than {verdict.length} actions"
+        shorter = check(scenario, invariants=select([inv_id]), max_depth=verdict["length"] - 1)
+        assert shorter.verdicts[inv_id].holds is not False, f"{inv_id} broke in fewer than {verdict['length']} actions"
 
 
 def test_faithful_output_counterexample_records_expected_and_read(tmp_path):
@@ -70,13 +73,13 @@ def test_tampered_trace_does_not_replay(tmp_path):
     assert not replayed.ok
 
 
-def test_specs_meet_their_expectations_and_regenerate_the_committed_counterexamples(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    out = tmp_path / "cx"
-    for path in SCENARIOS:
-        result = check_into(load_scenario(path.relative_to(ROOT)), out)
-        assert result.expect_met, (path.name, result.expectation_failures)
-    produced = {p.name: p.read_text() for p in out.glob("*.json")}
+def test_specs_meet_their_expectations_and_regenerate_the_committed_counterexamples(shipped):
+    """The README's first command, `cowcheck check specs/`, run once for the
+    session (conftest.shipped): every expect met, and the files it writes
+    are the committed ones, byte for byte."""
+    assert shipped.exit_code == 0, shipped.output[-3000:]
+    assert len(shipped.results) == len(SCENARIOS) and all(r["expect_met"] for r in shipped.results)
+    produced = {p.name: p.read_text() for p in shipped.out.glob("*.json")}
     committed = {p.name: p.read_text() for p in (ROOT / "counterexamples").glob("*.json")}
     assert produced.keys() == committed.keys()
     stale = [name for name in produced if produced[name] != committed[name]]

@@ -148,12 +148,12 @@ def test_committed_counterexamples(validators):
 
 
 # -- check --json: the three engines -----------------------------------------------
-def test_explicit_check_of_specs(validators, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    results, written = check_run(tmp_path, ROOT / "specs")
+def test_explicit_check_of_specs(validators, shipped):
+    """The session's one check of specs/ (conftest.shipped): every result and file it wrote."""
+    results = shipped.results
     assert len(results) >= 20 and {r["engine"] for r in results} == {"explicit"}
     assert {r["summary"] for r in results} == {"unsafe", "safe but undisciplined", "safe and disciplined"}
-    assert validate_run(validators, results, written) > 20
+    assert validate_run(validators, results, shipped.out) > 20
 
 
 def test_explicit_partial_compact_fingerprints(validators, tmp_path, monkeypatch):

@@ -101,6 +101,10 @@ WAITS = "waits_for_copies"
 #: the optional adapter method that names the engine code it runs and its
 #: release ("vLLM 0.33.0"), recorded in counterexamples
 VERSION = "version"
+#: the optional adapter method that says which code exactly, beside its
+#: release: {"source": the folder its sources came from (None: the
+#: installed package), "digest": "sha256:..." of the files it loaded}
+CODE = "code"
 #: a request's `after` request is done once it is one of these
 _DONE = (Status.FINISHED, Status.CANCELLED)
 
@@ -162,6 +166,61 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return f"Snapshot({len(self.blob)} bytes)"
+
+
+@dataclass(frozen=True)
+class Code:
+    """Which engine code an adapter ran: its release (`version()`) and,
+    where the adapter says (`code()`), the folder its sources were loaded
+    from (None: the installed package) and a digest of the files it
+    loaded. One release in an engineer's changed tree and the same release
+    unchanged differ in the digest: what keeps one's counterexamples from
+    being taken for the other's."""
+    release: str
+    source: Optional[str] = None
+    digest: Optional[str] = None
+
+    def __str__(self) -> str:
+        if self.digest is None:
+            return self.release
+        where = f"from {self.source}" if self.source else "installed"
+        return f"{self.release} ({where}, {self.short})"
+
+    @property
+    def short(self) -> str:
+        """The digest as a name shows it: its first 12 hex digits."""
+        return (self.digest or "").partition(":")[2][:12]
+
+    def fields(self) -> dict[str, Any]:
+        """What a result or counterexample file records: the release
+        (`allocator_version`) and, where known, the tree (`allocator_code`)."""
+        tree = {} if self.digest is None else {"allocator_code": {"source": self.source, "digest": self.digest}}
+        return {"allocator_version": self.release, **tree}
+
+
+def other_code(found: Optional[Code], now: Optional[Code]) -> Optional[str]:
+    """Why code `now` is not the code a trace was `found` in, in words; None
+    when it is, as far as the file records (a release alone compares
+    releases; a digest compares trees, wherever their folders are)."""
+    if found is None:
+        return None
+    if now is None or now.release != found.release or (found.digest is not None and now.digest != found.digest):
+        return f"other code than found this trace: recorded with {found}; replayed with {now or 'code that names no version'}"
+    return None
+
+
+def code_from_json(release: Optional[str], extra: Any, where: str) -> Optional[Code]:
+    """A file's `allocator_version` and `allocator_code` read back."""
+    if release is None:
+        if extra is not None:
+            raise SpecError(where, "allocator_code", "needs allocator_version, the release it is a tree of")
+        return None
+    if extra is None:
+        return Code(release)
+    if (not isinstance(extra, dict) or set(extra) != {"source", "digest"} or not isinstance(extra["digest"], str)
+            or not extra["digest"].startswith("sha256:") or not (extra["source"] is None or isinstance(extra["source"], str))):
+        raise SpecError(where, "allocator_code", 'must be {"source": a folder or null, "digest": "sha256:..."}')
+    return Code(release, extra["source"], extra["digest"])
 
 
 def allocator_label(ref: str) -> str:
@@ -251,8 +310,10 @@ class HarnessModel:
         if type(self.waits) is not bool:
             raise self._bad(WAITS, f"must be True or False (whether the engine orders each kernel after the copies "
                             f"its call returned), got {self.waits!r}")
-        #: the engine code the adapter runs and its release, or None (its version())
-        self.version = self._version(adapter)
+        #: the engine code the adapter runs: its release (its version()) and
+        #: which tree (its code()), or None
+        self.code = self._code(adapter)
+        self.version = self.code.release if self.code is not None else None
         #: the completions the allocator is told of (its copy_done, kernel_done)
         self.told = {name: callable(getattr(adapter, name, None)) for name in NOTIFICATIONS}
         self.tagged = self.waits or any(self.told.values())
@@ -275,6 +336,22 @@ class HarnessModel:
             raise self._bad(VERSION, f"must return the engine code and its release as a non-empty string "
                             f"(such as 'vLLM 0.33.0'), got {version!r}")
         return version
+
+    def _code(self, adapter: Any) -> Optional[Code]:
+        """The release (version()) and, where the adapter has code(), the
+        folder and digest of the sources it loaded."""
+        version = self._version(adapter)
+        if not callable(getattr(adapter, CODE, None)):
+            return None if version is None else Code(version)
+        if version is None:
+            raise self._bad(CODE, "says which tree of a release the adapter runs: the adapter needs version() too")
+        with self.guard(f"{CODE}()"):
+            raw = adapter.code()
+        try:
+            code = code_from_json(version, raw, self.ref)
+        except SpecError:
+            raise self._bad(CODE, f'must return {{"source": a folder or None, "digest": "sha256:..."}}, got {raw!r}') from None
+        return code
 
     def _make(self) -> Any:
         try:

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Optional
 
 from cowcheck.engines.invariants import STANDS_IN, Kind
+from cowcheck.model.harness import Code
 from cowcheck.model.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -127,6 +128,9 @@ class Result:
     stopped: Optional[str] = None        # why a partial run stopped
     seconds: float = 0.0
     expectation_failures: list[str] = field(default_factory=list)
+    #: allocator code: which engine code the adapter ran (its release, and
+    #: which tree of it), or None
+    allocator_code: Optional[Code] = None
 
     engine = Engine.EXPLICIT
 
@@ -192,6 +196,7 @@ class Result:
             "source": s.source,
             "protocol": s.subject,
             **({"allocator": s.allocator} if s.allocator is not None else {}),
+            **(self.allocator_code.fields() if self.allocator_code is not None else {}),
             "device": s.device,
             "reuse": s.reuse,
             "seconds": round(self.seconds, 3),

@@ -485,9 +485,12 @@ class VllmV1:
     def _learn(self) -> None:
         """Remember the tokens of every block hash a live request has, and
         forget those of keys the cache no longer holds (from 0.11.0, whose
-        hashes are bare bytes; before, a hash carries its tokens)."""
+        hashes are bare bytes; before, a hash carries its tokens). A hash
+        is read against the request's drafts too: V1 hashes verified tokens
+        only, but a tree that hashes a draft (the bug verified-only-cached
+        finds) must be described, not refused."""
         for request in self.requests.values():
-            ids = list(request.all_token_ids)
+            ids = list(request.all_token_ids) + list(request.spec_token_ids)
             for i, h in enumerate(_request_hashes(request)):
                 if not hasattr(h, "token_ids"):
                     self.key_tokens.setdefault(h, tuple(ids[i * self.B:(i + 1) * self.B]))

@@ -574,19 +574,30 @@ class VllmV1:
     def table(self, branch: str) -> list[int]:
         if branch not in self.requests:
             return []
-        return [bid - 1 for bid in self.manager.get_block_ids(branch)[0]]
+        return [self._block(bid, f"request {branch!r}'s table") for bid in self.manager.get_block_ids(branch)[0]]
 
     # observers, from V1's block pool
+    def _block(self, bid: int, where: str) -> int:
+        """cowcheck's block for V1's block `bid`; a V1 that puts what is not
+        one of its pool's blocks there (its null block 0, a free queue's
+        sentinel) is the engine's own fault, reported as such (an
+        exception after its call: allocator-error), not as a bad adapter."""
+        if not 1 <= bid < len(self.manager.block_pool.blocks):
+            raise AssertionError(f"V1 put block {bid} in {where}, which is not one of its pool's blocks "
+                                 f"1 to {len(self.manager.block_pool.blocks) - 1}")
+        return bid - 1
+
     def refcount(self, block: int) -> int:
         return int(self.manager.block_pool.blocks[block + 1].ref_cnt)
 
     def free_blocks(self) -> list[int]:
-        return [b.block_id - 1 for b in self.manager.block_pool.free_block_queue.get_all_free_blocks()]
+        return [self._block(b.block_id, "its free queue") for b in self.manager.block_pool.free_block_queue.get_all_free_blocks()]
 
     def cached(self) -> dict[int, tuple[str, ...]]:
         """Every block the cache map would serve as a hit, with the tokens
         of its own slots that its key names."""
-        return {bid - 1: tuple(self._name(t) for t in self._key_ids(key)) for key, bid in _cached_keys(self.manager.block_pool)}
+        return {self._block(bid, "its cache map"): tuple(self._name(t) for t in self._key_ids(key))
+                for key, bid in _cached_keys(self.manager.block_pool)}
 
     def _key_ids(self, key: Any) -> tuple[int, ...]:
         """The token ids of a key's own block: carried by its hash up to

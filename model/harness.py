@@ -68,6 +68,7 @@ from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Freed, Keyed, OutputChecked, TableMiss
 from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.branches import Operation
+from cowcheck.model.code import Code, code_from_json
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import (UNBORN, WAITING, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final,
                                   is_quiescent, is_steady, prompt, prompt_slots, read)
@@ -101,6 +102,10 @@ WAITS = "waits_for_copies"
 #: the optional adapter method that names the engine code it runs and its
 #: release ("vLLM 0.33.0"), recorded in counterexamples
 VERSION = "version"
+#: the optional adapter method that says which code exactly, beside its
+#: release: {"source": the folder its sources came from (None: the
+#: installed package), "digest": "sha256:..." of the files it loaded}
+CODE = "code"
 #: a request's `after` request is done once it is one of these
 _DONE = (Status.FINISHED, Status.CANCELLED)
 
@@ -253,8 +258,10 @@ class HarnessModel(TransitionSystem):
         if type(self.waits) is not bool:
             raise self._bad(WAITS, f"must be True or False (whether the engine orders each kernel after the copies "
                             f"its call returned), got {self.waits!r}")
-        #: the engine code the adapter runs and its release, or None (its version())
-        self.version = self._version(adapter)
+        #: the engine code the adapter runs: its release (its version()) and
+        #: which tree (its code()), or None
+        self.code = self._code(adapter)
+        self.version = self.code.release if self.code is not None else None
         #: the completions the allocator is told of (its copy_done, kernel_done)
         self.told = {name: callable(getattr(adapter, name, None)) for name in NOTIFICATIONS}
         self.tagged = self.waits or any(self.told.values())
@@ -277,6 +284,22 @@ class HarnessModel(TransitionSystem):
             raise self._bad(VERSION, f"must return the engine code and its release as a non-empty string "
                             f"(such as 'vLLM 0.33.0'), got {version!r}")
         return version
+
+    def _code(self, adapter: Any) -> Optional[Code]:
+        """The release (version()) and, where the adapter has code(), the
+        folder and digest of the sources it loaded."""
+        version = self._version(adapter)
+        if not callable(getattr(adapter, CODE, None)):
+            return None if version is None else Code(version)
+        if version is None:
+            raise self._bad(CODE, "says which tree of a release the adapter runs: the adapter needs version() too")
+        with self.guard(f"{CODE}()"):
+            raw = adapter.code()
+        try:
+            code = code_from_json(version, raw, self.ref)
+        except SpecError:
+            raise self._bad(CODE, f'must return {{"source": a folder or None, "digest": "sha256:..."}}, got {raw!r}') from None
+        return code
 
     def _make(self) -> Any:
         try:

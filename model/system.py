@@ -23,6 +23,7 @@ from typing import Callable, Mapping, Optional, Protocol
 from cowcheck.model import device, steps
 from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Draft
+from cowcheck.model.code import Code
 from cowcheck.model.condition import environment
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Rule, Step
@@ -118,6 +119,8 @@ class TransitionSystem(Protocol):
     #: the engine code it runs and its release ("vLLM 0.33.0"), recorded in
     #: counterexamples; None where it names none
     version: Optional[str] = None
+    #: that code's release and tree (cowcheck.model.code), or None
+    code: Optional[Code] = None
     #: invariant id -> why it cannot judge that invariant (an observer its
     #: code lacks)
     unsupported: Mapping[str, str] = MappingProxyType({})

@@ -325,7 +325,7 @@ def test_the_progress_line_names_the_call_running():
 
 def test_a_counterexample_records_the_engine_code_it_was_found_with(tmp_path, monkeypatch):
     """An adapter's version() ("vLLM 0.33.0") goes into its counterexamples;
-    replaying one on other code says so after the answer, and explain names
+    replaying one on other code says so before the answer, and explain names
     it; a version() that is not a non-empty string is one line."""
     path = scenario_file(tmp_path, f"{ADAPTERS}:versioned")
     monkeypatch.setenv("TOY_VERSION", "toy 1.0")
@@ -339,7 +339,8 @@ def test_a_counterexample_records_the_engine_code_it_was_found_with(tmp_path, mo
     assert same.ok and "recorded with" not in same.model.message
     monkeypatch.setenv("TOY_VERSION", "toy 2.0")
     again = CliRunner().invoke(main, ["replay", str(written), "--pool", "none"])
-    assert "(recorded with toy 1.0; replayed with toy 2.0)" in again.output, again.output
+    assert (".json: other code than found this trace: recorded with toy 1.0; replayed with toy 2.0; copy-before-use breaks"
+            in " ".join(again.output.split())), again.output
     bad = scenario_file(tmp_path, f"{ADAPTERS}:unversioned")
     line = error_line(CliRunner().invoke(main, ["check", str(bad), "--out", str(tmp_path / "cx2")]))
     assert "'version'" in line and "non-empty string" in line and "3" in line

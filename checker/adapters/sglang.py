@@ -95,7 +95,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 import numpy as np
 
 from cowcheck.adapters import OutOfBlocks
-from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, extract, load, release, restore
+from cowcheck.adapters.sources import Fill, SourceError, digest, dumps, unload, extract, load, release, restore
 from cowcheck.model.errors import SpecError
 
 ENV = "COWCHECK_SGLANG_SOURCE"
@@ -323,21 +323,25 @@ def engine(source: Optional[str]) -> dict[str, types.ModuleType]:
         except ImportError as err:
             raise SpecError(REF, "factory", f"SGLang is not importable ({err}): pip install sglang=={TESTED[-1]}, "
                             f"or set {ENV} to a folder of SGLang's Python sources (an unpacked wheel or a checkout)") from None
+        files = {Path(m.__file__) for m in mods.values() if m.__file__}
+        code = digest(Path(sys.modules["sglang"].__file__ or ".").parent.parent, files)
     else:
         root = Path(source)
         if not (root / "sglang/srt/mem_cache/radix_cache.py").is_file():
             raise SpecError(REF, "factory", f"{ENV}={source!r} holds no sglang/srt/mem_cache/radix_cache.py: point it at the folder "
                             "that contains sglang/ (an unpacked wheel or an SGLang checkout's python/ folder)")
+        read: set[Path] = set()
         try:
-            mods = load(root, "sglang", REAL, stand_ins(root), wanted)
+            mods = load(root, "sglang", REAL, stand_ins(root), wanted, read)
         except SourceError as err:
             raise SpecError(REF, "factory", f"SGLang from {source}: {err}") from None
+        code = digest(root, read)
     for name in CLOCKED:
         module = sys.modules.get(name)
         if module is not None and hasattr(module, "time"):
             module.time = LogicalTime  # type: ignore[attr-defined]
     version = release(Path(source), "sglang") if source is not None else getattr(sys.modules.get("sglang"), "__version__", "installed")
-    _loaded.update(source=source, mods=mods, version=version)
+    _loaded.update(source=source, mods=mods, version=version, digest=code)
     return mods
 
 
@@ -373,6 +377,11 @@ class SGLang:
     def version(self) -> str:
         """The engine code this adapter runs, recorded in its counterexamples."""
         return f"SGLang {_loaded['version']}"
+
+    def code(self) -> dict[str, Optional[str]]:
+        """Which tree of the release: its folder (None: the installed SGLang)
+        and the digest of the files whose code runs."""
+        return {"source": str(Path(self.source).resolve()) if self.source else None, "digest": _loaded["digest"]}
 
     def _build(self, mods: dict[str, types.ModuleType], pool: int) -> None:
         torch = sys.modules.get("torch") if self.source is None else None

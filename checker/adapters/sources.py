@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import copyreg
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -36,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 import types
 import weakref
 import zipfile
@@ -65,6 +67,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self, root: Path, top: str, real: Iterable[str], stand_ins: Mapping[str, Fill]):
         self.root, self.top = root, top
+        #: the release's files whose code ran: each real module's, and each a stand-in extracted from
+        self.read: set[Path] = set()
         self.real = set(real)
         self.stand_ins = dict(stand_ins)
         self.parents = {name.rsplit(".", i)[0] for name in self.real | set(self.stand_ins) for i in range(1, name.count(".") + 1)}
@@ -83,6 +87,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             file = where.with_suffix(".py") if where.with_suffix(".py").is_file() else where / "__init__.py"
             if not file.is_file():
                 raise SourceError(f"{fullname}: no {file.relative_to(self.root)} under {self.root}", name=fullname)
+            self.read.add(file)
             return importlib.util.spec_from_file_location(fullname, file)
         raise SourceError(f"{fullname} is imported by the engine's sources but has no stand-in "
                           f"(a new release? add one to the adapter's table)", name=fullname)
@@ -93,7 +98,16 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         fill = self.stand_ins.get(module.__name__)
         if fill is not None:
-            fill(module)
+            _reading.append(self.read)
+            try:
+                fill(module)
+            finally:
+                _reading.pop()
+
+
+#: the files `extract` reads go into the innermost set here (the finder's
+#: whose stand-in is being filled)
+_reading: list[set[Path]] = []
 
 
 def _forget(prefixes: Iterable[str]) -> None:
@@ -112,18 +126,31 @@ def unload(top: str) -> None:
 
 
 def load(root: Path, top: str, real: Sequence[str], stand_ins: Mapping[str, Fill],
-         wanted: Sequence[str]) -> dict[str, types.ModuleType]:
+         wanted: Sequence[str], read: Optional[set[Path]] = None) -> dict[str, types.ModuleType]:
     """Import the `wanted` modules of package `top` from `root`, running
     `real` modules unchanged and `stand_ins` in place of the others;
-    return them by name. Any module of `top` loaded before (another
-    release) is forgotten first, so one release owns the names at a time."""
+    return them by name, and add to `read` the files whose code ran. Any
+    module of `top` loaded before (another release) is forgotten first, so
+    one release owns the names at a time. A module the sources import that
+    is not installed (a dependency the adapter gives no stand-in) is a
+    SourceError naming it and the file that imports it."""
     unload(top)
     _forget([top])
     finder = _Finder(Path(root), top, real, stand_ins)
     sys.meta_path.insert(0, finder)
     saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in finder.foreign}
     try:
-        return {name: importlib.import_module(name) for name in wanted}
+        mods = {name: importlib.import_module(name) for name in wanted}
+        if read is not None:
+            read |= finder.read
+        return mods
+    except ModuleNotFoundError as err:
+        _forget([top])
+        sys.meta_path.remove(finder)
+        if isinstance(err, SourceError) or not err.name or err.name.split(".")[0] == top:
+            raise
+        raise SourceError(f"{_importer(err, Path(root))} imports {err.name}, which is not installed: "
+                          f"pip install {err.name.split('.')[0].replace('_', '-')}", name=err.name) from None
     except BaseException:
         _forget([top])
         sys.meta_path.remove(finder)
@@ -133,6 +160,26 @@ def load(root: Path, top: str, real: Sequence[str], stand_ins: Mapping[str, Fill
         _forget(finder.foreign)
         sys.modules.update(saved)
         finder.foreign = set()
+
+
+def _importer(err: BaseException, root: Path) -> str:
+    """The release's file (relative to `root`) whose import raised `err`."""
+    base = Path(root).resolve()
+    mine = [p for p in (Path(f.filename).resolve() for f in traceback.extract_tb(err.__traceback__)) if p.is_relative_to(base)]
+    return str(mine[-1].relative_to(base)) if mine else "the engine's sources"
+
+
+def digest(root: Path, files: Iterable[Path]) -> str:
+    """"sha256:<hex>" over the sorted (path relative to `root`, bytes) of
+    `files`: which tree of a release a check ran, so that an engineer's
+    change and the unchanged release never pass for one another."""
+    h = hashlib.sha256()
+    root = Path(root).resolve()
+    for rel, path in sorted((Path(f).resolve().relative_to(root).as_posix(), Path(f)) for f in files):
+        data = path.read_bytes()
+        h.update(f"{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return f"sha256:{h.hexdigest()}"
 
 
 _STDLIB = set(sys.stdlib_module_names) | {"__future__"}
@@ -155,6 +202,8 @@ def extract(path: Path, names: Iterable[str], into: types.ModuleType) -> None:
     pure-Python pieces (a constant, an enum, a small class) where the rest
     of the file imports too much."""
     tree = ast.parse(Path(path).read_text(encoding="utf-8"), str(path))
+    if _reading:
+        _reading[-1].add(Path(path))
     want = set(names)
     # the stand-in's own values (set before) win over the file's definitions of those names
     defs = {name: node for node in tree.body for name in _defined(node) if name in want or name not in into.__dict__}

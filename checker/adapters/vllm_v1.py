@@ -61,7 +61,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cowcheck.adapters import OutOfBlocks
-from cowcheck.adapters.sources import Fill, SourceError, dumps, unload, environment, extract, imports, load, release, restore
+from cowcheck.adapters.sources import (Fill, SourceError, digest, dumps, unload, environment, extract, imports, load, release,
+                                       restore)
 from cowcheck.model.errors import SpecError
 
 #: the environment variable that names a folder of vLLM's Python sources
@@ -187,6 +188,8 @@ STAND_INS: dict[str, _StandIn] = {
     "torch": _StandIn(dict(dtype=DType, float16=DType("float16", 2), bfloat16=DType("bfloat16", 2),
                            float32=DType("float32", 4), uint8=DType("uint8", 1), Tensor=Placeholder)),
     "cbor2": _StandIn(dict(dumps=_cbor_refused)),
+    # up to 0.10: kv_cache_interface.py takes Self from it, for annotations only
+    "typing_extensions": _StandIn(placeholders=_ANY),
     "vllm.envs": _StandIn(dict(VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=False, VLLM_PREFIX_CACHE_RETENTION_INTERVAL=None)),
     "vllm.config": _StandIn(dict(get_current_vllm_config_or_none=lambda: None), _ANY),
     "vllm.platforms": _StandIn(dict(current_platform=types.SimpleNamespace(register_custom_kv_cache_specs=lambda config: None))),
@@ -258,11 +261,13 @@ def _plan(root: Path) -> tuple[list[str], dict[str, Fill], str]:
 @dataclass
 class _Engine:
     """The vLLM whose modules are loaded now (one at a time: they share
-    names), and `sha256`, the release's own hash function."""
+    names), `sha256`, the release's own hash function, and the digest of
+    the files whose code runs."""
     source: Optional[str] = None
     version: str = ""
     mods: dict[str, types.ModuleType] | None = None
     sha256: Any = None
+    digest: str = ""
 
 
 _engine = _Engine()
@@ -303,21 +308,24 @@ def engine(source: Optional[str]) -> _Engine:
         except ImportError:
             own = importlib.import_module("vllm.utils")
         _seeded(mods, own.sha256)
-        _engine.__init__(None, getattr(sys.modules["vllm"], "__version__", "installed"), mods, own.sha256)  # type: ignore[misc]
+        files = {Path(m.__file__) for m in (*mods.values(), own) if m.__file__}
+        _engine.__init__(None, getattr(sys.modules["vllm"], "__version__", "installed"), mods, own.sha256,  # type: ignore[misc]
+                         digest(Path(sys.modules["vllm"].__file__ or ".").parent.parent, files))
         return _engine
     root = Path(source)
     if not (root / "vllm/v1/core/block_pool.py").is_file():
         raise SpecError(REF, "factory", f"{ENV}={source!r} holds no vllm/v1/core/block_pool.py: point it at the folder "
                         "that contains vllm/ (an unpacked wheel or a vLLM checkout)")
+    read: set[Path] = set()
     try:
         real, fills, hashing = _plan(root)
         with environment(PYTHONHASHSEED="0"):  # 0.9's NONE_HASH: the same in every process
-            mods = load(root, "vllm", real, fills, CORE + (hashing,))
+            mods = load(root, "vllm", real, fills, CORE + (hashing,), read)
         sha256 = mods[hashing].sha256
         _seeded(mods, sha256)
     except SourceError as err:
         raise SpecError(REF, "factory", f"vLLM {release(root, 'vllm')} from {source}: {err}") from None
-    _engine.__init__(source, release(root, "vllm"), mods, sha256)  # type: ignore[misc]
+    _engine.__init__(source, release(root, "vllm"), mods, sha256, digest(root, read))  # type: ignore[misc]
     return _engine
 
 
@@ -448,6 +456,11 @@ class VllmV1:
         """The engine code this adapter runs, recorded in its counterexamples."""
         return f"vLLM {_engine.version}"
 
+    def code(self) -> dict[str, Optional[str]]:
+        """Which tree of the release: its folder (None: the installed vLLM)
+        and the digest of the files whose code runs."""
+        return {"source": str(Path(self.source).resolve()) if self.source else None, "digest": _engine.digest}
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Unpickling loads the same vLLM sources before V1's objects."""
         return (restore, (engine, VllmV1, self.source, dumps(self.__dict__)))
@@ -472,9 +485,12 @@ class VllmV1:
     def _learn(self) -> None:
         """Remember the tokens of every block hash a live request has, and
         forget those of keys the cache no longer holds (from 0.11.0, whose
-        hashes are bare bytes; before, a hash carries its tokens)."""
+        hashes are bare bytes; before, a hash carries its tokens). A hash
+        is read against the request's drafts too: V1 hashes verified tokens
+        only, but a tree that hashes a draft (the bug verified-only-cached
+        finds) must be described, not refused."""
         for request in self.requests.values():
-            ids = list(request.all_token_ids)
+            ids = list(request.all_token_ids) + list(request.spec_token_ids)
             for i, h in enumerate(_request_hashes(request)):
                 if not hasattr(h, "token_ids"):
                     self.key_tokens.setdefault(h, tuple(ids[i * self.B:(i + 1) * self.B]))
@@ -558,19 +574,30 @@ class VllmV1:
     def table(self, branch: str) -> list[int]:
         if branch not in self.requests:
             return []
-        return [bid - 1 for bid in self.manager.get_block_ids(branch)[0]]
+        return [self._block(bid, f"request {branch!r}'s table") for bid in self.manager.get_block_ids(branch)[0]]
 
     # observers, from V1's block pool
+    def _block(self, bid: int, where: str) -> int:
+        """cowcheck's block for V1's block `bid`; a V1 that puts what is not
+        one of its pool's blocks there (its null block 0, a free queue's
+        sentinel) is the engine's own fault, reported as such (an
+        exception after its call: allocator-error), not as a bad adapter."""
+        if not 1 <= bid < len(self.manager.block_pool.blocks):
+            raise AssertionError(f"V1 put block {bid} in {where}, which is not one of its pool's blocks "
+                                 f"1 to {len(self.manager.block_pool.blocks) - 1}")
+        return bid - 1
+
     def refcount(self, block: int) -> int:
         return int(self.manager.block_pool.blocks[block + 1].ref_cnt)
 
     def free_blocks(self) -> list[int]:
-        return [b.block_id - 1 for b in self.manager.block_pool.free_block_queue.get_all_free_blocks()]
+        return [self._block(b.block_id, "its free queue") for b in self.manager.block_pool.free_block_queue.get_all_free_blocks()]
 
     def cached(self) -> dict[int, tuple[str, ...]]:
         """Every block the cache map would serve as a hit, with the tokens
         of its own slots that its key names."""
-        return {bid - 1: tuple(self._name(t) for t in self._key_ids(key)) for key, bid in _cached_keys(self.manager.block_pool)}
+        return {self._block(bid, "its cache map"): tuple(self._name(t) for t in self._key_ids(key))
+                for key, bid in _cached_keys(self.manager.block_pool)}
 
     def _key_ids(self, key: Any) -> tuple[int, ...]:
         """The token ids of a key's own block: carried by its hash up to

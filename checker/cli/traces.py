@@ -60,6 +60,8 @@ def explain(file) -> None:
         result = api.replay(cx, pool="none").model
     except SpecError as error:
         fail(error)
+    if result.other_code is not None:
+        console.print(f"[bold yellow]other code[/]: {escape(result.other_code)}")
     if not result.ok and result.step is not None and result.step < len(result.transitions):
         console.print(f"[bold red]warning[/]: {escape(result.message)}")
     explain_trace(cx, result, console, holds_when=inv.holds_when if inv else None)

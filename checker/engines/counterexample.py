@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from cowcheck.model.action import Action
 from cowcheck.model.errors import SpecError
+from cowcheck.model.code import Code, code_from_json
 from cowcheck.model.harness import allocator_file
 from cowcheck.model.scenario import Scenario, scenario_from_dict
 from cowcheck.model.state import State, state_to_json
@@ -43,9 +44,10 @@ class Counterexample:
     peak: Optional[int] = None
     origin: str = ""             # the scenario file it was checked from, as recorded
     invariant_kind: Optional[str] = None
-    #: allocator code: the engine code and release its adapter's version()
-    #: named when the trace was found ("vLLM 0.33.0"), or None
-    allocator_version: Optional[str] = None
+    #: allocator code: the engine code its adapter ran when the trace was
+    #: found, its release ("vLLM 0.33.0") and, where the adapter says,
+    #: which tree of it (source folder and digest); or None
+    allocator_code: Optional[Code] = None
     #: the Invariant that judged it, when it came from a check in this process
     #: (a custom invariant replays by it); not part of the file
     judged_by: Any = field(default=None, compare=False, repr=False)
@@ -55,7 +57,7 @@ class Counterexample:
     def from_run(cls, scenario: Scenario, initial: State, run: list[tuple[Action, Optional[State]]], *,
                  invariant: Optional[str] = None, invariant_kind: Optional[str] = None,
                  witness: Optional[dict] = None, peak: Optional[int] = None,
-                 judged_by: Any = None, allocator_version: Optional[str] = None) -> "Counterexample":
+                 judged_by: Any = None, allocator_code: Optional[Code] = None) -> "Counterexample":
         return cls(
             scenario=scenario,
             kind="counterexample" if invariant else PEAK,
@@ -68,7 +70,7 @@ class Counterexample:
             peak=peak,
             origin=scenario.source,
             invariant_kind=invariant_kind,
-            allocator_version=allocator_version,
+            allocator_code=allocator_code,
             judged_by=judged_by,
         )
 
@@ -87,8 +89,8 @@ class Counterexample:
         base = allocator_base(scenario, self.origin)
         if base is not None:
             data["allocator_base"] = base
-        if self.allocator_version is not None:
-            data["allocator_version"] = self.allocator_version
+        if self.allocator_code is not None:
+            data.update(self.allocator_code.fields())
         if self.invariant:
             data.update(invariant=self.invariant, invariant_kind=self.invariant_kind, witness=self.witness)
         else:
@@ -100,6 +102,11 @@ class Counterexample:
             for n, (action, state) in enumerate(zip(self.actions, self.states), 1)
         ]
         return data
+
+    @property
+    def allocator_version(self) -> Optional[str]:
+        """The release alone ("vLLM 0.33.0"), or None."""
+        return self.allocator_code.release if self.allocator_code is not None else None
 
     def write(self, path: Path) -> Path:
         return write(Path(path), self.to_json())
@@ -172,6 +179,7 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
         if version is not None and (not isinstance(version, str) or not version or scenario.allocator is None):
             raise SpecError(source, "allocator_version", "must be the engine code's release, a non-empty string, "
                             "and only in a counterexample of allocator code")
+        code = code_from_json(version, data.get("allocator_code"), source)
         steps = data["steps"]
         actions = [Action.from_json(s["action"]) for s in steps]
         states = [s["state"] for s in steps]
@@ -187,7 +195,7 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
             peak=data.get("peak_blocks"),
             origin=origin,
             invariant_kind=data.get("invariant_kind"),
-            allocator_version=version,
+            allocator_code=code,
         )
     except SpecError:
         raise

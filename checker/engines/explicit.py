@@ -79,7 +79,7 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     x, shortest = staged.main.result, staged.shortest
     x.seconds = searches.seconds
     init = model.init_state()
-    version = model.version
+    code = model.code
     verdicts = {}
 
     def rebuilt(trace: Callable[[], T]) -> T:
@@ -99,7 +99,7 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
             continue
         run, witness = rebuilt(lambda: shortest.trace_of(v))
         cx = Counterexample.from_run(scenario, init, run, invariant=inv.id, invariant_kind=inv.kind, witness=witness,
-                                    judged_by=inv, allocator_version=version)
+                                    judged_by=inv, allocator_code=code)
         verdicts[inv.id] = verdict_for(inv.id, Kind(inv.kind), True, x.complete, length=v.length,
                                        counterexample=cx, witness=witness)
     for inv_id, why in unsupported.items():
@@ -108,8 +108,9 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     peak_state = staged.peak.result.peak_state
     if peak_state is not None:
         peak = Counterexample.from_run(scenario, init, rebuilt(lambda: staged.peak.path_to(peak_state)), peak=x.peak,
-                                       allocator_version=version)
-    return ExplicitResult(scenario, verdicts, x.complete, x.stop, x.seconds, exploration=x, peak_trace=peak,
+                                       allocator_code=code)
+    return ExplicitResult(scenario, verdicts, x.complete, x.stop, x.seconds, allocator_code=code, exploration=x,
+                          peak_trace=peak,
                           searches=tuple(searches.done), partial_order=options.por_asked, choice=staged.why)
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from cowcheck.engines.invariants import STANDS_IN, Kind
 from cowcheck.engines.stop import Stop, Stoppable
+from cowcheck.model.code import Code
 from cowcheck.model.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -129,6 +130,9 @@ class Result(Stoppable):
     stop: Optional[Stop] = None          # why a partial run stopped
     seconds: float = 0.0
     expectation_failures: list[str] = field(default_factory=list)
+    #: allocator code: which engine code the adapter ran (its release, and
+    #: which tree of it), or None
+    allocator_code: Optional[Code] = None
 
     engine = Engine.EXPLICIT
 
@@ -194,6 +198,7 @@ class Result(Stoppable):
             "source": s.source,
             "protocol": s.subject,
             **({"allocator": s.allocator} if s.allocator is not None else {}),
+            **(self.allocator_code.fields() if self.allocator_code is not None else {}),
             "device": s.device,
             "reuse": s.reuse,
             "seconds": round(self.seconds, 3),

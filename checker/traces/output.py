@@ -1,6 +1,9 @@
 """Where a check's evidence goes: each violated invariant's shortest
 counterexample and the peak trace, as JSON files in an output folder, named
-`<scenario>.<invariant>.json` and `<scenario>.peak.json`.
+`<scenario>.<invariant>.json` and `<scenario>.peak.json`; for engine code
+whose adapter says which tree it ran (a source folder and a digest of the
+files loaded), `<scenario>+<digest>.<invariant>.json`, so that a changed
+tree and the unchanged release checked into one folder keep their own.
 
 A check itself writes nothing; this is the one place that writes and deletes
 counterexample files, under three rules:
@@ -11,17 +14,19 @@ counterexample files, under three rules:
   before anything is written;
 - after a complete run, the file of an invariant that now holds is removed,
   but only if it was written for this same scenario (the same scenario
-  file, or the same definition): a file another scenario wrote is never
-  deleted."""
+  file, or the same definition) and the same code (the release and tree
+  its allocator_version and allocator_code record): a file another
+  scenario or other code wrote is never deleted."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 from cowcheck.model.errors import SpecError
+from cowcheck.model.code import Code
 from cowcheck.model.scenario import Scenario
 
 from cowcheck.engines import counterexample as trace
@@ -49,13 +54,17 @@ def refuse_collisions(scenarios: Iterable[Scenario], out_dir: Path) -> None:
         seen[name] = scenario
 
 
-def _written_for(path: Path, scenario: Scenario) -> bool:
-    """Was this existing file written for this scenario?"""
+def _written_for(path: Path, scenario: Scenario, code: Optional[Code]) -> bool:
+    """Was this existing file written for this scenario, by this code?"""
     try:
-        recorded = json.loads(path.read_text())["scenario"]
+        data = json.loads(path.read_text())
+        recorded = data["scenario"]
         source = recorded["source"]
+        by = {k: data[k] for k in ("allocator_version", "allocator_code") if k in data}
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False        # not a file we understand: leave it alone
+    if by != (code.fields() if code is not None else {}):
+        return False        # found in other code (another tree of the engine, another release)
     if isinstance(source, str) and Path(source).resolve() == Path(scenario.source).resolve():
         return True
     mine = scenario.definition()
@@ -73,18 +82,26 @@ def file_for(out_dir: Path, scenario_name: str, what: str) -> Path:
     return path
 
 
+def stem(result: Result) -> str:
+    """The first part of a result's file names: its scenario's name, and
+    the digest of the engine code it checked where the adapter gave one."""
+    code = result.allocator_code
+    return result.scenario.name + (f"+{code.short}" if code is not None and code.digest else "")
+
+
 def write_result(result: Result, out_dir: Path, peak: bool = True) -> None:
     """Write the result's counterexamples (and, unless `peak` is False,
     its peak trace) into `out_dir`, recording each path in its verdict;
-    remove this scenario's files of invariants that a complete run found to
-    hold."""
+    remove this scenario's files of invariants that a complete run of the
+    same code found to hold."""
     out_dir = Path(out_dir)
     for verdict in result.verdicts.values():
-        path = file_for(out_dir, result.scenario.name, verdict.invariant)
+        path = file_for(out_dir, stem(result), verdict.invariant)
         cx = verdict.counterexample
         if cx is not None:
             verdict.path = str(cx.write(path))
-        elif verdict.outcome is Outcome.HOLDS and path.is_file() and _written_for(path, result.scenario):
+        elif (verdict.outcome is Outcome.HOLDS and path.is_file()
+              and _written_for(path, result.scenario, result.allocator_code)):
             path.unlink(missing_ok=True)
     if peak and isinstance(result, ExplicitResult) and result.peak_trace is not None:
-        result.peak_path = str(result.peak_trace.write(file_for(out_dir, result.scenario.name, trace.PEAK)))
+        result.peak_path = str(result.peak_trace.write(file_for(out_dir, stem(result), trace.PEAK)))

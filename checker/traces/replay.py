@@ -10,6 +10,7 @@ from typing import Optional
 from cowcheck.model.errors import SpecError
 from cowcheck.model.state import State, allocated, state_to_json
 from cowcheck.model.action import Transition
+from cowcheck.model.code import other_code
 from cowcheck.model.harness import system_for
 from cowcheck.model.system import TransitionSystem
 
@@ -26,6 +27,8 @@ class Replayed:
     witness: Optional[dict] = None
     states: list[State] = field(default_factory=list)   # the initial state and the state after each action
     transitions: list[Transition] = field(default_factory=list)
+    #: allocator code: why the code replayed on is not the code that found the trace, or None
+    other_code: Optional[str] = None
 
 
 def first_violation(model: TransitionSystem, judge: Judge, before: State, depth: int, successors: list[Transition],
@@ -75,9 +78,9 @@ def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Op
     inv = judging(cx, invariants)
     model = model or _system(cx)
     out = _replay(cx, inv, model)
-    now = model.version
-    if cx.allocator_version is not None and now != cx.allocator_version:
-        out.message += f" (recorded with {cx.allocator_version}; replayed with {now or 'code that names no version'})"
+    out.other_code = other_code(cx.allocator_code, model.code)
+    if out.other_code is not None:     # said first: what follows is about that other code
+        out.message = f"{out.other_code}; {out.message}"
     return out
 
 

@@ -104,8 +104,8 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
     branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))
     kind, name = subject(definition)
     harness = " (through the engine harness: each host call is one action)" if is_harness(definition) else ""
-    if cx.allocator_version is not None:
-        harness = f", {escape(cx.allocator_version)}{harness}"
+    if cx.allocator_code is not None:
+        harness = f", {escape(str(cx.allocator_code))}{harness}"
     # a cache scenario's requests each have their own prompt
     prompt, who = ("prefix cache", "requests") if is_cache(definition) else (f"L={s.prompt}", "branches")
     console.print(f"[bold]{escape(s.name)}[/]: {kind} [bold]{escape(name)}[/]{harness}, device {s.device}, reuse {reuse_words(s.reuse, s.allocator is not None)}, "

@@ -25,6 +25,7 @@ from cowcheck.engines.results import Summary
 from cowcheck.views.words import (action_words, against_reference, describe, doing, host_calls, initial_words, is_cache, is_harness,
                                   is_plain, key_text, program_summary, reuse_words, token)
 from cowcheck.engines.invariants import BY_ID
+from cowcheck.model.code import code_from_json
 
 def harness_description(scenario: dict) -> str:
     """What the header says of allocator code, in place of a protocol's
@@ -123,6 +124,13 @@ def _against(output: dict) -> str:
     return against_reference(output.get("decoded"), output.get("expected"), output.get("max_diff"), output.get("kind", "kernel"))
 
 
+def _code(cx: dict) -> dict:
+    """The engine code a file records, in words ("vLLM 0.33.0 (from
+    /src/vllm, 1a2b3c4d5e6f)"), as the page's `code`; none recorded, no key."""
+    code = code_from_json(cx.get("allocator_version"), cx.get("allocator_code"), "the page's trace")
+    return {"code": str(code)} if code is not None else {}
+
+
 def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[str] = None) -> dict:
     """What the stepper page displays, one frame per step (frame 0: the
     initial state). `decoded` is the concrete executor's optional per-step
@@ -150,6 +158,7 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
         "protocol": ({"name": scenario["allocator"], "description": harness_description(scenario)} if protocol is None else
                      {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())}),
         "subject": "allocator" if harness else "protocol",
+        **_code(cx),     # allocator code: the engine code the trace was found in (release, tree)
         "harness": harness,     # one table per branch: what table(branch) returns
         "branches": [{"name": name, "summary": program_summary(spec), "parent": spec.get("parent")}
                      for name, spec in specs.items()],
@@ -197,9 +206,10 @@ def _stepper_body(data: dict) -> str:
     prompt, who = ("prefix cache", "requests") if cache else (f"L={s['prompt']}", "branches")
     last = len(data["frames"]) - 1
     verdict_class = "verdict-bad" if "invariant" in v else "verdict-peak"
+    code = f" · {escape(data['code'])}" if data.get("code") else ""
     return f"""<header>
 <h1>{escape(s['name'])} <span class="sub">{escape(v.get('invariant') or 'peak')}</span></h1>
-<p class="meta">{data.get('subject', 'protocol')} <b>{escape(data['protocol']['name'])}</b> · device {escape(s['device'])} · reuse {escape(reuse_words(s['reuse'], bool(data.get('harness'))))}
+<p class="meta">{data.get('subject', 'protocol')} <b>{escape(data['protocol']['name'])}</b>{code} · device {escape(s['device'])} · reuse {escape(reuse_words(s['reuse'], bool(data.get('harness'))))}
  · B={s['block_size']} · {prompt} · pool {s['pool']} blocks · {who} {escape(branches)}</p>
 <p class="description">{escape(data['protocol']['description'])}</p>
 <p class="verdict {verdict_class}" id="verdict"><span class="tag">{'VIOLATION' if 'invariant' in v else 'PEAK'}</span>

@@ -32,7 +32,7 @@ def page_data(cx: trace.Counterexample, replayed: Replayed) -> dict:
     drawn = trace.Counterexample.from_run(cx.scenario, replayed.states[0],
                                           [(t.action, t.state) for t in replayed.transitions],
                                           invariant=cx.invariant, invariant_kind=cx.invariant_kind,
-                                          witness=replayed.witness, peak=cx.peak, allocator_version=cx.allocator_version)
+                                          witness=replayed.witness, peak=cx.peak, allocator_code=cx.allocator_code)
     drawn.origin = cx.origin       # where it was checked from, not where the file was read
     return json.loads(json.dumps(drawn.to_json()))     # tuples as lists, as in the file
 

@@ -296,7 +296,7 @@ class HarnessModel(TransitionSystem):
         with self.guard(f"{CODE}()"):
             raw = adapter.code()
         try:
-            code = code_from_json(version, raw, self.ref)
+            code = code_from_json(version, raw, self.adapter)
         except SpecError:
             raise self._bad(CODE, f'must return {{"source": a folder or None, "digest": "sha256:..."}}, got {raw!r}') from None
         return code
@@ -321,7 +321,7 @@ class HarnessModel(TransitionSystem):
             if all(callable(getattr(adapter, m, None)) for m in other):    # an adapter for the other kind of scenario
                 why = ("the adapter answers start and fork, not admit: a fork adapter" if self.cache
                        else "the adapter answers admit, not start and fork: a prefix-cache adapter")
-                raise KindMismatch(self.ref, missing[0], message, "cache" if self.cache else "fork", why)
+                raise KindMismatch(self.adapter, missing[0], message, "cache" if self.cache else "fork", why)
             raise self._bad(missing[0], message)
         return adapter
 

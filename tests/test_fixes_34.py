@@ -44,3 +44,103 @@ def test_ctrl_c_while_z3_builds_its_context_leaves_no_half_built_context(tmp_pat
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stdout + done.stderr
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+# -- 2. shrinking allocator code: a file cowcheck loads, and re-checks to the same violation ------
+
+CX = ROOT / "counterexamples"
+ENGINE = ROOT / "specs" / "allocators" / "engine.py"
+
+
+def cowcheck_command(args: list, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cowcheck", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def assert_shrunk_files_recheck(folder: Path, cwd: Path, env: dict | None = None) -> list[Path]:
+    """Every shrunk scenario in `folder` loads, meets its expect (the violation
+    it was shrunk for), and its check writes the very counterexample shrink did."""
+    from cowcheck.model.scenario import load_scenario
+    tomls = sorted(folder.glob("*.toml"))
+    assert tomls, "nothing written"
+    for toml in tomls:
+        scenario = load_scenario(toml)
+        assert scenario.expect and scenario.expect[0].startswith("violates ")
+    again = cowcheck_command(["check", folder, "--out", cwd / "again"], cwd, env)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    for written in folder.glob("*.json"):
+        assert written.read_text() == (cwd / "again" / written.name).read_text(), written.name
+    return tomls
+
+
+def shrink_and_recheck(counterexample: Path, cwd: Path, env: dict | None = None) -> Path:
+    done = cowcheck_command(["shrink", counterexample, "--workers", "0", "--out", cwd / "shrunk"], cwd, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    (toml,) = assert_shrunk_files_recheck(cwd / "shrunk", cwd, env)
+    return toml
+
+
+@pytest.mark.parametrize("counterexample", ["premature-decrement.exclusive-write.json", "engine-code-async.exclusive-write.json",
+                                            "prefix-code-async.faithful-output.json"])
+def test_the_shrink_command_writes_a_scenario_that_rechecks(tmp_path, counterexample):
+    """A protocol's counterexample, and allocator code's (specs/allocators/
+    engine.py, prefix.py): the shrunk file gives `reuse` only for a protocol."""
+    toml = shrink_and_recheck(CX / counterexample, tmp_path)
+    allocator = "allocator =" in toml.read_text()
+    assert allocator == counterexample.startswith(("engine", "prefix"))
+    assert ("reuse =" in toml.read_text()) == (not allocator)
+
+
+def test_allocator_code_by_path_is_found_from_where_the_shrunk_file_is(tmp_path):
+    """A `path/file.py:factory` reference is relative to the scenario's folder:
+    the shrunk file, written elsewhere, names the same file from its own."""
+    import os
+    (tmp_path / "specs").mkdir()
+    scenario = tmp_path / "specs" / "by-path.toml"
+    scenario.write_text(f'allocator = "{os.path.relpath(ENGINE, scenario.parent)}:copy_dst_released"\n'
+                        'block_size = 2\nprompt = 3\n[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n')
+    found = cowcheck_command(["check", scenario, "--out", tmp_path / "cx"], tmp_path)
+    assert found.returncode == 0, found.stderr
+    toml = shrink_and_recheck(tmp_path / "cx" / "by-path.exclusive-write.json", tmp_path)
+    assert f'allocator = "{os.path.relpath(ENGINE, toml.parent)}:copy_dst_released"' in toml.read_text()
+
+
+def _cached_vllm() -> Path | None:
+    from cowcheck.adapters import vllm_v1
+    for version in vllm_v1.TESTED:
+        folder = ROOT / "build" / "engines" / f"vllm-{version}"
+        if (folder / ".complete").is_file():
+            return folder
+    return None
+
+
+@pytest.mark.skipif(_cached_vllm() is None, reason="no vLLM release in build/engines")
+def test_a_counterexample_of_vllm_itself_shrinks_to_a_scenario_that_rechecks(tmp_path):
+    import os
+    from cowcheck.adapters import vllm_v1
+    env = {**os.environ, vllm_v1.ENV: str(_cached_vllm())}
+    found = cowcheck_command(["check", ROOT / "specs" / "scenarios" / "prefix-code-async.toml", "--allocator", vllm_v1.REF,
+                              "--out", tmp_path / "cx"], tmp_path, env)
+    assert found.returncode == 1, found.stderr      # unsafe, under an override: no expect applies
+    (counterexample,) = (tmp_path / "cx").glob("*.faithful-output.json")
+    toml = shrink_and_recheck(counterexample, tmp_path, env)
+    assert f'allocator = "{vllm_v1.REF}"' in toml.read_text() and "reuse" not in toml.read_text()
+
+
+def test_sweep_shrink_of_the_engine_code_grid_writes_scenarios_that_recheck(tmp_path):
+    done = cowcheck_command(["sweep", ROOT / "specs" / "grids" / "engine-code.toml", "--shrink", "--workers", "0",
+                             "--shrink-out", tmp_path / "shrunk"], tmp_path)
+    assert done.returncode == 1, done.stderr        # unsafe cells: the buggy allocators
+    assert "Traceback" not in done.stderr and "error" not in done.stderr, done.stderr
+    assert len(assert_shrunk_files_recheck(tmp_path / "shrunk", tmp_path)) > 10
+
+
+def test_a_shrunk_file_cowcheck_cannot_load_is_not_left_behind(tmp_path, monkeypatch):
+    from cowcheck.model.errors import SpecError
+    from cowcheck.sweeps import shrink as shrinking
+    result = shrinking.shrink(CX / "engine-code-async.exclusive-write.json", workers=0)
+    monkeypatch.setattr(shrinking, "scenario_toml", lambda *args: 'allocator = "x:y"\nreuse = "lifo"\n')
+    with pytest.raises(SpecError):
+        shrinking.write_shrunk(result, tmp_path)
+    assert not list(tmp_path.iterdir())

@@ -144,3 +144,60 @@ def test_a_shrunk_file_cowcheck_cannot_load_is_not_left_behind(tmp_path, monkeyp
     with pytest.raises(SpecError):
         shrinking.write_shrunk(result, tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+# -- 3. --junit-xml says what the exit status says --------------------------------------
+
+def _junit(tmp_path: Path, *args) -> tuple[subprocess.CompletedProcess, "ET.Element"]:
+    import xml.etree.ElementTree as ET
+    done = cowcheck_command(["check", *args, "--out", tmp_path / "cx", "--junit-xml", tmp_path / "r.xml"], tmp_path)
+    return done, ET.parse(tmp_path / "r.xml").getroot()
+
+
+def test_junit_fails_exactly_the_scenarios_that_fail_the_run(tmp_path):
+    from cowcheck.model.scenario import load_scenario
+    """Every shipped scenario meets its expect: exit 0 and no failure in the
+    XML, though scenarios break more invariants than their expect names;
+    those breaks are told in the output, not failed."""
+    done, root = _junit(tmp_path, ROOT / "specs" / "scenarios" / "fork-no-incref.toml",
+                        ROOT / "specs" / "scenarios" / "engine-code-async.toml")
+    assert done.returncode == 0, done.stderr
+    assert root.get("failures") == "0" and not root.findall(".//failure")
+    suite = root.find("testsuite[@name='fork-no-incref']")
+    named = {item.split()[1] for item in load_scenario(ROOT / "specs" / "scenarios" / "fork-no-incref.toml").expect
+             if item.startswith("violates ")}
+    broke = {c.get("name") for c in suite.findall("testcase") if c.find("system-out") is not None} - {"expect"}
+    assert named < broke        # refcount-write breaks too, unnamed
+    also = suite.find("testcase[@name='expect']/system-out").text
+    assert all(inv in also for inv in broke - named) and not any(f"\n{inv} " in also for inv in named)
+    unnamed = suite.find(f"testcase[@name='{sorted(broke - named)[0]}']/system-out").text
+    assert "which the scenario's expect case judges" in unnamed and "breaks at step" in unnamed
+
+
+def test_junit_fails_an_unmet_expect_with_the_breaks_explained(tmp_path):
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text((ROOT / "specs" / "scenarios" / "premature-decrement.toml").read_text()
+                     .replace('expect = ["violates faithful-output", "violates exclusive-write", "violates no-use-after-free"]',
+                              'expect = "violates faithful-output"'))
+    holds = tmp_path / "holds.toml"
+    holds.write_text('expect = "holds"\nblock_size = 2\nprompt = 3\n[[branch]]\nappends = 1\n[[branch]]\nappends = 1\n')
+    done, root = _junit(tmp_path, wrong, holds)
+    assert done.returncode == 0, done.stderr       # "violates X" is met when X breaks; the others do not fail it
+    assert root.get("failures") == "0"
+    wrong.write_text(wrong.read_text().replace('expect = "violates faithful-output"', 'expect = "holds"'))
+    done, root = _junit(tmp_path, wrong, holds)
+    assert done.returncode == 1
+    (failure,) = root.findall(".//failure")
+    assert root.get("failures") == "1" and failure.get("type") == "expect" and 'expected "holds"' in failure.get("message")
+    assert "faithful-output (harm) broke in" in failure.text and "breaks at step" in failure.text
+    assert root.find("testsuite[@name='holds']").get("failures") == "0"
+
+
+def test_junit_under_an_override_fails_the_unsafe_scenarios(tmp_path):
+    done, root = _junit(tmp_path, ROOT / "specs" / "scenarios" / "cow-two-writers.toml", "--protocol", "cow")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert root.get("failures") == "0"
+    done, root = _junit(tmp_path, ROOT / "specs" / "scenarios" / "cow-two-writers.toml", "--protocol", "premature-decrement")
+    assert done.returncode == 1
+    (failure,) = root.findall(".//failure")
+    assert failure.get("type") == "unsafe" and "breaks at step" in failure.text

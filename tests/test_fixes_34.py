@@ -201,3 +201,22 @@ def test_junit_under_an_override_fails_the_unsafe_scenarios(tmp_path):
     assert done.returncode == 1
     (failure,) = root.findall(".//failure")
     assert failure.get("type") == "unsafe" and "breaks at step" in failure.text
+
+
+# -- 4. the JSON Schema of the file check --json writes (a list) -----------------------------
+
+def test_the_check_json_file_validates_against_the_shipped_schema_of_the_file(tmp_path):
+    import json
+    from jsonschema import Draft202012Validator
+    from cowcheck.schemas import load
+    done = cowcheck_command(["check", ROOT / "specs" / "scenarios" / "premature-decrement.toml",
+                             ROOT / "specs" / "scenarios" / "engine-code-async.toml", "--out", tmp_path / "cx",
+                             "--json", tmp_path / "r.json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    schema = load("check")
+    Draft202012Validator.check_schema(schema)
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert isinstance(written, list) and len(written) == 2
+    assert not list(Draft202012Validator(schema).iter_errors(written))
+    assert list(Draft202012Validator(schema).iter_errors(written[0]))       # one result alone is not the file
+    assert list(Draft202012Validator(schema).iter_errors([{**written[0], "verdicts": 1}]))   # elements are results

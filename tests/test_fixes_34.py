@@ -220,3 +220,17 @@ def test_the_check_json_file_validates_against_the_shipped_schema_of_the_file(tm
     assert not list(Draft202012Validator(schema).iter_errors(written))
     assert list(Draft202012Validator(schema).iter_errors(written[0]))       # one result alone is not the file
     assert list(Draft202012Validator(schema).iter_errors([{**written[0], "verdicts": 1}]))   # elements are results
+
+
+# -- 5. --json says of an allocator's reuse what the text says ----------------------------
+
+def test_json_of_allocator_code_gives_no_reuse_order(tmp_path):
+    import json
+    done = cowcheck_command(["check", ROOT / "specs" / "scenarios" / "engine-code-async.toml",
+                             ROOT / "specs" / "scenarios" / "premature-decrement.toml", "--out", tmp_path / "cx",
+                             "--json", tmp_path / "r.json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "reuse the allocator's" in done.stdout and "reuse lifo" in done.stdout
+    code, protocol = json.loads((tmp_path / "r.json").read_text())
+    assert code["allocator"] and code["reuse"] is None
+    assert protocol["reuse"] == "lifo"

@@ -193,7 +193,7 @@ class Result:
             "protocol": s.subject,
             **({"allocator": s.allocator} if s.allocator is not None else {}),
             "device": s.device,
-            "reuse": s.reuse,
+            "reuse": None if s.allocator is not None else s.reuse,    # allocator code takes free blocks in its own order
             "seconds": round(self.seconds, 3),
             "verdicts": {k: v.to_json() for k, v in self.verdicts.items()},
             "summary": str(self.summary),

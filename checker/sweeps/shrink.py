@@ -224,7 +224,8 @@ class Shrunk:
     def describe(self, scenario: Optional[Scenario] = None) -> str:
         s = scenario or self.scenario
         programs = ", ".join(b.label for b in s.branches)
-        return (f"{s.subject} {s.device} {s.reuse} B={s.block_size} L={s.prompt_size} pool={s.pool} "
+        reuse = "" if s.allocator is not None else f" {s.reuse}"     # allocator code: its own order
+        return (f"{s.subject} {s.device}{reuse} B={s.block_size} L={s.prompt_size} pool={s.pool} "
                 f"branches={len(s.branches)} appends=[{programs}] (total {sum(b.appends for b in s.branches)})")
 
     def to_json(self) -> dict[str, Any]:

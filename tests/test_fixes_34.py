@@ -234,3 +234,50 @@ def test_json_of_allocator_code_gives_no_reuse_order(tmp_path):
     code, protocol = json.loads((tmp_path / "r.json").read_text())
     assert code["allocator"] and code["reuse"] is None
     assert protocol["reuse"] == "lifo"
+
+
+# -- 7. check --quiet: the closing lines, and a line per scenario that fails the run ------------
+
+def _wide() -> dict:
+    import os
+    return {**os.environ, "COLUMNS": "1000"}       # one line stays one line
+
+
+def test_quiet_prints_the_closing_lines_and_one_line_per_failing_scenario(tmp_path):
+    import json
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text('expect = "holds"\nprotocol = "premature-decrement"\nblock_size = 2\nprompt = 3\n'
+                     "[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n")
+    scenarios = [ROOT / "specs" / "scenarios" / "cow-two-writers.toml", ROOT / "specs" / "scenarios" / "premature-decrement.toml"]
+    loud = cowcheck_command(["check", *scenarios, wrong, "--out", tmp_path / "loud", "--json", tmp_path / "loud.json"],
+                            tmp_path, _wide())
+    quiet = cowcheck_command(["check", *scenarios, wrong, "--quiet", "--out", tmp_path / "quiet",
+                              "--json", tmp_path / "quiet.json"], tmp_path, _wide())
+    assert quiet.returncode == loud.returncode == 1, quiet.stderr
+    lines = quiet.stdout.splitlines()
+    assert len(lines) == 2 and "┃" not in quiet.stdout
+    assert lines[0].startswith('wrong: expect NOT met: expected "holds", but ') and "broke" in lines[0]
+    assert lines[1].startswith("3 scenario(s) checked, 2 met their expect; not met: wrong (")
+    assert lines[1] in loud.stdout.splitlines()           # the same closing line
+    assert sorted(p.name for p in (tmp_path / "quiet").iterdir()) == sorted(p.name for p in (tmp_path / "loud").iterdir())
+    def verdicts(path: Path) -> list:
+        return [(r["scenario"], r["summary"], r["expect_met"], {i: v["outcome"] for i, v in r["verdicts"].items()})
+                for r in json.loads(path.read_text())]
+    assert verdicts(tmp_path / "quiet.json") == verdicts(tmp_path / "loud.json")
+
+
+def test_quiet_under_an_override_names_the_unsafe_scenarios(tmp_path):
+    done = cowcheck_command(["check", ROOT / "specs" / "scenarios" / "cow-two-writers.toml", "-q", "--protocol",
+                             "premature-decrement", "--out", tmp_path / "cx"], tmp_path, _wide())
+    assert done.returncode == 1
+    first, closing = done.stdout.splitlines()
+    assert first == "cow-two-writers~premature-decrement-async-lifo: unsafe: faithful-output broke"
+    assert closing.startswith("1 scenario(s) checked under the override: 1 unsafe")
+
+
+def test_quiet_when_everything_meets_its_expect_is_the_closing_line(tmp_path):
+    done = cowcheck_command(["check", ROOT / "specs" / "scenarios" / "cow-two-writers.toml",
+                             ROOT / "specs" / "scenarios" / "premature-decrement.toml", "-q", "--out", tmp_path / "cx"],
+                            tmp_path, _wide())
+    assert done.returncode == 0 and done.stdout.splitlines() == [
+        "2 scenario(s) checked, 2 met their expect (1 unsafe, 0 safe but undisciplined, 1 safe and disciplined, 0 partial)"]

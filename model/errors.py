@@ -26,3 +26,10 @@ def one_line(text: str) -> str:
     """`text` with its control characters escaped (a newline or carriage
     return quoted from a bad file would split the one error line)."""
     return "".join(c if c >= " " or c == "\t" else repr(c)[1:-1] for c in text)
+
+
+def error_text(err: BaseException) -> str:
+    """An exception as one names it: `Type: message`, or `Type` alone when
+    it has no message (never a dangling `Type: `)."""
+    message = str(err)
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__

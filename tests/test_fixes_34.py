@@ -281,3 +281,48 @@ def test_quiet_when_everything_meets_its_expect_is_the_closing_line(tmp_path):
                             tmp_path, _wide())
     assert done.returncode == 0 and done.stdout.splitlines() == [
         "2 scenario(s) checked, 2 met their expect (1 unsafe, 0 safe but undisciplined, 1 safe and disciplined, 0 partial)"]
+
+
+# -- 8. explain: one sentence per block left free, and no dangling "Type: " ----------------------
+
+def _explained(tmp_path: Path, scenario_text: str, allocator_file: str | None = None) -> dict[str, str]:
+    """Every counterexample of the scenario, explained as text."""
+    import cowcheck
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.views.explain import explain_text
+    if allocator_file is not None:
+        (tmp_path / "alloc.py").write_text(allocator_file)
+    (tmp_path / "s.toml").write_text(scenario_text)
+    result = cowcheck.check(load_scenario(tmp_path / "s.toml"))
+    return {inv: explain_text(v.counterexample) for inv, v in result.verdicts.items() if v.counterexample is not None}
+
+
+def test_a_block_a_fork_keeps_free_is_told_once(tmp_path):
+    """copy_dst_released frees the copy's destination, still in a's table;
+    a fork then increfs it: one sentence says it stays free, not two."""
+    import re
+    texts = _explained(tmp_path, 'allocator = "cowcheck.specs.allocators.engine:copy_dst_released"\ndevice = "stream"\n'
+                                 'block_size = 2\nprompt = 3\n[[branch]]\nprogram = ["append", "fork c", "append"]\n'
+                                 '[[branch]]\nappends = 1\n[[branch]]\nparent = "a"\nappends = 1\n')
+    fork = next(line for line in texts["faithful-output"].splitlines() if "calls fork('a', 'c')" in line)
+    told = re.findall(r"Block (\d+) stays FREE", fork)
+    assert told and len(told) == len(set(told)), fork
+    assert "in c's table" in fork and "from 0 to 1" in fork      # what the dropped sentence said is still there
+    # a free block whose refcount rose, that the call's own words do not mention, is still told
+    from cowcheck.views.words import _consequences
+    before = {"free": [3], "blocks": {3: {"refcount": 0}}, "branches": {}}
+    after = {"free": [3], "blocks": {3: {"refcount": 1}}, "branches": {}}
+    assert "Block 3 stays FREE: its refcount rose" in _consequences(before, after, True)
+    assert _consequences(before, after, True, frozenset({3})) == ""
+
+
+def test_an_exception_without_a_message_leaves_no_double_space(tmp_path):
+    engine = ENGINE.read_text().replace('raise AssertionError(f"Double free! block {block} is already freed")',
+                                        "raise RuntimeError()")
+    assert "raise RuntimeError()" in engine
+    texts = _explained(tmp_path, 'allocator = "alloc.py:copy_dst_released"\ndevice = "stream"\nblock_size = 2\nprompt = 3\n'
+                                 "[[branch]]\nappends = 2\n[[branch]]\nappends = 2\n", engine)
+    text = texts["allocator-error"]
+    assert "raises RuntimeError — allocator-error" in text and "raised RuntimeError at" in text
+    assert not [line for line in text.splitlines() if "  " in line.strip()], text
+    assert "RuntimeError: " not in text

@@ -40,3 +40,10 @@ class KindMismatch(SpecError):
         self.scenario_kind = scenario_kind      # "fork" or "cache": the kind of the scenario that does not fit
         self.why = why
         super().__init__(source, key, message)
+
+
+def error_text(err: BaseException) -> str:
+    """An exception as one names it: `Type: message`, or `Type` alone when
+    it has no message (never a dangling `Type: `)."""
+    message = str(err)
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__

@@ -66,7 +66,7 @@ from typing import Any, Callable, Hashable, Optional, cast
 from cowcheck.model import device
 from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Freed, Keyed, OutputChecked, TableMiss
-from cowcheck.model.errors import KindMismatch, SpecError
+from cowcheck.model.errors import KindMismatch, SpecError, error_text
 from cowcheck.model.branches import Operation
 from cowcheck.model.code import Code, code_from_json
 from cowcheck.model.scenario import Scenario
@@ -475,7 +475,7 @@ class HarnessModel(TransitionSystem):
         except SpecError:
             raise
         except Exception as err:     # nothing to explore without a start
-            raise self._bad("start", f"start({roots}, {self.scenario.prompt}) raised {type(err).__name__}: {err}") from None
+            raise self._bad("start", f"start({roots}, {self.scenario.prompt}) raised {error_text(err)}") from None
         s = self.scenario
         branches = [born(s.prompt, prompt(s), ()) if spec.parent is None else UNBORN for spec in s.branches]
         empty = State(tuple(Block(0, 0, (None,) * self.B) for _ in range(self.P)), (), (), ())
@@ -594,7 +594,7 @@ class HarnessModel(TransitionSystem):
         except SpecError:
             raise
         except Exception as err:        # OutOfBlocks too: a completion is no allocation
-            raised = f"{type(err).__name__}: {err}"
+            raised = error_text(err)
             d.facts.append(AllocatorRaised(i, call, raised, self.user_frames(err)))
             out.append(Transition(Action(name, Op.FENCE, method, binds + (("call", call), ("raised", raised))), None,
                                   tuple(d.facts)))
@@ -649,7 +649,7 @@ class HarnessModel(TransitionSystem):
         except SpecError:
             raise
         except Exception as err:  # the call itself, or an observer right after it
-            raised = f"{type(err).__name__}: {err}"
+            raised = error_text(err)
             d.facts.append(AllocatorRaised(i, call, raised, self.user_frames(err)))
             out.append(Transition(Action(name, op, method, (("call", call), ("raised", raised))), None, tuple(d.facts)))
 

@@ -178,7 +178,8 @@ def _append(value: Any, source: str) -> tuple[tuple[Rule, ...], dict[str, Append
 
     raw_rules = append.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
-        raise SpecError(source, "append.rules", "missing or empty; give a list of { when = \"...\", path = \"...\" }")
+        what = "missing or empty" if raw_rules in (None, []) else f"must be a list, got {raw_rules!r}"
+        raise SpecError(source, "append.rules", f"{what}; give a list of {{ when = \"...\", path = \"...\" }}")
     rules = []
     for i, rule in enumerate(raw_rules):
         key = f"append.rules[{i}]"
@@ -186,7 +187,8 @@ def _append(value: Any, source: str) -> tuple[tuple[Rule, ...], dict[str, Append
         _unknown(rule, RULE_KEYS, source, key + ".")
         when, path = rule.get("when"), rule.get("path")
         if not isinstance(when, str):
-            raise SpecError(source, key + ".when", "missing; must be a condition string")
+            raise SpecError(source, key + ".when", "missing; must be a condition string" if when is None
+                            else f"must be a condition string, got {when!r}")
         if path not in paths:
             raise SpecError(source, key + ".path", f"unknown path {path!r}; allowed: {', '.join(paths)}")
         rules.append(Rule(Condition(when, source, key + ".when"), path))

@@ -228,11 +228,17 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
     protocol = inline_protocol(proto, source + " (protocol)") if isinstance(proto, dict) else resolve_protocol(proto, base, source)
     protocol = for_scenario(protocol, cache, source)
     block_size = integer(data, "block_size", source, 1, required=True)
+    if not cache and isinstance(data.get("prompt"), list):
+        raise SpecError(source, "prompt", f"must be an integer from 0 to {MAXIMA['prompt']} (the shared prompt's length), got a list "
+                        f"{data['prompt']!r}; a prompt of tokens is a request's, in a cache scenario: add cache = \"prefix\"")
     prompt = integer(data, "prompt", source, 0, required=not cache) or 0
 
     raw_branches = data.get("branch")
-    if not isinstance(raw_branches, list) or not raw_branches:
+    if "branch" not in data:
         raise SpecError(source, "branch", "missing; give at least one [[branch]] table")
+    if not isinstance(raw_branches, list) or not raw_branches:
+        got = "a single table (write [[branch]], not [branch])" if isinstance(raw_branches, dict) else repr(raw_branches)
+        raise SpecError(source, "branch", f"must be a list of one or more [[branch]] tables, got {got}")
     if len(raw_branches) > len(BRANCH_NAMES):
         raise SpecError(source, "branch", f"{len(raw_branches)} branches; at most {len(BRANCH_NAMES)} are allowed")
     if cache:

@@ -71,6 +71,7 @@ def validate_run(validators: dict[str, Draft202012Validator], results: list[dict
     names must be one of those files. Returns the number of files."""
     files = sorted(written.glob("*.json"))
     names = {str(f) for f in files}
+    assert_valid(validators["check"], results, "the --json file, a list")
     for r in results:
         assert_valid(validators["result"], r, f"result of {r.get('scenario')}")
         for inv, v in r["verdicts"].items():

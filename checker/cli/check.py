@@ -30,7 +30,7 @@ from cowcheck.traces import output
 from cowcheck.traces.output import write_result
 from cowcheck.views.pages import write_check_pages
 from cowcheck.views.junit import junit_xml
-from cowcheck.views.report import overview, show
+from cowcheck.views.report import overview, show, show_failing
 
 
 class Progress:
@@ -159,8 +159,11 @@ class Skipped:
                    "--fingerprints].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
               help="Also write one stepper page per counterexample and an index.html into this folder.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Print only the closing lines, and one line per scenario that fails the run (its expect not met; "
+                   "under an override, unsafe), instead of every scenario's table.")
 def check(paths, device, reuse, protocol, allocator, kind, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
-          depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir) -> None:
+          depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir, quiet) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input, 3 when a run without an `expect`
@@ -231,7 +234,10 @@ def check(paths, device, reuse, protocol, allocator, kind, invariant_ids, first,
                     write_result(result, out_dir, peak=result.complete or not committed)
                 except OSError as error:      # the folder refused a file after all: the results still come
                     refused = error
-            show(result, out)
+            if not quiet:
+                show(result, out)
+            elif fails(result, overridden):
+                show_failing(result, overridden, out)
             if result.interrupted:
                 interrupted = True
                 break
@@ -240,7 +246,7 @@ def check(paths, device, reuse, protocol, allocator, kind, invariant_ids, first,
     except SpecError as error:
         fail(error)
     try:
-        status = _finish(results, out, Outputs(json_path, junit_path, html_dir), overridden, interrupted, skipped)
+        status = _finish(results, out, Outputs(json_path, junit_path, html_dir), overridden, interrupted, skipped, quiet)
     except OSError as error:
         refused = refused or error
     if refused is not None:
@@ -281,17 +287,24 @@ class Outputs:
     html: Optional[str] = None
 
 
+def fails(result: Result, overridden: bool) -> bool:
+    """Does the scenario make the exit status 1? Its `expect` is not met;
+    under an override (the files' `expect` dropped), it is unsafe."""
+    return result.summary is Summary.UNSAFE if overridden else not result.expect_met
+
+
 def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: bool, interrupted: bool,
-            skips: Optional[Skipped] = None) -> int:
+            skips: Optional[Skipped] = None, quiet: bool = False) -> int:
     """The closing summary and the JSON and HTML of what was checked, with
-    further interrupts held off until they are written. Returns the exit status."""
+    further interrupts held off until they are written (`quiet`: without
+    the overview table). Returns the exit status."""
     with interrupts.held():     # a further Ctrl-C waits until the results are written whole
         by_category = Counter(r.category for r in results)
         tally = ", ".join(f"{by_category[c]} {c}" for c in (*map(str, Summary), PARTIAL))
         partial = [r for r in results if r.undecided]
         undecided = (f"; [bold yellow]partial, so not judged: {escape(', '.join(r.scenario.name for r in partial))}[/]"
                      if partial else "")
-        if len(results) > 1:
+        if len(results) > 1 and not quiet:
             overview(results, out)
         if interrupted:
             out.print(f"[bold yellow]interrupted[/]: {interrupted_line(results)}")
@@ -317,8 +330,7 @@ def _finish(results: list[Result], out: Console, outputs: Outputs, overridden: b
             atomic.write_text(Path(outputs.junit_xml), junit_xml(results, overridden))
     if interrupted:
         return interrupts.exit_status()
-    failed = any(r.summary is Summary.UNSAFE for r in results) if overridden else any(not r.expect_met for r in results)
-    if failed:
+    if any(fails(r, overridden) for r in results):
         return 1
     return PARTIAL_STATUS if any(r.undecided for r in results) else 0
 

@@ -346,7 +346,10 @@ def shrink(file, out_dir, workers, scheduler, max_states, seconds, max_candidate
         click.echo("interrupted: nothing written", err=True)
         sys.exit(interrupts.exit_status())
     with interrupts.held():
-        write_shrunk(result, Path(out_dir))
+        try:
+            write_shrunk(result, Path(out_dir))
+        except SpecError as error:     # the file was not one cowcheck can load: removed, said in one line
+            fail(error)
         out = console if json_path != "-" else err_console
         if result.counterexample is None:
             out.print(f"[bold yellow]gave up[/] after {result.tried} candidate(s) (--max-candidates {max_candidates}): none broke "

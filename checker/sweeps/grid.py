@@ -182,6 +182,8 @@ def grid_from_dict(data: Any, source: str, base: Path, name: str) -> Grid:
 def _grid_table(data: Any, source: str) -> dict[str, Any]:
     """The [grid] table, with no unknown key in it or beside it."""
     if not isinstance(data, dict) or not isinstance(data.get("grid"), dict):
+        if isinstance(data, dict) and "grid" in data:
+            raise SpecError(source, "grid", f"must be a table ([grid]), got {data['grid']!r}")
         raise SpecError(source, "grid", "missing; a grid file has a [grid] table")
     for key in data:
         if key not in TOP_KEYS:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from cowcheck.model.errors import SpecError
+from cowcheck.model.harness import allocator_file
 from cowcheck.model.protocol import builtin_names, for_scenario, load_builtin
 from cowcheck.model.branches import BRANCH_NAMES, BranchSpec, branch_definition
 from cowcheck.model.scenario import Scenario, default_pool, harness_pool, load_scenario
@@ -222,7 +224,8 @@ class Shrunk:
     def describe(self, scenario: Optional[Scenario] = None) -> str:
         s = scenario or self.scenario
         programs = ", ".join(b.label for b in s.branches)
-        return (f"{s.subject} {s.device} {s.reuse} B={s.block_size} L={s.prompt_size} pool={s.pool} "
+        reuse = "" if s.allocator is not None else f" {s.reuse}"     # allocator code: its own order
+        return (f"{s.subject} {s.device}{reuse} B={s.block_size} L={s.prompt_size} pool={s.pool} "
                 f"branches={len(s.branches)} appends=[{programs}] (total {sum(b.appends for b in s.branches)})")
 
     def to_json(self) -> dict[str, Any]:
@@ -347,12 +350,26 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML for {value!r}")
 
 
-def scenario_toml(scenario: Scenario, description: str, expect: str) -> str:
-    """A scenario file for `scenario` (its protocol by built-in name when it
-    is one, else inline)."""
+def _allocator_from(scenario: Scenario, folder: Path) -> str:
+    """The scenario's allocator reference, for a file in `folder`: a module
+    stays as it is; a path (relative to the scenario's own folder) is
+    given relative to `folder`, so the file finds the same code."""
+    assert scenario.allocator is not None
+    base = Path(scenario.allocator_base or Path(scenario.source).parent)
+    path = allocator_file(scenario.allocator, base)
+    if path is None:
+        return scenario.allocator
+    return f"{Path(os.path.relpath(path, Path(folder).resolve())).as_posix()}:{scenario.allocator.rpartition(':')[2]}"
+
+
+def scenario_toml(scenario: Scenario, description: str, expect: str, folder: Union[str, Path] = ".") -> str:
+    """A scenario file for `scenario`, to be written in `folder` (its
+    protocol by built-in name when it is one, else inline; its allocator
+    code by a reference that holds from there, and no `reuse`, which
+    allocator code does not follow)."""
     name = scenario.protocol.name
     builtin = name in builtin_names() and for_scenario(load_builtin(name), scenario.cache, "").definition == scenario.protocol.definition
-    checked = (f"allocator = {_toml_value(scenario.allocator)}" if scenario.allocator is not None else
+    checked = (f"allocator = {_toml_value(_allocator_from(scenario, Path(folder)))}" if scenario.allocator is not None else
                f"protocol = {_toml_value(name) if builtin else _toml_value(scenario.protocol.definition)}")
     lines = [f"description = {_toml_value(description)}", f"expect = {_toml_value(expect)}", checked,
              f"block_size = {scenario.block_size}", f"prompt = {scenario.prompt}"]
@@ -362,7 +379,9 @@ def scenario_toml(scenario: Scenario, description: str, expect: str) -> str:
         else default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches, scenario.cache)
     if scenario.pool != default:
         lines.append(f"pool = {scenario.pool}")
-    lines += [f"device = {_toml_value(scenario.device)}", f"reuse = {_toml_value(scenario.reuse)}"]
+    lines.append(f"device = {_toml_value(scenario.device)}")
+    if scenario.allocator is None:
+        lines.append(f"reuse = {_toml_value(scenario.reuse)}")
     for b in scenario.branches:
         lines.append("[[branch]]")
         lines += [f"{key} = {_toml_value(value)}" for key, value in branch_definition(b).items() if value is not False]
@@ -384,8 +403,12 @@ def write_shrunk(shrunk: Shrunk, out_dir: Union[str, Path]) -> list[Path]:
     description = (f"Shrunk by `cowcheck shrink` from {shrunk.original.name} ({shrunk.describe(shrunk.original)}, "
                    f"{shrunk.invariant}{where}) to the smallest scenario that still breaks it "
                    f"({shrunk.counterexample.length} actions here).")
-    atomic.write_text(toml_path, scenario_toml(shrunk.scenario, description, f"violates {shrunk.invariant}"))
-    scenario = load_scenario(toml_path)      # as `check` will read it
+    atomic.write_text(toml_path, scenario_toml(shrunk.scenario, description, f"violates {shrunk.invariant}", out_dir))
+    try:
+        scenario = load_scenario(toml_path)      # as `check` will read it
+    except SpecError:
+        toml_path.unlink()                       # never leave a file that cowcheck cannot load
+        raise
     cx = shrunk.counterexample
     renamed = replace(cx, scenario=scenario, origin=str(toml_path))
     renamed.write(cx_path)

@@ -56,9 +56,16 @@ def solving() -> Iterator[None]:
     (cowcheck.interrupts.deferred). A cancelled check answers unknown; any
     other call raises "canceled", which is the same interrupt. z3's own
     Ctrl-C handler is turned off: it takes the signal from Python and may
-    still answer sat or unsat, losing it."""
-    z3.set_param("ctrl_c", False)
-    with deferred(cancel=z3.main_ctx().interrupt):
+    still answer sat or unsat, losing it.
+
+    The parameter is set and the main context built while signals wait too:
+    a KeyboardInterrupt inside `z3.Context.__init__` would leave a context
+    without its `owner`, whose destructor then fails ("Exception ignored
+    in Context.__del__")."""
+    with deferred():
+        z3.set_param("ctrl_c", False)
+        context = z3.main_ctx()
+    with deferred(cancel=context.interrupt):
         try:
             yield
         except z3.Z3Exception as error:

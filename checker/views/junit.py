@@ -2,14 +2,16 @@
 systems read (docs/how-to/ci.md#junit-xml).
 
 One <testsuite> per scenario, holding one <testcase> for the scenario
-itself (named `expect`: it fails exactly when the scenario makes the exit
-status 1, and is skipped when a partial run left it unjudged) and one per
-invariant. An invariant's case fails when it breaks, unless the scenario's
-`expect` says it should ("violates ..."): then it passes and its output
-holds the explanation. A failure's message names the shortest trace's
-length and the counterexample file; its text is that trace explained.
-An invariant a partial run did not see broken, or one the engine cannot
-check, is skipped, with why."""
+itself (named `expect`) and one per invariant. The XML's verdict is the
+run's: only the `expect` case fails, exactly when the scenario makes the
+exit status 1 (its `expect` is not met; under an override, it is unsafe),
+and it is skipped when a partial run left it unjudged. A broken invariant
+never fails its own case: that case passes with the break in its
+`system-out` (the message, then the trace explained), whether or not the
+`expect` names it; the `expect` case's failure text explains the breaks
+its `expect` does not name, and when it passes its `system-out` lists
+them. An invariant a partial run did not see broken, or one the engine
+cannot check, is skipped, with why."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def _suite(result: Result, overridden: bool) -> ET.Element:
                        ("summary", result.summary_line)):
         ET.SubElement(properties, "property", name=key, value=value)
     suite.append(_scenario_case(result, overridden))
-    expected = {item.split()[1] for item in result.scenario.expect if item.startswith("violates ")}
+    expected = _named(result)
     for verdict in result.verdicts.values():
         suite.append(_invariant_case(name, verdict, verdict.invariant in expected))
     cases = suite.findall("testcase")
@@ -54,29 +56,52 @@ def _suite(result: Result, overridden: bool) -> ET.Element:
 
 
 def _scenario_case(result: Result, overridden: bool) -> ET.Element:
-    """The scenario as one case: its `expect` (under an override: safety)."""
+    """The scenario as one case, the only one that can fail: its `expect`
+    (under an override: safety). The breaks the `expect` does not name are
+    the failure's text, explained, or else listed in its output."""
     case = ET.Element("testcase", classname=result.scenario.name, name="expect", time=f"{result.seconds:.3f}")
+    named = set() if overridden else _named(result)
+    unnamed = [v for v in result.violated() if v.invariant not in named]
+    failure: Optional[ET.Element] = None
     if overridden and result.summary is Summary.UNSAFE:
         broken = ", ".join(v.invariant for v in result.violated() if v.kind == "harm")
-        ET.SubElement(case, "failure", message=f"unsafe under the override: {broken} broke", type="unsafe")
+        failure = ET.SubElement(case, "failure", message=f"unsafe under the override: {broken} broke", type="unsafe")
     elif not overridden and not result.expect_met:
-        ET.SubElement(case, "failure", message="; ".join(result.expectation_failures), type="expect")
+        failure = ET.SubElement(case, "failure", message="; ".join(result.expectation_failures), type="expect")
     elif result.undecided:
         ET.SubElement(case, "skipped", message=f"partial run, nothing to judge it by (stopped: {result.stopped})")
+    if failure is not None and unnamed:
+        failure.text = "\n\n".join(_told(v) for v in unnamed)
+    elif failure is None and unnamed:
+        what = "an override drops the scenario's expect" if overridden else "the scenario's expect does not name them"
+        ET.SubElement(case, "system-out").text = (f"also broke ({what}; they do not fail the run, their cases hold "
+                                                  "the traces):\n" + "\n".join(_broke(v) for v in unnamed))
     return case
 
 
+def _named(result: Result) -> set[str]:
+    """The invariants the scenario's `expect` says break."""
+    return {item.split()[1] for item in result.scenario.expect if item.startswith("violates ")}
+
+
+def _broke(verdict: Verdict) -> str:
+    return (f"{verdict.invariant} ({verdict.kind}) broke in {verdict.length} actions; counterexample: "
+            f"{verdict.path or 'not written'}")
+
+
+def _told(verdict: Verdict) -> str:
+    """A break, then its trace explained (when there is one)."""
+    text = _explained(verdict)
+    return _broke(verdict) + (f"\n\n{text}" if text else "")
+
+
 def _invariant_case(scenario: str, verdict: Verdict, expected: bool) -> ET.Element:
+    """An invariant as one case, which never fails (the `expect` case is the
+    scenario's verdict): a break passes, explained in its output."""
     case = ET.Element("testcase", classname=scenario, name=verdict.invariant)
     if verdict.outcome is Outcome.VIOLATED:
-        message = (f"{verdict.invariant} ({verdict.kind}) broke in {verdict.length} actions; counterexample: "
-                   f"{verdict.path or 'not written'}")
-        text = _explained(verdict)
-        if expected:
-            ET.SubElement(case, "system-out").text = f"broke, as the scenario's expect says: {message}\n\n{text}"
-        else:
-            failure = ET.SubElement(case, "failure", message=message, type=str(verdict.kind))
-            failure.text = text
+        why = "as the scenario's expect says" if expected else "which the scenario's expect case judges"
+        ET.SubElement(case, "system-out").text = f"broke, {why}: {_told(verdict)}"
     elif verdict.outcome is Outcome.NOT_SEEN:
         ET.SubElement(case, "skipped", message="not seen broken, but the run was partial")
     elif verdict.outcome is Outcome.UNSUPPORTED:

@@ -128,6 +128,17 @@ def bound_hint(stop: Stop | None, reductions: tuple[str, ...]) -> str | None:
     return f"stopped by {stop}: the verdicts above are partial; to get further try " + ", ".join(tries)
 
 
+def show_failing(result: Result, overridden: bool, console: Console) -> None:
+    """`check --quiet`: one line for a scenario that fails the run, why:
+    its `expect` not met, or under an override, the harm found."""
+    name = f"[bold]{escape(result.scenario.name)}[/]"
+    if overridden:
+        broken = ", ".join(v.invariant for v in result.violated() if v.kind == Kind.HARM)
+        console.print(f"{name}: [bold red]unsafe[/]: {escape(broken)} broke", soft_wrap=True)
+    else:
+        console.print(f"{name}: [bold red]expect NOT met[/]: {escape('; '.join(result.expectation_failures))}", soft_wrap=True)
+
+
 def _show_expect(result: Result, console: Console) -> None:
     s = result.scenario
     if s.expect:

@@ -27,6 +27,7 @@ that every part imports."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from cowcheck.model.action import DEVICE
@@ -555,6 +556,10 @@ def _copies(binds: dict, B: int) -> str:
     return f"the allocator returns {len(pairs)} copies, {listed} ({slots} each), launched first in that order"
 
 
+#: how a sentence about a block left on the free list begins (`_still_free`, `_consequences`)
+STAYS_FREE = re.compile(r"Block (\d+) stays FREE")
+
+
 def _still_free(who: str, binds: dict, after: dict) -> str:
     """Blocks the call put to use (a copy's destination, the branch's
     table) that the allocator still reports free: a bug in the making."""
@@ -667,11 +672,12 @@ def _device_words(op: str, binds: dict, before: dict, after: dict) -> str:
             f"{binds['block']}, slot {binds['slot']}, then reads positions 0 to {binds['pos']} through its snapshot.")
 
 
-def _consequences(before: dict, after: dict, harness: bool = False) -> str:
+def _consequences(before: dict, after: dict, harness: bool = False, told: frozenset[int] = frozenset()) -> str:
     """What an action did besides its own effect: blocks it freed, increments
-    of a block that stayed free, children cancelled with their parent. (The
-    order of allocator code's free list is its own: nothing is said of
-    which block comes next.)"""
+    of a block that stayed free (but not of those in `told`, which the
+    action's own words already say stay free), children cancelled with
+    their parent. (The order of allocator code's free list is its own:
+    nothing is said of which block comes next.)"""
     out = ""
     freed = [block for block in after["free"] if block not in before["free"]]
     if harness and freed:
@@ -688,7 +694,7 @@ def _consequences(before: dict, after: dict, harness: bool = False) -> str:
                         f"until an allocation evicts it{first.replace(' and will', '; it will')}.")
                 continue
             out += f" Block {block} is now FREE: it is back on the free list{first}."
-        elif after["blocks"][block]["refcount"] > before["blocks"][block]["refcount"]:
+        elif after["blocks"][block]["refcount"] > before["blocks"][block]["refcount"] and block not in told:
             out += (f" Block {block} stays FREE: its refcount rose, yet the allocator keeps it on its free list." if harness else
                     f" Block {block} stays FREE: an increment does not take a block off the free list.")
     for name, br in after["branches"].items():
@@ -703,7 +709,10 @@ def action_words(action: dict, before: dict, after: Optional[dict], scenario: Op
     JSON form: a cache scenario's lookup names the request's prompt)."""
     binds = {k: list(v) if isinstance(v, tuple) else v for k, v in action["binds"].items()}   # as in a file
     if is_host_call(action):
-        return _host_words(action, binds, before, after) + ("" if after is None else _consequences(before, after, True))
+        words = _host_words(action, binds, before, after)
+        if after is None:
+            return words
+        return words + _consequences(before, after, True, frozenset(int(b) for b in STAYS_FREE.findall(words)))
     if after is None:
         if action["step"] == "prefill":
             table = before["branches"][action["actor"]]["published"]

@@ -23,8 +23,9 @@ def _cell(text: str) -> str:
 
 
 def _type(spec: dict) -> str:
-    if "$ref" in spec:
-        return "`" + spec["$ref"].split("/")[-1] + "`"
+    if "$ref" in spec:     # a $defs entry ("#/$defs/x") or another schema by $id ("urn:cowcheck:schema:x:1")
+        ref = spec["$ref"]
+        return "`" + (ref.split(":")[-2] if ref.startswith("urn:") else ref.split("/")[-1]) + "`"
     if "const" in spec:
         return "`" + json.dumps(spec["const"]) + "`"
     if "enum" in spec:
@@ -64,7 +65,10 @@ def render(name: str) -> str:
     schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
     out = [f"Schema: `checker/schemas/{name}.schema.json` (installed as `cowcheck.schemas`), "
            f"*{_cell(schema.get('title', name))}*. {_cell(schema.get('description', ''))}", ""]
-    out += _table(schema.get("properties", {}), schema.get("required", []))
+    if schema.get("type") == "array":     # a file that is a list: what each element is, no keys of its own
+        out.append(f"A list; each element: {_type(schema['items'])}.")
+    else:
+        out += _table(schema.get("properties", {}), schema.get("required", []))
     for branch in schema.get("allOf", []):
         then, when = branch.get("then", {}), _condition(branch.get("if", {}))
         added = {k: v for k, v in then.get("properties", {}).items()

@@ -391,14 +391,15 @@ def scenario_toml(scenario: Scenario, description: str, expect: str, folder: Uni
 def write_shrunk(shrunk: Shrunk, out_dir: Union[str, Path]) -> list[Path]:
     """Write the smallest scenario as `<name>.toml` and its shortest
     counterexample as `<name>.<invariant>.json` (what `cowcheck check` on the
-    TOML names it), where name is `<original>-shrunk-<invariant>`."""
-    from cowcheck.traces.output import file_for, safe_name
+    TOML names it: `<name>+<digest>` for engine code whose tree has one),
+    where name is `<original>-shrunk-<invariant>`."""
+    from cowcheck.traces.output import coded_name, file_for, safe_name
     if shrunk.counterexample is None:
         return []
     out_dir = Path(out_dir)
     stem = safe_name(f"{shrunk.original.name}-shrunk-{shrunk.invariant}")
     toml_path = out_dir / f"{stem}.toml"
-    cx_path = file_for(out_dir, stem, shrunk.invariant)
+    cx_path = file_for(out_dir, coded_name(stem, shrunk.counterexample.allocator_code), shrunk.invariant)
     where = f" in {shrunk.original_length} actions" if shrunk.original_length is not None else ""
     description = (f"Shrunk by `cowcheck shrink` from {shrunk.original.name} ({shrunk.describe(shrunk.original)}, "
                    f"{shrunk.invariant}{where}) to the smallest scenario that still breaks it "

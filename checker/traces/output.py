@@ -83,10 +83,14 @@ def file_for(out_dir: Path, scenario_name: str, what: str) -> Path:
 
 
 def stem(result: Result) -> str:
-    """The first part of a result's file names: its scenario's name, and
-    the digest of the engine code it checked where the adapter gave one."""
-    code = result.allocator_code
-    return result.scenario.name + (f"+{code.short}" if code is not None and code.digest else "")
+    """The first part of a result's file names (coded_name)."""
+    return coded_name(result.scenario.name, result.allocator_code)
+
+
+def coded_name(scenario_name: str, code: Optional[Code]) -> str:
+    """A scenario's name, and the digest of the engine code it checked
+    where the adapter gave one: the first part of its files' names."""
+    return scenario_name + (f"+{code.short}" if code is not None and code.digest else "")
 
 
 def write_result(result: Result, out_dir: Path, peak: bool = True) -> None:

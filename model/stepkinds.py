@@ -14,7 +14,7 @@ explicit model (cowcheck.model.steps: `choices` and `apply`), the z3
 engines (a `handles` handler in cowcheck.symbolic.steps), its sentence
 (cowcheck.views.words), and, where it launches or waits, the partial-order
 reduction (cowcheck.model.reduce.ample) and the z3 engines' bounds.
-tests/test_step_kinds.py names whichever one is missing."""
+tests/test_model_step_kinds.py names whichever one is missing."""
 
 from __future__ import annotations
 

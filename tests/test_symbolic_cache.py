@@ -32,7 +32,7 @@ from cowcheck.symbolic.system import SymbolicSystem
 from cowcheck.traces.replay import replay
 
 from conftest import CACHE_PROTOCOLS, broken, cache_scenarios
-from test_prefix_cache import ROWS, cache_scenario
+from test_model_prefix_cache import ROWS, cache_scenario
 from test_symbolic import Bench, _by_depth, agree_along_a_walk
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
@@ -125,7 +125,7 @@ def test_bounds_hold_in_every_reachable_cache_state(protocol):
 #: (free-in-flight on async: the three it shares with stream, to 15; no-evict:
 #: the first, to 21; cache-drafts: the first, at 21), each well under a
 #: minute of z3; rows that hold, to 10. The longer lengths (to 26 and 36,
-#: two minutes of z3 each) are the explorer's to check (test_prefix_cache's
+#: two minutes of z3 each) are the explorer's to check (test_model_prefix_cache's
 #: reference rows); BMC and the explorer agree on every length up to a bound.
 AFFORDABLE = {("vllm-v1", "async"): 12, ("vllm-v1", "stream"): 9, ("free-in-flight", "stream"): 15,
               ("free-in-flight", "async"): 15, ("prefix-cache", "async"): 10, ("prefix-cache", "stream"): 10,

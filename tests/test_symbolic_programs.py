@@ -38,7 +38,7 @@ from cowcheck.symbolic.kind import run_kinduction
 from cowcheck.symbolic.system import SymbolicSystem
 from cowcheck.engines.counterexample import load
 
-from test_kind import broken_parts
+from test_symbolic_kind import broken_parts
 from test_symbolic import Bench, _by_depth, agree_along_a_walk
 
 FORK = [{"program": ["append", "fork c", "append"]}, {"appends": 1}, {"program": ["append"], "parent": "a"}]

@@ -1,7 +1,7 @@
 """Small block managers for the engine-harness tests: a correct one and
 variants that each break one thing (a bad adapter, a bug, a missing
-observer). Not a test module: tests/test_harness.py and
-tests/test_harness_views.py import them, and name them by this file's path
+observer). Not a test module: tests/test_model_harness.py and
+tests/test_views_harness.py import them, and name them by this file's path
 (`TOY:manager`) where a scenario needs a reference."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Adapters for cache scenarios that break the harness's contract, one way
-each (tests/test_harness_cache.py), around the shipped V1-style pool."""
+each (tests/test_model_harness_cache.py), around the shipped V1-style pool."""
 
 from __future__ import annotations
 

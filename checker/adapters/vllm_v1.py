@@ -67,7 +67,7 @@ from cowcheck.model.errors import SpecError
 
 #: the environment variable that names a folder of vLLM's Python sources
 ENV = "COWCHECK_VLLM_SOURCE"
-#: the releases the tests check, fetched by CI (tests/test_engines.py): the
+#: the releases the tests check, fetched by CI (tests/test_adapters_releases.py): the
 #: first and the newest two, 0.9.2 (vllm/utils a package, hashes still in
 #: the manager) and 0.10.1.1 (hashes on the request, still tuples)
 TESTED = ("0.9.1", "0.9.2", "0.10.1.1", "0.33.0", "0.34.0")

@@ -19,7 +19,7 @@ lists them; `choice` says why). Which ones depends on `SearchOptions.por`:
   (`_partial_order` says why), auto is off.
 
 Under auto every verdict, shortest length, measure and trace is the one
-the search without partial-order reduction gives (tests/test_reductions.py
+the search without partial-order reduction gives (tests/test_model_reduce.py
 checks it on every shipped scenario and on random ones); only the state
 and transition counts, and the time, may differ."""
 

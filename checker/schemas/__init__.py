@@ -17,7 +17,7 @@ Read one with `load("result")`, or as data with
 schema that refers to another by its `$id` (check's items are results)
 comes from `load` with that one bundled in its `$defs`, so a validator
 needs nothing else; read as data, register the other file beside it.
-tests/test_schema.py validates everything the commands write against them."""
+tests/test_schemas.py validates everything the commands write against them."""
 
 from __future__ import annotations
 

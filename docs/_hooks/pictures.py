@@ -1,7 +1,7 @@
 """MkDocs hook: serve the committed pictures of the premature-decrement race
 (counterexamples/pictures/*.svg, outside docs/) as pictures/*.svg in the
 site, so pages show them without a second copy in the repository.
-tests/test_graph.py checks that the committed pictures are current."""
+tests/test_views_graph.py checks that the committed pictures are current."""
 
 from __future__ import annotations
 

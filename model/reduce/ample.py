@@ -101,7 +101,7 @@ the reduction sound all the same:
 
 A request holding the lock has no rival but the device, so its own local
 steps there (`publish`, `prefill`) need independence from completions
-only, which the conditions give. tests/test_reductions.py checks the
+only, which the conditions give. tests/test_model_reduce.py checks the
 commutation on random cache scenarios (taking a as if the lock were free
 where the other action took it), that a lock holder always has a move, and
 that the reduced and unreduced searches agree.
@@ -114,7 +114,7 @@ full graph is matched in the reduced graph by the same sequence of other
 actions with some of these steps moved earlier or inserted; the states differ
 only in branches that were parked at such steps (and, on async, in the
 queue's order). Consequences, checked by
-tests/test_reductions.py on every shipped scenario and on random ones:
+tests/test_model_reduce.py on every shipped scenario and on random ones:
 
 - every invariant keeps its verdict, and every measure (peak, copies, steady
   blocks) its value: a quiescent, steady, final or stuck state has no branch
@@ -154,7 +154,7 @@ graph's. It does not keep the rest (an order that breaks exclusive-write
 first can go on to break faithful-output, and that order may be pruned),
 so cowcheck.engines.explicit searches with completions first and, only if that
 search finds a violation, searches again without them for every verdict.
-The commutation test in tests/test_reductions.py checks these claims step
+The commutation test in tests/test_model_reduce.py checks these claims step
 by step, and the agreement tests check the outcome."""
 
 from __future__ import annotations

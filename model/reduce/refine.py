@@ -20,7 +20,7 @@ partition:
    that differ by swapping twins give the same relabelling, so a run of
    twins needs one order, not k!; only runs that are not all twins are
    enumerated, modulo their twin classes (in practice never, see
-   tests/test_symmetry.py). A run whose members are all twins of its first
+   tests/test_model_reduce_symmetry.py). A run whose members are all twins of its first
    keeps its order without anchors (twins have equal anchors).
 
 The partition depends only on the orbit and the twin relation is an

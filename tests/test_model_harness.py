@@ -3,7 +3,7 @@ driven through every interleaving as a second transition system. Here: the
 adapter contract (every bad adapter is one line, exit 2), allocator-error,
 observers that are missing, replays that re-run the code, the Python API.
 The shipped allocators and their agreement with the protocol files that
-describe them are in tests/test_harness_agreement.py."""
+describe them are in tests/test_model_harness_agreement.py."""
 
 from __future__ import annotations
 

@@ -177,7 +177,7 @@ PROTOCOL_CASES = {
                                   ["append.paths.in-place", "write"]),
     "explicit-decide": (COW.replace('paths.in-place = ["write"', 'paths.in-place = ["decide", "write"'),
                         ["append.paths.in-place[0]", "decide"]),
-    # Python's parser accepts this as `1 and true` with a warning on stderr (found by test_fuzz_input.py)
+    # Python's parser accepts this as `1 and true` with a warning on stderr (found by test_cli_fuzz_input.py)
     "condition-number-glued-to-a-word": (COW.replace('when = "true"', 'when = "1and true"'),
                                          ["append.rules[2].when", "1and true", "does not parse", "allowed"]),
     # Beyond the brief: a condition nested deeper than Python's recursion

@@ -30,7 +30,7 @@ from cowcheck.views.pages import decoded_on_pool, page_data
 from cowcheck.traces.replay import replay
 from cowcheck.engines.counterexample import Counterexample
 from conftest import opened, screenshot  # browser is a fixture in conftest
-from test_executor import FORK, SPECULATE
+from test_traces_pool import FORK, SPECULATE
 
 SVG = "{http://www.w3.org/2000/svg}"
 CX = Path(__file__).resolve().parent.parent / "counterexamples"

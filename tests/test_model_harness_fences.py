@@ -25,7 +25,7 @@ from cowcheck.traces.pool import replay_on_pool
 from cowcheck.views.explain import explain_text
 from conftest import ROOT
 from cowcheck.engines import counterexample as trace
-from test_harness import error_line, scenario_file
+from test_model_harness import error_line, scenario_file
 
 FENCED = "cowcheck.specs.allocators.fenced"
 TWO = [{"appends": 2}, {"appends": 2}]
@@ -165,7 +165,7 @@ def test_holds_are_what_keeps_a_pin_from_looking_like_a_table_reference():
     the allocator's own; without holds() a pin across a quiescent state is
     a false alarm."""
     def check(factory):
-        return broken(cowcheck.check(scenario("test_harness_fences:" + factory.__name__, TWO, "stream")))
+        return broken(cowcheck.check(scenario("test_model_harness_fences:" + factory.__name__, TWO, "stream")))
     assert check(step_fence) == {}
     assert "refcount-exact" in check(step_fence_hidden)
 
@@ -204,7 +204,7 @@ def too_many_holds(pool, block_size):
     ("too_many_holds", ["'holds'", "from 0 to", "got 5"]),
 ])
 def test_a_bad_wait_or_holds_part_is_one_line(tmp_path, factory, words):
-    path = scenario_file(tmp_path, f"test_harness_fences:{factory}")
+    path = scenario_file(tmp_path, f"test_model_harness_fences:{factory}")
     line = error_line(CliRunner().invoke(main, ["check", str(path)]))
     for word in words:
         assert word in line, line
@@ -220,6 +220,6 @@ def raising(pool, block_size):
 
 
 def test_a_callback_that_raises_is_allocator_error():
-    verdict = cowcheck.check(scenario("test_harness_fences:raising", TWO, "stream")).verdicts["allocator-error"]
+    verdict = cowcheck.check(scenario("test_model_harness_fences:raising", TWO, "stream")).verdicts["allocator-error"]
     assert verdict.holds is False
     assert verdict.counterexample.actions[-1].step == "kernel_done"

@@ -3,7 +3,7 @@
 shipped V1-style scenarios (specs/scenarios/prefix-code*.toml, run with
 `--allocator cowcheck.adapters.vllm_v1:make`), SGLang's RadixCache on the
 B = 1 ones (prefix-code-b1*.toml, `--allocator cowcheck.adapters.sglang:make`),
-on every tested release, fetched as in tests/test_engines.py.
+on every tested release, fetched as in tests/test_adapters_releases.py.
 
 The shipped files name the V1-style pool (specs/allocators/prefix.py) as
 their allocator, so `cowcheck check specs/` runs them on a machine without
@@ -21,7 +21,7 @@ from cowcheck import api
 from cowcheck.adapters import sglang, vllm_v1
 from cowcheck.model.scenario import scenario_from_dict
 
-from test_engines import sglang_source, vllm_source  # noqa: F401  (the fixtures that fetch each release)
+from test_adapters_releases import sglang_source, vllm_source  # noqa: F401  (the fixtures that fetch each release)
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 SAFE, UNDISCIPLINED, UNSAFE = "safe and disciplined", "safe but undisciplined", "unsafe"

@@ -27,7 +27,7 @@ PARALLEL = 'cache = "prefix"\nblock_size = 2\n[[branch]]\nprompt = 3\nappends = 
 CACHE_INVARIANTS = {"no-stale-key", "cache-immutable", "verified-only-cached"}
 
 
-from test_harness import error_line  # noqa: E402  (one bad-input line, as every harness test reads it)
+from test_model_harness import error_line  # noqa: E402  (one bad-input line, as every harness test reads it)
 
 
 def scenario_file(tmp_path: Path, allocator: str, body: str = PARALLEL) -> Path:

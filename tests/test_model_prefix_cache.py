@@ -17,7 +17,7 @@ from cowcheck.model.state import Status
 from cowcheck.model.system import ProtocolModel
 
 from conftest import broken
-from test_bad_input import assert_names, error_line, invoke, write
+from test_cli_bad_input import assert_names, error_line, invoke, write
 
 P3 = {"prompt": 3, "appends": 1}
 # name, protocol, branches, pool, {device: violated {invariant: length}}, peak, hits

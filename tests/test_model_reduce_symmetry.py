@@ -25,7 +25,7 @@ from cowcheck.model.state import allocated
 from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.system import ProtocolModel
 from conftest import cache_scenarios
-from test_reductions import measures, repeated_cache_scenarios, scramble
+from test_model_reduce import measures, repeated_cache_scenarios, scramble
 
 
 @st.composite

@@ -2,7 +2,7 @@
 whatever it gets, it answers with a verdict (exit 0 or 1) or one error line
 naming the file (exit 2), never a traceback.
 
-The hand-written cases in test_bad_input.py pin the wording of each known
+The hand-written cases in test_cli_bad_input.py pin the wording of each known
 mistake; these find the mistakes nobody listed: a value of the wrong type
 under any key, a step or rule expression made of plausible words in an
 implausible order, a file cut or spliced anywhere."""

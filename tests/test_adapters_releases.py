@@ -10,7 +10,7 @@ The vLLM releases: `vllm_v1.TESTED` (fetched if missing), the ones of
 $COWCHECK_VLLM_RELEASES (spaces or commas; fetched if missing): how a reader
 checks any other release,
 
-    COWCHECK_VLLM_RELEASES=0.18.1 python -m pytest tests/test_engines.py tests/test_engines_harness.py -k vllm-0.18.1
+    COWCHECK_VLLM_RELEASES=0.18.1 python -m pytest tests/test_adapters_releases.py tests/test_adapters_findings.py -k vllm-0.18.1
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ naming the allocator, one table per branch. Three traces: a plain
 copy-on-write race on an asynchronous device, a fork with a pruned child and
 a speculation whose verifier rejects a draft, and a call that raises
 (allocator-error). The same views on protocol traces are tested in
-tests/test_html.py, tests/test_graph.py and tests/test_program_views.py."""
+tests/test_views_html.py, tests/test_views_graph.py and tests/test_views_programs.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The device models: which in-flight operation may complete next, and what a
-completion does (docs/semantics.md#device-actions).
+"""The device models: which in-flight operation may complete next
+(docs/semantics.md#device-models); cowcheck.model.queue applies them to a
+state's queue and says what a completion does.
 
 A device model is an *ordering*: it says, for an operation launched earlier
 and one launched later, whether the earlier one, while still in flight, keeps
@@ -25,19 +26,13 @@ from enum import Enum, StrEnum
 from itertools import product
 from typing import Any, Self
 
-from cowcheck.model.block import CopyDone, Draft, KernelDone, write_slots
 from cowcheck.model.fields import choice
-from cowcheck.model.state import Copy, InFlight, State, read
 
 
 class OpKind(Enum):
     """What an ordering model sees of an in-flight op: its kind."""
     COPY = "copy"
     KERNEL = "kernel"
-
-
-def kind_of(op: InFlight) -> OpKind:
-    return OpKind.COPY if type(op) is Copy else OpKind.KERNEL
 
 
 #: which kinds of op an ordering puts before which: (earlier, later) pairs
@@ -55,22 +50,26 @@ class Ordering(StrEnum):
     rank: int
     pairs: Pairs
     description: str
+    #: whatever is in flight may complete next: the queue's order decides nothing
+    unordered: bool
+    #: for each kind, the kinds of earlier ops ordered before it (what `ready` reads, per state)
+    before: dict[OpKind, frozenset[OpKind]]
+    #: the kinds of op that, in flight, hold back every op launched after them
+    barriers: frozenset[OpKind]
 
     def __new__(cls, name: str, rank: int, pairs: Pairs, description: str) -> Self:
         member = str.__new__(cls, name)
         member._value_ = name
         member.rank, member.pairs, member.description = rank, pairs, description
+        member.unordered = not pairs
+        member.before = {k: frozenset(e for e, later in pairs if later is k) for k in OpKind}
+        member.barriers = frozenset(e for e in OpKind if all((e, k) in pairs for k in OpKind))
         return member
 
     def orders(self, earlier: OpKind, later: OpKind) -> bool:
         """Whether an op of kind `earlier`, while in flight, keeps an op of
         kind `later` launched after it from completing."""
         return (earlier, later) in self.pairs
-
-    @property
-    def unordered(self) -> bool:
-        """Whatever is in flight may complete next: the queue's order decides nothing."""
-        return not self.pairs
 
     @classmethod
     def named(cls, value: Any, source: str, key: str) -> Self:
@@ -89,39 +88,7 @@ class Device(Ordering):
     """The device models of copies and kernels (docs/semantics.md#device-models)."""
     ASYNC = ("async", 2, Pairs(),
              "any in-flight op may complete next")
-    STREAM = ("stream", 0, frozenset(product(OpKind, OpKind)),
+    STREAM = ("stream", 0, frozenset(product((OpKind.COPY, OpKind.KERNEL), repeat=2)),
               "one FIFO queue: ops complete in launch order")
     STREAMS = ("streams", 1, frozenset({(OpKind.COPY, OpKind.COPY), (OpKind.KERNEL, OpKind.KERNEL)}),
                "copies FIFO, kernels FIFO, the two independent")
-
-
-def ready(state: State, device: Ordering) -> list[int]:
-    """Queue indices of the ops that may complete now: those that no op
-    launched before them and still in flight is ordered before."""
-    queue = state.queue
-    if device.unordered:
-        return list(range(len(queue)))
-    out: list[int] = []
-    launched: set[OpKind] = set()       # the kinds of the ops before index i
-    for i, op in enumerate(queue):
-        kind = kind_of(op)
-        if not any(device.orders(earlier, kind) for earlier in launched):
-            out.append(i)
-        launched.add(kind)
-    return out
-
-
-def complete(d: Draft, index: int, block_size: int) -> None:
-    op = d.queue.pop(index)
-    if type(op) is Copy:
-        # the copy reads its source now, not when it was launched
-        write_slots(d, op.dst, 0, d.blocks[op.src].slots[:op.n])
-        d.facts.append(CopyDone(op))
-    else:
-        if op.span == 1:
-            write_slots(d, op.snapshot[op.pos // block_size], op.pos % block_size, (op.token,))
-        else:       # a prefill: its positions, block by block
-            for p in op.written:
-                write_slots(d, op.snapshot[p // block_size], p % block_size, (op.expected[p],))
-        reads = read(tuple(d.blocks), op.snapshot, op.pos + 1, block_size)
-        d.facts.append(KernelDone(op, reads))

@@ -6,12 +6,10 @@ millions of them, and tuples do that in C."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union, final
+from typing import Any, NamedTuple, Optional, Union, final
 
+from cowcheck.model.scenario import Scenario
 from cowcheck.model.structure import Op
-
-if TYPE_CHECKING:     # the scenario module reads device models, which read states
-    from cowcheck.model.scenario import Scenario
 
 
 class Status(StrEnum):

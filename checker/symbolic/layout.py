@@ -125,7 +125,7 @@ class Layout:
 
     def ordered(self, earlier: SymOp, later: SymOp) -> Term:
         """The device orders queue op `earlier` before `later`
-        (model.device.ready: what is not a copy is a kernel)."""
+        (model.queue.ready: what is not a copy is a kernel)."""
         def kind(o: SymOp, k: OpKind) -> Term:
             return o.kind == COPY_KIND if k is OpKind.COPY else o.kind != COPY_KIND
         return any_of(z3.And(kind(earlier, a), kind(later, b)) for a, b in product(OpKind, OpKind) if self.device.orders(a, b))

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional, cast
 
-from cowcheck.model import device
+from cowcheck.model import queue
 from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Freed, Keyed, OutputChecked, TableMiss
 from cowcheck.model.errors import KindMismatch, SpecError, error_text
@@ -546,12 +546,12 @@ class HarnessModel(TransitionSystem):
                 self._call(state, i, Op.CANCEL, "free", out)
         for k in range(len(state.code.pending)):
             self._notify(state, k, out)
-        for index in device.ready(state, self.device):
+        for index in queue.ready(state, self.device):
             op = state.queue[index]
             if self.waits and type(op) is Kernel and self._copies_ahead(state, index):
                 continue        # the engine's event wait: its call's copies first
             d = Draft(state, "lifo")
-            device.complete(d, index, self.B)
+            queue.complete(d, index, self.B)
             after = d.freeze()
             if self.tagged:
                 after = after._replace(code=self._completed(state.code, index, op))

@@ -10,11 +10,13 @@ from typing import Any, Optional
 
 from cowcheck.model.branches import (BRANCH_NAMES, CACHE_BRANCH_KEYS, BranchSpec, Operation, branch_definition, no_forks,
                                      parse_branches, parse_requests)
+from cowcheck.model.device import Device
 from cowcheck.model.errors import SpecError
 from cowcheck.model.fields import MAXIMA, choice, integer, seconds
 from cowcheck.model.protocol import Protocol, for_scenario, inline_protocol, read_toml, resolve_protocol
 
-DEVICES = ("async", "stream", "streams")
+#: the device models' names, as files give them
+DEVICES = tuple(d.value for d in Device)
 REUSES = ("lifo", "fifo", "any")
 CACHES = ("none", "prefix")
 SCENARIO_KEYS = ("protocol", "allocator", "block_size", "prompt", "pool", "device", "reuse", "cache", "branch", "expect", "description",
@@ -29,7 +31,7 @@ class Scenario:
     block_size: int
     prompt: int
     pool: int
-    device: str
+    device: Device
     reuse: str
     branches: tuple[BranchSpec, ...]
     expect: tuple[str, ...] = ()
@@ -136,14 +138,15 @@ class Scenario:
     def with_overrides(self, protocol: Protocol | None = None, device: str | None = None, reuse: str | None = None) -> "Scenario":
         """The same scenario under another protocol, device model or reuse
         order (the command line's overrides). An explicit pool is kept; a
-        default one is recomputed for the new protocol."""
+        default one is recomputed for the new protocol. An unknown device
+        model is bad input naming `device`."""
         if protocol is not None:
             protocol = for_scenario(protocol, self.cache, self.source)
         changed = replace(
             self,
             protocol=protocol or self.protocol,
             allocator=None if protocol is not None else self.allocator,
-            device=device or self.device,
+            device=Device.named(device, "with_overrides()", "device") if device is not None else self.device,
             reuse=reuse or self.reuse,
         )
         if protocol is not None and self.pool == default_pool(self.protocol, self.block_size, self.prompt, self.branches, self.cache):
@@ -159,7 +162,7 @@ class Scenario:
             "block_size": self.block_size,
             "prompt": self.prompt,
             "pool": self.pool,
-            "device": self.device,
+            "device": self.device.value,
             "reuse": self.reuse,
             "branch": [branch_definition(b) for b in self.branches],
         }
@@ -272,7 +275,7 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         block_size=block_size,
         prompt=prompt,
         pool=pool,
-        device=choice(data, "device", DEVICES, "async", source),
+        device=Device.named(data.get("device", Device.ASYNC), source, "device"),
         reuse=choice(data, "reuse", REUSES, "lifo", source),
         branches=branches_t,
         expect=parse_expect(data["expect"], source) if "expect" in data else (),
@@ -299,7 +302,7 @@ def load_scenario(path: Path) -> Scenario:
 
 
 def make_scenario(block_size: int, prompt: int, branches: list[tuple[int, bool]] | list[int] | list[dict[str, Any]], protocol: str | Protocol = "cow",
-                  device: str = "async", reuse: str = "lifo", pool: int | None = None, name: str = "",
+                  device: str = Device.ASYNC, reuse: str = "lifo", pool: int | None = None, name: str = "",
                   cache: bool = False) -> Scenario:
     """A scenario built in code (benchmarks, tests), validated like a file.
     `cache`: a cache scenario, whose branch dicts may give `prompt` and `after`."""

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, nullcontext
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Protocol
 
-from cowcheck.model import device, steps
+from cowcheck.model import queue, steps
 from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Draft
 from cowcheck.model.code import Code
@@ -180,10 +180,10 @@ class ProtocolModel(TransitionSystem):
         for i, br in enumerate(state.branches):
             if br.status in ACTIVE and (lock is None or lock == i):
                 self._branch_actions(state, i, br, out)
-        for index in device.ready(state, self.device):
+        for index in queue.ready(state, self.device):
             d = Draft(state, self.reuse)
             op = state.queue[index]
-            device.complete(d, index, self.B)
+            queue.complete(d, index, self.B)
             out.append(_new(Transition, (completion(op, self.B, self.names), d.freeze(), tuple(d.facts))))
         return out
 

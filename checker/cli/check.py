@@ -25,6 +25,7 @@ from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.results import PARTIAL, Result, Summary
 from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
+from cowcheck.model.device import Device
 from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
 from cowcheck.traces import output
 from cowcheck.traces.output import write_result
@@ -116,7 +117,7 @@ class Skipped:
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--device", type=click.Choice(DEVICES), help="Override every scenario's device model.")
+@click.option("--device", type=click.Choice(DEVICES), help=f"Override every scenario's device model ({Device.help()}).")
 @click.option("--reuse", type=click.Choice(REUSES), help="Override every scenario's free-list order.")
 @click.option("--protocol", "protocol", metavar="NAME|FILE", help="Override every scenario's protocol.")
 @click.option("--allocator", "allocator", metavar="MODULE:FACTORY|FILE.py:FACTORY",

@@ -200,7 +200,7 @@ def _partial_order(model: TransitionSystem, options: SearchOptions) -> tuple[Opt
     if not ample.enabled:
         return None, "the protocol has atomic paths (a branch taking the scheduler lock disables the others)"
     if not ample.completions:
-        where = f"on the {model.device} device" if model.device != "async" else "as the protocol copies into tail,"
+        where = "as the protocol copies into tail," if model.device.unordered else f"on the {model.device} device"
         return ample, f"{where} no completion is settled, and without that it saves little"
     return ample, ""
 

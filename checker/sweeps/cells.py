@@ -17,8 +17,7 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import FORMAT, Outcome, Summary, Verdict
 
-#: device models and reuse orders from the simplest to explain to the most permissive
-DEVICE_RANK = {"stream": 0, "streams": 1, "async": 2}
+#: reuse orders from the simplest to explain to the most permissive (a device model's is its `rank`)
 REUSE_RANK = {"lifo": 0, "fifo": 1, "any": 2}
 #: the verdict of a cell, besides the three summaries
 INVALID, FAILED, PARTIAL = "invalid", "failed", "partial"
@@ -221,5 +220,5 @@ def size_key(scenario: Scenario) -> tuple[Any, ...]:
                               b.prompt or (), -1 if b.after is None else b.after)
                             for b in scenario.branches), reverse=True))
     return (sum(b.appends for b in scenario.branches), len(scenario.branches), scenario.block_size, scenario.prompt_size,
-            scenario.pool, sum(b.may_cancel for b in scenario.branches), DEVICE_RANK[scenario.device],
+            scenario.pool, sum(b.may_cancel for b in scenario.branches), scenario.device.rank,
             REUSE_RANK[scenario.reuse], scenario.subject, programs)

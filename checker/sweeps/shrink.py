@@ -28,12 +28,13 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.harness import allocator_file
 from cowcheck.model.protocol import builtin_names, for_scenario, load_builtin
 from cowcheck.model.branches import BRANCH_NAMES, BranchSpec, branch_definition
+from cowcheck.model.device import Device
 from cowcheck.model.scenario import Scenario, default_pool, harness_pool, load_scenario
 
 from cowcheck import atomic
 
 from cowcheck.engines import counterexample as trace
-from cowcheck.sweeps.cells import DEVICE_RANK, REUSE_RANK, size_key
+from cowcheck.sweeps.cells import REUSE_RANK, size_key
 from cowcheck.sweeps.runner import Runner, task_for
 from cowcheck.engines.counterexample import Counterexample
 
@@ -195,10 +196,10 @@ def _cache_candidates(scenario: Scenario) -> list[Scenario]:
 
 def simpler_modes(scenario: Scenario) -> list[Scenario]:
     """The scenario under each simpler device model and reuse order."""
-    modes = [(d, r) for d in DEVICE_RANK for r in REUSE_RANK
-             if DEVICE_RANK[d] <= DEVICE_RANK[scenario.device] and REUSE_RANK[r] <= REUSE_RANK[scenario.reuse]
+    modes = [(d, r) for d in Device for r in REUSE_RANK
+             if d.rank <= scenario.device.rank and REUSE_RANK[r] <= REUSE_RANK[scenario.reuse]
              and (d, r) != (scenario.device, scenario.reuse)]
-    modes.sort(key=lambda m: (DEVICE_RANK[m[0]], REUSE_RANK[m[1]]))
+    modes.sort(key=lambda m: (m[0].rank, REUSE_RANK[m[1]]))
     return [replace(scenario, device=d, reuse=r) for d, r in modes]
 
 

@@ -5,7 +5,7 @@
   and the map between explicit and symbolic states; state.py: the symbolic
   state and its facts (model.block's fact types with z3 fields, Guarded);
   steps.py: one handler per protocol step, and the device's completions,
-  mirroring model.steps / model.block / model.device; layout.py: the
+  mirroring model.steps / model.block / model.queue; layout.py: the
   part of the system the handlers see (sizes, program counters, lookups),
   so steps.py need not import system.py; conditions.py: rule
   conditions as z3 formulas (a fold of model.condition's tree); terms.py:

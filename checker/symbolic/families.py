@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable
 
 import z3
 
+from cowcheck.model.device import OpKind
 from cowcheck.model.protocol import LOCALS
 from cowcheck.model.structure import Op, Place
 
@@ -177,7 +178,7 @@ class ShapeFamilies:
         if not regular(self.shape):
             return z3.BoolVal(True)
         parts = []
-        fifo = system.scenario.device == "stream"
+        fifo = system.scenario.device.orders(OpKind.COPY, OpKind.KERNEL)     # a kernel sees earlier copies done
         for name in LOCALS:
             pending, into, behind = pending_copies(self.shape, name, fifo)
             if not owns(self.shape, name):

@@ -14,13 +14,15 @@ so the two modules form no import cycle."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 from typing import Mapping
 
 import z3
 
+from cowcheck.model.device import Device, OpKind
 from cowcheck.model.structure import Place, Structure
 
-from cowcheck.symbolic.state import NONE_READ, Sym, SymOp
+from cowcheck.symbolic.state import COPY_KIND, NONE_READ, Sym, SymOp
 from cowcheck.symbolic.terms import Term, all_of, any_of, by_value, select
 
 
@@ -46,7 +48,7 @@ class Layout:
     offset: tuple[int, ...]                 # token id of each branch's first own token
     programs: bool                          # the program fields are encoded
     reuse: str                              # the scenario's reuse order
-    device: str                             # the scenario's device model
+    device: Device                          # the scenario's device model
     structure: Structure                    # the protocol's Structure
     pc_of: Mapping[Place, int]              # program counter of each place
     descendants: tuple[tuple[int, ...], ...]    # what a cancel of each branch cancels while unborn
@@ -117,8 +119,13 @@ class Layout:
 
     def ready(self, s: Sym, i: int) -> Term:
         """Queue slot i may complete under the scenario's device model."""
-        if i == 0 or self.device == "async":
+        if i == 0 or self.device.unordered:
             return s.qlen > i
-        if self.device == "stream":
-            return z3.BoolVal(False)
-        return z3.And(s.qlen > i, all_of(s.q[m].kind != s.q[i].kind for m in range(i)))
+        return z3.And(s.qlen > i, all_of(z3.Not(self.ordered(s.q[m], s.q[i])) for m in range(i)))
+
+    def ordered(self, earlier: SymOp, later: SymOp) -> Term:
+        """The device orders queue op `earlier` before `later`
+        (model.queue.ready: what is not a copy is a kernel)."""
+        def kind(o: SymOp, k: OpKind) -> Term:
+            return o.kind == COPY_KIND if k is OpKind.COPY else o.kind != COPY_KIND
+        return any_of(z3.And(kind(earlier, a), kind(later, b)) for a, b in product(OpKind, OpKind) if self.device.orders(a, b))

@@ -30,6 +30,7 @@ from typing import Iterator, NamedTuple
 
 import z3
 
+from cowcheck.model.device import OpKind
 from cowcheck.model.protocol import LOCALS
 from cowcheck.model.state import Status
 
@@ -306,7 +307,7 @@ def copy_owner(lm: Lemmas, f: Formulas) -> Iterator[tuple]:
             b = s.br[j]
             for n, shaped in lm.shape_families(f, j):
                 for name in LOCALS:
-                    if any(pending_copies(sf.shape, name, system.scenario.device == "stream")[0] for sf in shaped):
+                    if any(pending_copies(sf.shape, name, system.scenario.device.orders(OpKind.COPY, OpKind.KERNEL))[0] for sf in shaped):
                         options.append(z3.And(lm.programs.where(s, j, n), o.dst == (b.tail if name == "tail" else b.new)))
         yield f"queue slot {m}", z3.Implies(f.live(m, COPY_KIND), any_of(options))
 

@@ -121,9 +121,10 @@ def pending_copies(shape: Shape, name: str, fifo: bool = False) -> tuple[int, li
     """Copies into the local's block launched since it was bound and not
     waited for; every copy step into it since it was bound; and whether
     each pending one was launched before a kernel that is not waited for
-    yet. `fifo` (the stream device: one queue, completions in launch order):
-    a wait-kernel, which sees every kernel of the branch completed, also
-    sees completed every op launched before the last of them."""
+    yet. `fifo` (the device orders a copy before a later kernel, as the
+    stream device's one queue does): a wait-kernel, which sees every kernel
+    of the branch completed, also sees completed every op launched before
+    the last of them."""
     how, at = binding(shape, name)
     if how not in ("decide", "alloc"):
         return 0, [], False

@@ -1,5 +1,5 @@
 """What each protocol step and each device completion does to a symbolic
-state: model.steps, model.block and model.device, line by line, on z3 terms.
+state: model.steps, model.block and model.queue, line by line, on z3 terms.
 
 `take` runs one step: its handler (one per row of the step table, docs/semantics.md#steps,
 in `HANDLERS`) edits a `StepRun`, then the branch advances to its next
@@ -523,9 +523,9 @@ def take(layout: Layout, s: Sym, j: int, place: Place, guard: Term, choice: Choi
     return Executed(run.guard, run.leads, run.post, run.facts)
 
 
-# -- the device (model.device) ---------------------------------------------------------
+# -- the device (model.queue) ----------------------------------------------------------
 def complete(layout: Layout, s: Sym, i: int) -> Executed:
-    """model.device.complete for queue slot i."""
+    """model.queue.complete for queue slot i."""
     o = s.q[i]
     post = s.copy()
     pop_op(layout, post, i)

@@ -3,7 +3,7 @@
 The symbolic state is cowcheck.symbolic.state's `Sym`. The transition
 relation is built by *symbolically executing* each action instance:
 `SymbolicSystem.execute` mirrors model.system, model.steps, model.block and
-model.device on a `Sym` whose fields are z3 expressions (each protocol step
+model.queue on a `Sym` whose fields are z3 expressions (each protocol step
 by its handler in cowcheck.symbolic.steps), and returns the action's guard,
 its successor and its facts (model.block's types, `Guarded` by the condition
 under which they happen), so the invariants can be judged on facts exactly

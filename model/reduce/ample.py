@@ -182,9 +182,9 @@ class Ample:
         self.enabled = not structure.any_atomic or self.admission_lock
         self._locking = frozenset(structure.locking_places)
         self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
-        self.local_steps = LOCAL_STEPS.union(LAUNCHES) if model.device == "async" else LOCAL_STEPS
+        self.local_steps = LOCAL_STEPS.union(LAUNCHES) if model.device.unordered else LOCAL_STEPS
         #: settled device completions explored alone too: keeps only whether some violation is reachable
-        self.completions = completions and self.enabled and model.device == "async" \
+        self.completions = completions and self.enabled and model.device.unordered \
             and model.structure.copy_destinations <= {"new"}
 
     def describe(self) -> list[str]:

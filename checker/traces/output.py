@@ -1,6 +1,8 @@
 """Where a check's evidence goes: each violated invariant's shortest
-counterexample and the peak trace, as JSON files in an output folder, named
-`<scenario>.<invariant>.json` and `<scenario>.peak.json`.
+counterexample, the peak trace and the trace to a call of allocator code
+that did not return within its deadline, as JSON files in an output folder,
+named `<scenario>.<invariant>.json`, `<scenario>.peak.json` and
+`<scenario>.call-deadline.json`.
 
 A check itself writes nothing; this is the one place that writes and deletes
 counterexample files, under three rules:
@@ -9,10 +11,10 @@ counterexample files, under three rules:
   leading dot), so nothing is ever written outside the output folder;
 - two scenarios of one run that would write the same names are refused
   before anything is written;
-- after a complete run, the file of an invariant that now holds is removed,
-  but only if it was written for this same scenario (the same scenario
-  file, or the same definition): a file another scenario wrote is never
-  deleted."""
+- after a complete run, the file of an invariant that now holds, and the
+  call-deadline file (every call returned), is removed, but only if it was
+  written for this same scenario (the same scenario file, or the same
+  definition): a file another scenario wrote is never deleted."""
 
 from __future__ import annotations
 
@@ -75,16 +77,30 @@ def file_for(out_dir: Path, scenario_name: str, what: str) -> Path:
 
 def write_result(result: Result, out_dir: Path, peak: bool = True) -> None:
     """Write the result's counterexamples (and, unless `peak` is False,
-    its peak trace) into `out_dir`, recording each path in its verdict;
-    remove this scenario's files of invariants that a complete run found to
-    hold."""
+    its peak trace) and its call-deadline trace into `out_dir`, recording
+    each path in its verdict or result; remove this scenario's files of
+    invariants that a complete run found to hold, and its call-deadline
+    file after a complete run."""
     out_dir = Path(out_dir)
     for verdict in result.verdicts.values():
         path = file_for(out_dir, result.scenario.name, verdict.invariant)
         cx = verdict.counterexample
         if cx is not None:
             verdict.path = str(cx.write(path))
-        elif verdict.outcome is Outcome.HOLDS and path.is_file() and _written_for(path, result.scenario):
-            path.unlink(missing_ok=True)
-    if peak and isinstance(result, ExplicitResult) and result.peak_trace is not None:
+        elif verdict.outcome is Outcome.HOLDS:
+            _remove_stale(path, result.scenario)
+    if not isinstance(result, ExplicitResult):
+        return
+    if peak and result.peak_trace is not None:
         result.peak_path = str(result.peak_trace.write(file_for(out_dir, result.scenario.name, trace.PEAK)))
+    hung = file_for(out_dir, result.scenario.name, trace.CALL_DEADLINE)
+    if result.deadline_trace is not None:
+        result.deadline_path = str(result.deadline_trace.write(hung))
+    elif result.complete:
+        _remove_stale(hung, result.scenario)
+
+
+def _remove_stale(path: Path, scenario: Scenario) -> None:
+    """Remove a file a complete run found stale, if this scenario wrote it."""
+    if path.is_file() and _written_for(path, scenario):
+        path.unlink(missing_ok=True)

@@ -51,6 +51,13 @@ class Scenario:
     #: how a check runs, not what it checks, so not in `definition()`
     call_deadline: Optional[float] = field(default=None, compare=False)
 
+    def __post_init__(self) -> None:
+        """A scenario built or changed in code (`dataclasses.replace(s,
+        device="stream")`) names its device as a file does: the name is
+        taken as the Device, an unknown one is bad input in one line."""
+        if not isinstance(self.device, Device):
+            object.__setattr__(self, "device", Device.named(self.device, self.name, "device"))
+
     @property
     def prompt_size(self) -> int:
         """The prompt tokens of the scenario: the shared prompt's, or the sum

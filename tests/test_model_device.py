@@ -199,3 +199,18 @@ def test_check_takes_no_device_keyword():
     """check() overrides nothing: a device keyword is refused, not ignored."""
     with pytest.raises(SpecError, match="device"):
         cowcheck.check(make_scenario(2, 3, [1, 1]), device="gpu")
+
+
+def test_a_scenario_changed_in_code_takes_the_device_by_name():
+    """dataclasses.replace(scenario, device="stream") names the device as a
+    file does: checked as that Device; an unknown name is one line."""
+    import dataclasses
+    import cowcheck
+    from cowcheck.model.errors import SpecError
+    from cowcheck.model.scenario import load_scenario
+    racy = load_scenario(Path(__file__).resolve().parent.parent / "specs" / "scenarios" / "premature-decrement.toml")
+    on_stream = dataclasses.replace(racy, device="stream")
+    assert on_stream.device is Device.STREAM
+    assert str(cowcheck.check(on_stream).summary) == "safe but undisciplined"
+    with pytest.raises(SpecError, match="unknown value 'gpu'; allowed: async, stream, streams"):
+        dataclasses.replace(racy, device="gpu")

@@ -265,7 +265,7 @@ def test_a_call_that_never_returns_stops_the_check_naming_the_adapter_the_call_a
     assert time.perf_counter() - started < 30 and "Traceback" not in result.output
     assert result.exit_code == 3, result.output        # partial, nothing failed
     words = " ".join(result.output.split())
-    assert f"(partial: call deadline: {ADAPTERS}:hangs append('a', 'a2') did not return within 0.5 s)" in words, words
+    assert f"partial: a call did not return (call deadline: {ADAPTERS}:hangs append('a', 'a2') did not return within 0.5 s)" in words, words
     assert "not seen (partial)" in words and "states 12 " in words
     assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     # the command line's flag wins over the scenario's key; 0 is no deadline (not tried: it would hang)

@@ -25,16 +25,22 @@ from cowcheck import atomic
 
 FORMAT = 1
 PEAK = "peak"
+#: a trace to a call of allocator code that did not return within its deadline
+CALL_DEADLINE = "call-deadline"
+#: every kind of trace a file holds
+KINDS = ("counterexample", PEAK, CALL_DEADLINE)
 
 
 @dataclass
 class Counterexample:
     """A trace from the initial state: a shortest violation of one invariant,
-    or a shortest run to the peak. Built by a check (`from_run`) or read
-    from a file (`load`); `to_json` is the file's content, `write` writes it
-    (atomically: a temporary file renamed into place)."""
+    a shortest run to the peak, or the run to the state from which a call of
+    allocator code did not return within its deadline (`call`, `deadline`).
+    Built by a check (`from_run`) or read from a file (`load`); `to_json` is
+    the file's content, `write` writes it (atomically: a temporary file
+    renamed into place)."""
     scenario: Scenario
-    kind: str                    # "counterexample" | "peak"
+    kind: str                    # "counterexample" | "peak" | "call-deadline"
     invariant: Optional[str]     # the violated invariant's id (None for a peak trace)
     length: int
     actions: list[Action]
@@ -48,6 +54,10 @@ class Counterexample:
     #: found, its release ("vLLM 0.33.0") and, where the adapter says,
     #: which tree of it (source folder and digest); or None
     allocator_code: Optional[Code] = None
+    #: a call-deadline trace: the call as written ("append('a', 'a2')") and
+    #: the seconds it was given
+    call: Optional[str] = None
+    deadline: Optional[float] = None
     #: the Invariant that judged it, when it came from a check in this process
     #: (a custom invariant replays by it); not part of the file
     judged_by: Any = field(default=None, compare=False, repr=False)
@@ -57,10 +67,11 @@ class Counterexample:
     def from_run(cls, scenario: Scenario, initial: State, run: list[tuple[Action, Optional[State]]], *,
                  invariant: Optional[str] = None, invariant_kind: Optional[str] = None,
                  witness: Optional[dict] = None, peak: Optional[int] = None,
-                 judged_by: Any = None, allocator_code: Optional[Code] = None) -> "Counterexample":
+                 judged_by: Any = None, allocator_code: Optional[Code] = None,
+                 call: Optional[str] = None, deadline: Optional[float] = None) -> "Counterexample":
         return cls(
             scenario=scenario,
-            kind="counterexample" if invariant else PEAK,
+            kind="counterexample" if invariant else CALL_DEADLINE if call else PEAK,
             invariant=invariant,
             length=len(run),
             actions=[action for action, _ in run],
@@ -71,6 +82,8 @@ class Counterexample:
             origin=scenario.source,
             invariant_kind=invariant_kind,
             allocator_code=allocator_code,
+            call=call,
+            deadline=deadline,
             judged_by=judged_by,
         )
 
@@ -93,6 +106,8 @@ class Counterexample:
             data.update(self.allocator_code.fields())
         if self.invariant:
             data.update(invariant=self.invariant, invariant_kind=self.invariant_kind, witness=self.witness)
+        elif self.kind == CALL_DEADLINE:
+            data.update(call=self.call, deadline=self.deadline)
         else:
             data["peak_blocks"] = self.peak
         data["length"] = self.length
@@ -167,14 +182,16 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
             raise SpecError(source, "allocator_base", "must be the folder the allocator's path is relative to")
         scenario = scenario_from_dict(sc, f"{source} (scenario)", Path(base), name)
         kind = data["kind"]
-        if kind not in ("counterexample", PEAK):
-            raise SpecError(source, "kind", f"unknown kind {kind!r}; allowed: counterexample, {PEAK}")
+        if kind not in KINDS:
+            raise SpecError(source, "kind", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
         if kind == "counterexample" and (not isinstance(data["invariant"], str) or not data["invariant"]):
             raise SpecError(source, "invariant", "must be an invariant id")
         if kind == "counterexample" and data.get("invariant_kind") not in ("harm", "discipline"):
             raise SpecError(source, "invariant_kind", "must be harm or discipline")
         if kind == PEAK and type(data["peak_blocks"]) is not int:
             raise SpecError(source, "peak_blocks", "must be an integer in a peak trace")
+        if kind == CALL_DEADLINE:
+            _call_deadline(data, source, scenario)
         version = data.get("allocator_version")
         if version is not None and (not isinstance(version, str) or not version or scenario.allocator is None):
             raise SpecError(source, "allocator_version", "must be the engine code's release, a non-empty string, "
@@ -196,6 +213,8 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
             origin=origin,
             invariant_kind=data.get("invariant_kind"),
             allocator_code=code,
+            call=data.get("call"),
+            deadline=data.get("deadline"),
         )
     except SpecError:
         raise
@@ -203,3 +222,15 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
         raise SpecError(source, str(err.args[0]), "missing; expected a counterexample file written by cowcheck") from None
     except (TypeError, ValueError, AttributeError) as err:
         raise SpecError(source, "steps", f"malformed ({err})") from None
+
+
+def _call_deadline(data: dict, source: str, scenario: Scenario) -> None:
+    """A call-deadline trace names the call and its deadline, and only
+    allocator code has calls."""
+    if scenario.allocator is None:
+        raise SpecError(source, "kind", f"{CALL_DEADLINE} only in a trace of allocator code")
+    if not isinstance(data["call"], str) or not data["call"]:
+        raise SpecError(source, "call", "must be the call as written, a non-empty string")
+    deadline = data["deadline"]
+    if type(deadline) not in (int, float) or not deadline > 0:
+        raise SpecError(source, "deadline", "must be the call's deadline, a number of seconds above 0")

@@ -38,13 +38,13 @@ from cowcheck.model.harness import system_for
 from cowcheck.model.system import TransitionSystem
 
 from cowcheck.adapters.deadline import DEFAULT_SECONDS, Deadline
-from cowcheck.engines.explorer import Exploration, Explorer, NotRebuilt
+from cowcheck.engines.explorer import Exploration, Explorer, Hung, NotRebuilt
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import ExplicitResult, Outcome, Search, Verdict, verdict_for
 from cowcheck.engines.counterexample import Counterexample
-from cowcheck.engines.stop import PEAK_REACHED
+from cowcheck.engines.stop import PEAK_REACHED, StopKind
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
         except NotRebuilt as error:
             if not harness:
                 raise
-            raise SpecError(scenario.allocator or "allocator", "determinism", not_deterministic(error)) from None
+            raise SpecError(model.adapter or "allocator", "determinism", not_deterministic(error)) from None
 
     for inv in invariants:
         v = x.violations.get(inv.id)
@@ -109,9 +109,24 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     if peak_state is not None:
         peak = Counterexample.from_run(scenario, init, rebuilt(lambda: staged.peak.path_to(peak_state)), peak=x.peak,
                                        allocator_code=code)
-    return ExplicitResult(scenario, verdicts, x.complete, x.stop, x.seconds, allocator_code=code, exploration=x,
-                          peak_trace=peak,
-                          searches=tuple(searches.done), partial_order=options.por_asked, choice=staged.why)
+    hung = None
+    where = _hung(staged) if x.stop is not None and x.stop.kind is StopKind.CALL_DEADLINE else None
+    if where is not None:
+        search, call = where
+        hung = Counterexample.from_run(scenario, init, rebuilt(lambda: search.path_to(call.state_id)), call=call.call,
+                                       deadline=call.seconds, allocator_code=code)
+    return ExplicitResult(scenario, verdicts, x.complete, x.stop, x.seconds, allocator_code=code, exploration=x, peak_trace=peak,
+                          deadline_trace=hung, searches=tuple(searches.done), partial_order=options.por_asked,
+                          choice=staged.why)
+
+
+def _hung(staged: _Staged) -> Optional[tuple[Explorer, Hung]]:
+    """The search a call deadline stopped, and the call: the reported
+    search's, or the one for the peak's trace that went on after it."""
+    for search in (staged.main, staged.peak):
+        if search.result.hung is not None:
+            return search, search.result.hung
+    return None
 
 
 class _Searches:

@@ -61,6 +61,17 @@ class Violation:
     witness: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Hung:
+    """A call of the user's code that did not return within its deadline
+    (`seconds`): the call as written and the state whose successors it was
+    computing, `length` actions deep; its trace is `Explorer.path_to(state_id)`."""
+    call: str
+    seconds: float
+    state_id: int
+    length: int
+
+
 @dataclass
 class Exploration(Stoppable):
     states: int = 0
@@ -70,6 +81,7 @@ class Exploration(Stoppable):
     complete: bool = True
     stop: Optional[Stop] = None            # why a partial run stopped
     violations: dict[str, Violation] = field(default_factory=dict)
+    hung: Optional[Hung] = None            # the call a call deadline stopped, and where
     peak: Optional[int] = None
     peak_state: Optional[int] = None
     cost_range: Optional[tuple[int, int]] = None   # (min, max) action cost over complete runs
@@ -382,7 +394,11 @@ class Explorer:
             depth = depths[sid]
             if depth > res.depth:
                 res.depth = depth
-            trs = model.successors(state)
+            try:
+                trs = model.successors(state)
+            except CallDeadline as late:        # the code did not return: keep where, for its trace
+                res.hung = Hung(late.call, late.seconds, sid, depth)
+                raise
             final = model.is_final(state)
             finals.append(final)
             edge_start.append(len(edge_dst))
@@ -438,7 +454,11 @@ class Explorer:
             depth = depths[sid]
             if depth > res.depth:
                 res.depth = depth
-            trs = model.successors(state)
+            try:
+                trs = model.successors(state)
+            except CallDeadline as late:        # as in `_judged`
+                res.hung = Hung(late.call, late.seconds, sid, depth)
+                raise
             if mirror is not None:
                 trs = mirror(state, trs)
             res.transitions += len(trs)

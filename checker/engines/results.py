@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Optional
 
 from cowcheck.engines.invariants import STANDS_IN, Kind
-from cowcheck.engines.stop import Stop, Stoppable
+from cowcheck.engines.stop import Stop, StopKind, Stoppable
 from cowcheck.model.code import Code
 from cowcheck.model.scenario import Scenario
 
@@ -42,6 +42,9 @@ class Summary(StrEnum):
 #: the closing line's category of a partial run without harm (not a Summary:
 #: the summary of a partial run is "so far")
 PARTIAL = "partial"
+#: what a partial run without harm says when a call of allocator code did
+#: not return within its deadline: not "safe so far", a finding of its own
+CALL_DID_NOT_RETURN = "partial: a call did not return"
 
 
 class Engine(StrEnum):
@@ -150,8 +153,22 @@ class Result(Stoppable):
         return not self.complete
 
     @property
+    def hung(self) -> bool:
+        """A call of allocator code did not return within its deadline, and
+        no harm was found before: that call, not "safe so far", is what
+        the run says."""
+        return self.stop is not None and self.stop.kind is StopKind.CALL_DEADLINE and self.summary is not Summary.UNSAFE
+
+    @property
+    def headline(self) -> str:
+        """The summary in a word or two (the closing table's verdict)."""
+        return CALL_DID_NOT_RETURN if self.hung else str(self.summary)
+
+    @property
     def summary_line(self) -> str:
         """The summary as the report prints it."""
+        if self.hung:
+            return f"{CALL_DID_NOT_RETURN} ({self.stopped})"
         if self.partial and self.summary is not Summary.UNSAFE:
             return f"{self.summary} so far (partial: {self.stopped})"
         return str(self.summary)
@@ -242,13 +259,18 @@ class Search(Stoppable):
 
 @dataclass
 class ExplicitResult(Result):
-    """The explorer's result: every measure, and the peak's trace; which
+    """The explorer's result: every measure, and the peak's trace (and the
+    trace to a call that did not return, `deadline_trace`); which
     searches ran (`searches`), whether partial-order reduction was asked
     for (`partial_order`: auto, on, off) and what the check chose and why
     (`choice`)."""
     exploration: Optional["Exploration"] = None
     peak_trace: Optional["Counterexample"] = None
     peak_path: Optional[str] = None
+    #: the trace to the call a call deadline stopped (kind call-deadline),
+    #: and where it was written
+    deadline_trace: Optional["Counterexample"] = None
+    deadline_path: Optional[str] = None
     searches: tuple[Search, ...] = ()
     partial_order: str = "auto"
     choice: str = ""
@@ -280,7 +302,16 @@ class ExplicitResult(Result):
             "fingerprints": x.fingerprints,
             "collision_probability": x.collision_probability,
             "bytes_per_state": round(x.bytes_per_state) if x.bytes_per_state is not None else None,
+            **self._call_deadline(),
         }
+
+    def _call_deadline(self) -> dict[str, Any]:
+        """The call a call deadline stopped, only when one did."""
+        hung = self.deadline_trace
+        if hung is None:
+            return {}
+        return {"call_deadline": {"call": hung.call, "deadline": hung.deadline, "length": hung.length,
+                                  "counterexample": self.deadline_path}}
 
 
 @dataclass

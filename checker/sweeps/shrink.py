@@ -248,7 +248,7 @@ def _start(start: Union[Counterexample, str, Path, Scenario], invariant: Optiona
         cx = start if isinstance(start, Counterexample) else Counterexample.load(Path(start))
         where = cx.loaded_from or "counterexample"
         if cx.invariant is None:
-            raise SpecError(where, "kind", "a peak trace; shrink needs a counterexample (an invariant's violation)")
+            raise SpecError(where, "kind", f"a {cx.kind} trace; shrink needs a counterexample (an invariant's violation)")
         if invariant is not None and invariant != cx.invariant:
             raise SpecError(where, "invariant", f"the file is a counterexample of {cx.invariant}, not {invariant}")
         scenario, invariant, length = cx.scenario, cx.invariant, cx.length

@@ -1,9 +1,11 @@
 """Where a check's evidence goes: each violated invariant's shortest
-counterexample and the peak trace, as JSON files in an output folder, named
-`<scenario>.<invariant>.json` and `<scenario>.peak.json`; for engine code
-whose adapter says which tree it ran (a source folder and a digest of the
-files loaded), `<scenario>+<digest>.<invariant>.json`, so that a changed
-tree and the unchanged release checked into one folder keep their own.
+counterexample, the peak trace and the trace to a call of allocator code
+that did not return within its deadline, as JSON files in an output folder,
+named `<scenario>.<invariant>.json`, `<scenario>.peak.json` and
+`<scenario>.call-deadline.json`; for engine code whose adapter says which
+tree it ran (a source folder and a digest of the files loaded),
+`<scenario>+<digest>.<invariant>.json` and so on, so that a changed tree and
+the unchanged release checked into one folder keep their own.
 
 A check itself writes nothing; this is the one place that writes and deletes
 counterexample files, under three rules:
@@ -12,11 +14,12 @@ counterexample files, under three rules:
   leading dot), so nothing is ever written outside the output folder;
 - two scenarios of one run that would write the same names are refused
   before anything is written;
-- after a complete run, the file of an invariant that now holds is removed,
-  but only if it was written for this same scenario (the same scenario
-  file, or the same definition) and the same code (the release and tree
-  its allocator_version and allocator_code record): a file another
-  scenario or other code wrote is never deleted."""
+- after a complete run, the file of an invariant that now holds, and the
+  call-deadline file (every call returned), is removed, but only if it was
+  written for this same scenario (the same scenario file, or the same
+  definition) and the same code (the release and tree its allocator_version
+  and allocator_code record): a file another scenario or other code wrote is
+  never deleted."""
 
 from __future__ import annotations
 
@@ -95,17 +98,31 @@ def coded_name(scenario_name: str, code: Optional[Code]) -> str:
 
 def write_result(result: Result, out_dir: Path, peak: bool = True) -> None:
     """Write the result's counterexamples (and, unless `peak` is False,
-    its peak trace) into `out_dir`, recording each path in its verdict;
-    remove this scenario's files of invariants that a complete run of the
-    same code found to hold."""
+    its peak trace) and its call-deadline trace into `out_dir`, recording
+    each path in its verdict or result; remove this scenario's files of
+    invariants that a complete run of the same code found to hold, and its
+    call-deadline file after a complete run."""
     out_dir = Path(out_dir)
     for verdict in result.verdicts.values():
         path = file_for(out_dir, stem(result), verdict.invariant)
         cx = verdict.counterexample
         if cx is not None:
             verdict.path = str(cx.write(path))
-        elif (verdict.outcome is Outcome.HOLDS and path.is_file()
-              and _written_for(path, result.scenario, result.allocator_code)):
-            path.unlink(missing_ok=True)
-    if peak and isinstance(result, ExplicitResult) and result.peak_trace is not None:
+        elif verdict.outcome is Outcome.HOLDS:
+            _remove_stale(path, result)
+    if not isinstance(result, ExplicitResult):
+        return
+    if peak and result.peak_trace is not None:
         result.peak_path = str(result.peak_trace.write(file_for(out_dir, stem(result), trace.PEAK)))
+    hung = file_for(out_dir, stem(result), trace.CALL_DEADLINE)
+    if result.deadline_trace is not None:
+        result.deadline_path = str(result.deadline_trace.write(hung))
+    elif result.complete:
+        _remove_stale(hung, result)
+
+
+def _remove_stale(path: Path, result: Result) -> None:
+    """Remove a file a complete run found stale, if this scenario and
+    this code wrote it."""
+    if path.is_file() and _written_for(path, result.scenario, result.allocator_code):
+        path.unlink(missing_ok=True)

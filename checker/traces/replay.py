@@ -1,6 +1,8 @@
 """Replay: re-apply a counterexample's actions to the model and confirm that
 the recorded invariant breaks at the recorded step, or say exactly where the
-trace no longer applies."""
+trace no longer applies. A call-deadline trace re-drives the allocator code
+under the recorded deadline: its last state's calls must again not return
+(the same call), or it says that they now do."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.state import State, allocated, state_to_json
 from cowcheck.model.action import Transition
 from cowcheck.model.code import other_code
-from cowcheck.model.harness import system_for
+from cowcheck.model.harness import CallDeadline, system_for
 from cowcheck.model.system import TransitionSystem
+
+from cowcheck.adapters.deadline import Deadline
 
 from cowcheck.engines.invariants import BY_ID, Invariant, Judge
 from cowcheck.engines import counterexample as trace
@@ -77,6 +81,9 @@ def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Op
     harness) and judge the recorded invariant."""
     inv = judging(cx, invariants)
     model = model or _system(cx)
+    if cx.kind == trace.CALL_DEADLINE:     # the code re-driven under the recorded deadline
+        assert cx.deadline is not None
+        model.guard = Deadline(cx.deadline, model.adapter or "")
     out = _replay(cx, inv, model)
     out.other_code = other_code(cx.allocator_code, model.code)
     if out.other_code is not None:     # said first: what follows is about that other code
@@ -89,17 +96,21 @@ def _replay(cx: Counterexample, inv: Optional[Invariant], model: TransitionSyste
     out = Replayed(ok=False, message="", states=[state])
     if state_to_json(state, cx.scenario) != cx.initial:
         out.message = "the initial state differs from the recorded one" + (
-            " (the allocator is not deterministic: start() gave other observations)" if cx.scenario.allocator is not None else "")
+            " (the allocator is not deterministic: start() gave other observations)" if model.adapter is not None else "")
         out.step = 0
         return out
     judge = Judge((inv,)) if inv is not None else Judge(())
     found: Optional[tuple[int, dict]] = None
     for n, (action, recorded) in enumerate(zip(cx.actions, cx.states), 1):
-        successors = model.successors(state)
+        try:
+            successors = model.successors(state)
+        except CallDeadline as late:      # under a call-deadline trace's deadline, before its last state
+            out.step, out.message = n, f"step {n}: {late} (after step {n - 1}); the file records {cx.call} after step {cx.length}"
+            return out
         taken = next((t for t in successors if t.action == action), None)
         if taken is None:
             same_call = next((t for t in successors if t.action[:3] == action[:3]), None)
-            if same_call is not None and cx.scenario.allocator is not None:
+            if same_call is not None and model.adapter is not None:
                 out.step, out.message = n, (f"step {n}: the allocator is not deterministic: the same call gave different "
                                             f"observations (recorded '{action}', now '{same_call.action}')")
                 return out
@@ -123,6 +134,8 @@ def _replay(cx: Counterexample, inv: Optional[Invariant], model: TransitionSyste
         if inv is not None and found is None:
             found = first_violation(model, judge, state, len(cx.actions), model.successors(state), None)
 
+    if cx.kind == trace.CALL_DEADLINE:
+        return _redriven(cx, model, state, out)
     if inv is None:  # a peak trace
         reached = allocated(state)
         out.ok = reached == cx.peak
@@ -137,6 +150,22 @@ def _replay(cx: Counterexample, inv: Optional[Invariant], model: TransitionSyste
     out.ok = out.step == cx.length
     out.message = (f"{cx.invariant} breaks at step {out.step}, as recorded" if out.ok
                    else f"{cx.invariant} breaks at step {out.step}, the file records step {cx.length}")
+    return out
+
+
+def _redriven(cx: Counterexample, model: TransitionSystem, state: State, out: Replayed) -> Replayed:
+    """The calls from a call-deadline trace's last state, under its
+    deadline: it replays when the recorded call again does not return."""
+    out.step = at = len(cx.actions)
+    try:
+        model.successors(state)
+    except CallDeadline as late:
+        out.ok = late.call == cx.call
+        out.message = (f"the call {late.call} again did not return within {late.seconds:g} s after step {at}, as recorded"
+                       if out.ok else f"the call {late.call} did not return within {late.seconds:g} s after step {at}; "
+                       f"the file records {cx.call}")
+        return out
+    out.message = f"the call {cx.call} now returns within {cx.deadline:g} s after step {at}; the file records that it did not"
     return out
 
 

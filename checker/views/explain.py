@@ -100,7 +100,12 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
     s = cx.scenario
     model = system_for(s)
     definition = s.definition()
-    what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})" if cx.invariant else f"reaches its peak of {cx.peak} blocks"
+    if cx.invariant:
+        what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})"
+    elif cx.call is not None:
+        what = f"reaches a call of the allocator that did not return within {cx.deadline:g} s, [bold]{escape(cx.call)}[/],"
+    else:
+        what = f"reaches its peak of {cx.peak} blocks"
     branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))
     kind, name = subject(definition)
     harness = " (through the engine harness: each host call is one action)" if is_harness(definition) else ""
@@ -145,6 +150,9 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
             console.print("   the allocator's traceback (innermost last):")
             for frame in replayed.witness["traceback"]:
                 console.print(f"     {escape(frame)}")
+    elif cx.call is not None:
+        console.print(f"[bold red]after step {cx.length}, {escape(cx.call)} did not return within {cx.deadline:g} s.[/]")
+        console.print(f"   re-driven now: {escape(replayed.message)}")
     else:
         console.print(f"[bold]{escape(replayed.message)}[/]")
 

@@ -26,7 +26,7 @@ import networkx as nx
 
 from cowcheck.model.errors import SpecError
 
-from cowcheck.views.html import stepper_data
+from cowcheck.views.html import stepper_data, trace_label
 from cowcheck.views.words import cache_words, key_text
 
 FORMATS = (".svg", ".png", ".dot")
@@ -360,7 +360,7 @@ def picture(cx: dict, step: int) -> tuple[nx.MultiDiGraph, str, tuple[str, ...]]
     if not 0 <= step <= last:
         raise SpecError("--step", "", f"step {step} is out of range: this trace has steps 0 (the initial state) to {last}")
     frame, violation = data["frames"][step], data["violation"]
-    title = f"{data['scenario']['name']} ({violation.get('invariant') or 'peak'}), step {step} of {last}"
+    title = f"{data['scenario']['name']} ({trace_label(violation)}), step {step} of {last}"
     caption: tuple[str, ...] = (frame["text"], frame["words"])
     if data.get("cache"):
         caption += (f"Prefix cache: {cache_words(frame['state'])}.",)

@@ -21,7 +21,8 @@ from html import escape
 from importlib import resources
 from typing import Optional
 
-from cowcheck.engines.results import Summary
+from cowcheck.engines.counterexample import CALL_DEADLINE
+from cowcheck.engines.results import CALL_DID_NOT_RETURN, Summary
 from cowcheck.views.words import (action_words, against_reference, describe, doing, host_calls, initial_words, is_cache, is_harness,
                                   is_plain, key_text, program_summary, reuse_words, token)
 from cowcheck.engines.invariants import BY_ID
@@ -106,7 +107,12 @@ def _marked(witness: dict, block_size: int) -> dict:
 
 
 def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
-    """The highlighted last step: what broke, or the peak the trace reaches."""
+    """The highlighted last step: what broke, the peak the trace reaches, or
+    the call that did not return from its last state (`tag`: the page's
+    word for it)."""
+    if cx["kind"] == CALL_DEADLINE:
+        return {"step": cx["length"], "call": cx["call"], "tag": "DID NOT RETURN",
+                "title": f"After step {cx['length']}, the call {cx['call']} did not return within {cx['deadline']:g} s."}
     if cx["kind"] != "counterexample":
         return {"step": cx["length"], "peak": cx.get("peak_blocks"),
                 "title": f"This trace reaches the peak of {cx.get('peak_blocks')} allocated blocks at step {cx['length']}."}
@@ -117,6 +123,12 @@ def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
     return {"step": cx["length"], "invariant": inv_id, "kind": kind, "holds_when": holds_when,
             "title": f"{inv_id} ({kind}) breaks at step {cx['length']}.",
             "sentence": describe(witness), "witness": witness, "mark": _marked(witness, B)}
+
+
+def trace_label(violation: dict) -> str:
+    """What a page (or picture) of a trace is of, after the scenario's
+    name: the invariant, the peak, or the call deadline."""
+    return violation.get("invariant") or (CALL_DEADLINE if "call" in violation else "peak")
 
 
 def _against(output: dict) -> str:
@@ -205,14 +217,14 @@ def _stepper_body(data: dict) -> str:
     # a cache scenario's requests each have their own prompt
     prompt, who = ("prefix cache", "requests") if cache else (f"L={s['prompt']}", "branches")
     last = len(data["frames"]) - 1
-    verdict_class = "verdict-bad" if "invariant" in v else "verdict-peak"
+    verdict_class = "verdict-bad" if "invariant" in v or "call" in v else "verdict-peak"
     code = f" · {escape(data['code'])}" if data.get("code") else ""
     return f"""<header>
-<h1>{escape(s['name'])} <span class="sub">{escape(v.get('invariant') or 'peak')}</span></h1>
+<h1>{escape(s['name'])} <span class="sub">{escape(trace_label(v))}</span></h1>
 <p class="meta">{data.get('subject', 'protocol')} <b>{escape(data['protocol']['name'])}</b>{code} · device {escape(s['device'])} · reuse {escape(reuse_words(s['reuse'], bool(data.get('harness'))))}
  · B={s['block_size']} · {prompt} · pool {s['pool']} blocks · {who} {escape(branches)}</p>
 <p class="description">{escape(data['protocol']['description'])}</p>
-<p class="verdict {verdict_class}" id="verdict"><span class="tag">{'VIOLATION' if 'invariant' in v else 'PEAK'}</span>
+<p class="verdict {verdict_class}" id="verdict"><span class="tag">{'VIOLATION' if 'invariant' in v else v.get('tag', 'PEAK')}</span>
  {escape(v['title'])} <button type="button" id="goto-violation">Go to step {v['step']}</button></p>
 </header>
 <nav class="controls" aria-label="Step controls">
@@ -257,7 +269,7 @@ def stepper_html(counterexample_json: dict, decoded: Optional[dict] = None, hold
     hook for the concrete executor: {step: {"branch", "pos", "decoded",
     "expected"}}, shown at that step and next to the expected token."""
     data = stepper_data(counterexample_json, decoded, holds_when)
-    title = f"{data['scenario']['name']}: {data['violation'].get('invariant') or 'peak'} (cowcheck)"
+    title = f"{data['scenario']['name']}: {trace_label(data['violation'])} (cowcheck)"
     return document(title, _stepper_body(data), styles=("base.css", "stepper.css"),
                     scripts=("player.js", "stepper.js"), data=data)
 
@@ -297,6 +309,12 @@ def _measures(summary: dict, links: dict[str, str]) -> str:
 def _scenario_section(summary: dict, links: dict[str, str]) -> str:
     rows = "\n".join(_verdict_row(inv, v, links) for inv, v in summary["verdicts"].items())
     unsafe = '<span class="tag bad">UNSAFE</span> ' if summary["summary"] == Summary.UNSAFE else ""
+    headline = f"<b>{escape(summary['summary'])}</b>"
+    hung = summary.get("call_deadline")
+    if hung is not None and summary["summary"] != Summary.UNSAFE:     # the call, not "safe so far"
+        watch = _link(hung["counterexample"], links, f"watch its {hung['length']} steps")
+        headline = (f"<b>{escape(CALL_DID_NOT_RETURN)}</b>: <code>{escape(hung['call'])}</code> did not return "
+                    f"within {hung['deadline']:g} s {watch}")
     expect = ("" if not summary["expect"] else
               f"<p>expect {escape(', '.join(summary['expect']))}: "
               + ("<b>met</b>" if summary["expect_met"] else
@@ -304,7 +322,7 @@ def _scenario_section(summary: dict, links: dict[str, str]) -> str:
     return f"""<section class="panel scenario" id="{escape(summary['scenario'])}">
 <h2>{escape(summary['scenario'])}</h2>
 <p class="meta">{'allocator' if summary.get('allocator') else 'protocol'} <b>{escape(summary['protocol'])}</b> · device {escape(summary['device'])} · reuse {escape(reuse_words(summary['reuse'], summary.get('allocator') is not None))}</p>
-<p class="summary">{unsafe}<b>{escape(summary['summary'])}</b></p>
+<p class="summary">{unsafe}{headline}</p>
 <div class="table-wrap"><table>
 <thead><tr><th scope="col">invariant</th><th scope="col">verdict</th><th scope="col">shortest</th><th scope="col">counterexample</th></tr></thead>
 <tbody>

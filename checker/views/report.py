@@ -40,7 +40,7 @@ def show(result: Result, console: Console) -> None:
         table.add_row(escape(v.invariant), str(v.kind), f"[{style}]{verdict}[/]", str(v.length or ""),
                       escape(v.path or v.note or ""))
     console.print(table)
-    console.print(f"[{SUMMARY_STYLE[result.summary]}]{escape(result.summary_line)}[/]")
+    console.print(f"[{headline_style(result)}]{escape(result.summary_line)}[/]")
     if not isinstance(result, ExplicitResult):  # z3 engines: no states or measures, their own line
         console.print(f"[dim]{escape(result.engine_line())}[/]")
         _show_expect(result, console)
@@ -55,6 +55,9 @@ def show(result: Result, console: Console) -> None:
         f"[dim]peak blocks[/] {x.peak} / steady {steady}  [dim]copies[/] {copies}{hits}"
         + ("" if x.complete else f"  [bold yellow]partial: {escape(x.stopped or '')}[/]")
     )
+    if result.deadline_trace is not None and result.deadline_path:
+        console.print(f"[yellow]the run to that call[/]: {escape(result.deadline_path)} ({result.deadline_trace.length} "
+                      "actions; explain, html and replay read it)", soft_wrap=True)
     reductions = ", ".join(x.reductions) or "none"
     line = f"[dim]reductions[/] {escape(reductions)}"
     if x.bytes_per_state and x.states >= 10_000:  # below that, page granularity swamps it
@@ -74,6 +77,12 @@ def show(result: Result, console: Console) -> None:
     if hint:
         console.print(f"[yellow]{escape(hint)}[/]")
     _show_expect(result, console)
+
+
+def headline_style(result: Result) -> str:
+    """The colour of a result's headline: its summary's, or a warning's for a
+    call that did not return."""
+    return "bold yellow" if result.hung else SUMMARY_STYLE[result.summary]
 
 
 def span(values: tuple[int, int] | None) -> str:
@@ -107,7 +116,7 @@ def overview(results: list[Result], console: Console) -> None:
             hits = span(x.hits_range) if r.scenario.cache else ""
         subject = r.scenario.protocol.name if r.scenario.allocator is None else allocator_label(r.scenario.allocator)
         row = [escape(r.scenario.name), escape(subject), r.scenario.device,
-               f"[{SUMMARY_STYLE[r.summary]}]{r.summary}[/]", escape(broken), peak, steady, copies]
+               f"[{headline_style(r)}]{escape(r.headline)}[/]", escape(broken), peak, steady, copies]
         table.add_row(*row, *([hits] if any_cache else []))
     console.print(table)
 

@@ -8,6 +8,7 @@
   const last = frames.length - 1;
   const B = data.scenario.block_size;
   const violation = data.violation;
+  const tag = violation.tag || "PEAK";   // a trace without an invariant: its peak, or a call that did not return
   const el = CowPlayer.el;
   const $ = function (id) { return document.getElementById(id); };
   let current = 0;
@@ -297,7 +298,7 @@
   function renderAction(frame) {
     const violating = frame.n === violation.step;
     const head = el("h2", {}, frame.n === 0 ? "Initial state" : "Step " + frame.n + " of " + last);
-    if (violating) head.appendChild(el("span", { class: "tag " + (violation.invariant ? "bad-tag" : "") }, violation.invariant ? "✗ VIOLATION" : "PEAK"));
+    if (violating) head.appendChild(el("span", { class: "tag " + (violation.invariant ? "bad-tag" : "") }, violation.invariant ? "✗ VIOLATION" : tag));
     const panel = $("action");
     panel.className = "panel" + (violating ? (violation.invariant ? " violating" : " peak") : "");
     const parts = [head, el("p", { class: "raw" }, el("code", {}, frame.text)), el("p", { class: "words" }, frame.words)];
@@ -334,7 +335,7 @@
     if (panel.hidden) return;
     if (!violation.invariant) {
       panel.className = "panel peak";
-      panel.replaceChildren(el("h2", {}, el("span", { class: "tag" }, "PEAK"), " " + violation.title));
+      panel.replaceChildren(el("h2", {}, el("span", { class: "tag" }, tag), " " + violation.title));
       return;
     }
     panel.className = "panel violation";
@@ -364,7 +365,7 @@
     if (!list.children.length) {
       frames.slice(1).forEach(function (f) {
         const item = el("li", { "data-step": f.n }, el("button", { type: "button", class: "link" }, f.text),
-          f.n === violation.step ? el("span", { class: "tag" }, violation.invariant ? "violation" : "peak") : null);
+          f.n === violation.step ? el("span", { class: "tag" }, violation.invariant ? "violation" : tag.toLowerCase()) : null);
         item.querySelector("button").addEventListener("click", function () { player.pause(); show(f.n); });
         list.appendChild(item);
       });

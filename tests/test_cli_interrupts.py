@@ -129,6 +129,7 @@ def test_ctrl_c_at_any_moment_of_any_command(tmp_path_factory, which, delay):
             assert any(not r["complete"] for r in results) or len(results) >= 1
 
 
+@pytest.mark.slow
 def test_two_runs_into_one_folder_lose_nothing(tmp_path):
     """One run checks the whole specs folder while another checks one of its
     scenarios, both into the same --out: every file of both ends up whole

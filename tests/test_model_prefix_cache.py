@@ -261,6 +261,7 @@ def test_depth_first_agrees_with_breadth_first_on_cache_scenarios(scenario):
     assert dfs.violated == set(broken(bfs)), scenario
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cache_scenarios(protocols=("prefix-cache",), tight=False))
 def test_prefix_cache_is_safe_and_disciplined_on_random_scenarios(scenario):

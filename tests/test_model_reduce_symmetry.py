@@ -196,7 +196,7 @@ def _explore(scenario, mirror: bool):
     ("cow", [(1, True)] * 4, None, "streams", "fifo"),
     ("cow", [(0, True)] * 5, None, "async", "any"),
     ("premature-decrement", [(1, False)] * 4, 3, "async", "lifo"),
-    ("publish-before-copy", [(1, False)] * 4, None, "stream", "lifo"),
+    pytest.param("publish-before-copy", [(1, False)] * 4, None, "stream", "lifo", marks=pytest.mark.slow),
     ("double-decrement", [(1, False)] * 4, None, "async", "any"),
 ])
 def test_skipping_mirrored_moves_keeps_every_state_verdict_and_measure(protocol, branches, pool, device, reuse):

@@ -29,7 +29,11 @@ def test_every_buggy_builtin_protocol_has_a_failing_scenario():
     assert set(builtin_names()) - correct <= covered
 
 
-@pytest.mark.parametrize("path", BUGGY, ids=[p.stem for p in BUGGY])
+#: the buggy scenarios whose minimality search takes over ten seconds: slow
+HEAVY = ("cache-drafts",)
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in HEAVY else [], id=p.stem) for p in BUGGY])
 def test_violations_found_minimal_and_replayable(path, shipped):
     """From the session's one check of specs/ (conftest.shipped): each
     expected violation's file replays to its length, and no trace one

@@ -206,6 +206,7 @@ def test_pool_follows_the_model_through_the_prefix_cache(walk):
     assert (first.step if first else None) == model_step
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cache_scenarios(protocols=("vllm-v1", "no-evict", "cache-drafts", "free-in-flight", "touch-after-alloc")))
 def test_shortest_wrong_output_through_the_cache_diverges_at_the_same_step(scenario):

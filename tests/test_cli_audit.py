@@ -234,6 +234,31 @@ def test_json_of_allocator_code_gives_no_reuse_order(tmp_path):
     code, protocol = json.loads((tmp_path / "r.json").read_text())
     assert code["allocator"] and code["reuse"] is None
     assert protocol["reuse"] == "lifo"
+    # the counterexample files say the same, at the top and in the scenario
+    for verdict in code["verdicts"].values():
+        if verdict["counterexample"]:
+            written = json.loads(Path(verdict["counterexample"]).read_text())
+            assert written["reuse"] is None and written["scenario"]["reuse"] is None, verdict["counterexample"]
+    for verdict in protocol["verdicts"].values():
+        if verdict["counterexample"]:
+            written = json.loads(Path(verdict["counterexample"]).read_text())
+            assert written["reuse"] == written["scenario"]["reuse"] == "lifo"
+
+
+def test_an_allocator_file_that_says_lifo_still_loads_and_replays(tmp_path):
+    """Files written before said "lifo" for allocator code: they load as
+    they did, and replay and explain as the new ones."""
+    import json
+    import cowcheck
+    new = CX / "engine-code-async.faithful-output.json"
+    data = json.loads(new.read_text())
+    assert data["reuse"] is None and data["scenario"]["reuse"] is None
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**data, "reuse": "lifo", "scenario": {**data["scenario"], "reuse": "lifo"}}))
+    then, now = cowcheck.load_counterexample(old), cowcheck.load_counterexample(new)
+    assert json.loads(json.dumps(then.to_json())) == json.loads(json.dumps(now.to_json())) == data
+    done = cowcheck_command(["replay", old, "--pool", "none"], tmp_path)
+    assert done.returncode == 0 and "replays" in done.stdout, done.stdout + done.stderr
 
 
 # -- 7. check --quiet: the closing lines, and a line per scenario that fails the run ------------

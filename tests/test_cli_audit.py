@@ -261,6 +261,35 @@ def test_an_allocator_file_that_says_lifo_still_loads_and_replays(tmp_path):
     assert done.returncode == 0 and "replays" in done.stdout, done.stdout + done.stderr
 
 
+# -- 14. the sweep's tables in a pipe: a cell's name never breaks ---------------------------------
+
+@pytest.mark.parametrize("columns", [None, "100", "80"])
+def test_the_sweep_tables_never_break_a_cell_name(tmp_path, columns):
+    """In a pipe (140 columns) or a CI log that sets COLUMNS, every cell's
+    name is whole on one line, of the per-cell table and of the
+    per-invariant one; what does not fit is left out and named."""
+    import json
+    import os
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if columns:
+        env["COLUMNS"] = columns
+    done = cowcheck_command(["sweep", ROOT / "specs" / "grids" / "engine-code.toml", "--workers", "0",
+                             "--json", tmp_path / "s.json"], tmp_path, env)
+    assert done.returncode == 1, done.stderr        # the grid's buggy allocators are unsafe
+    width = int(columns or 140)
+    lines = done.stdout.splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), done.stdout
+    assert "…" not in done.stdout.split("per cell")[0]          # the per-invariant table: every cell whole
+    cells = [c["scenario"] for c in json.loads((tmp_path / "s.json").read_text())["cells"]]
+    per_cell = done.stdout[done.stdout.index("per cell"):].splitlines()
+    for name in cells:
+        assert sum(name in line.split() for line in per_cell) == 1, (name, done.stdout)    # whole, once
+    smallest = [line for line in done.stdout.split("per cell")[0].splitlines() if "engine-code~" in line]
+    assert smallest and all(any(word in cells for word in line.split()) for line in smallest), done.stdout
+    if width < 140:
+        assert f"left out to fit {width} columns:" in " ".join(done.stdout.split())
+
+
 # -- 7. check --quiet: the closing lines, and a line per scenario that fails the run ------------
 
 def _wide() -> dict:

@@ -380,3 +380,53 @@ def test_an_exception_without_a_message_leaves_no_double_space(tmp_path):
     assert "raises RuntimeError — allocator-error" in text and "raised RuntimeError at" in text
     assert not [line for line in text.splitlines() if "  " in line.strip()], text
     assert "RuntimeError: " not in text
+
+
+# -- explain, html and replay of an engine's counterexample load the folder it records ---------
+
+VLLM_0_33 = ROOT / "build" / "engines" / "vllm-0.33.0"
+
+
+@pytest.fixture(scope="module")
+def vllm_trace(tmp_path_factory) -> Path:
+    """A trace of vLLM 0.33.0's own code, checked from build/engines."""
+    import os
+    if not (VLLM_0_33 / ".complete").is_file():
+        pytest.skip("vLLM 0.33.0's sources are not in build/engines")
+    folder = tmp_path_factory.mktemp("vllm")
+    done = cowcheck_command(["check", SCENARIOS / "prefix-code-tight-pool.toml", "--allocator", "cowcheck.adapters.vllm_v1:make",
+                             "--out", folder / "cx"], folder, {**os.environ, "COWCHECK_VLLM_SOURCE": str(VLLM_0_33)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    return next((folder / "cx").glob("*.json"))
+
+
+def _unset() -> dict:
+    import os
+    return {k: v for k, v in os.environ.items() if k != "COWCHECK_VLLM_SOURCE"}
+
+
+@pytest.mark.parametrize("command", [["explain"], ["replay", "--pool", "none"], ["html", "-o", "page.html"]])
+def test_an_engine_trace_is_replayed_on_the_folder_it_records(tmp_path, vllm_trace, command):
+    done = cowcheck_command([command[0], vllm_trace, *command[1:]], tmp_path, _unset())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [f"COWCHECK_VLLM_SOURCE is unset: vLLM 0.33.0 is loaded from the folder the file "
+                                        f"records, {VLLM_0_33.resolve()}"], done.stderr
+    assert "other code" not in done.stdout
+
+
+def test_an_engine_trace_whose_folder_is_gone_names_it_and_the_variable(tmp_path, vllm_trace):
+    import json
+    data = json.loads(vllm_trace.read_text())
+    gone = tmp_path / "moved" / "vllm-0.33.0"
+    data["allocator_code"]["source"] = str(gone)
+    moved = tmp_path / vllm_trace.name
+    moved.write_text(json.dumps(data))
+    for command in (["explain"], ["replay", "--pool", "none"], ["html", "-o", "page.html"]):
+        done = cowcheck_command([command[0], moved, *command[1:]], tmp_path, _unset())
+        assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+        assert len(done.stderr.splitlines()) == 1 and str(gone) in done.stderr, done.stderr
+        assert "set COWCHECK_VLLM_SOURCE to a folder of vLLM 0.33.0's Python sources" in done.stderr
+    # the variable still wins: set, the file's folder is not needed
+    done = cowcheck_command(["replay", moved, "--pool", "none"], tmp_path,
+                            {**_unset(), "COWCHECK_VLLM_SOURCE": str(VLLM_0_33)})
+    assert done.returncode == 0 and done.stderr == "", done.stdout + done.stderr

@@ -234,6 +234,60 @@ def test_json_of_allocator_code_gives_no_reuse_order(tmp_path):
     code, protocol = json.loads((tmp_path / "r.json").read_text())
     assert code["allocator"] and code["reuse"] is None
     assert protocol["reuse"] == "lifo"
+    # the counterexample files say the same, at the top and in the scenario
+    for verdict in code["verdicts"].values():
+        if verdict["counterexample"]:
+            written = json.loads(Path(verdict["counterexample"]).read_text())
+            assert written["reuse"] is None and written["scenario"]["reuse"] is None, verdict["counterexample"]
+    for verdict in protocol["verdicts"].values():
+        if verdict["counterexample"]:
+            written = json.loads(Path(verdict["counterexample"]).read_text())
+            assert written["reuse"] == written["scenario"]["reuse"] == "lifo"
+
+
+def test_an_allocator_file_that_says_lifo_still_loads_and_replays(tmp_path):
+    """Files written before said "lifo" for allocator code: they load as
+    they did, and replay and explain as the new ones."""
+    import json
+    import cowcheck
+    new = CX / "engine-code-async.faithful-output.json"
+    data = json.loads(new.read_text())
+    assert data["reuse"] is None and data["scenario"]["reuse"] is None
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**data, "reuse": "lifo", "scenario": {**data["scenario"], "reuse": "lifo"}}))
+    then, now = cowcheck.load_counterexample(old), cowcheck.load_counterexample(new)
+    assert json.loads(json.dumps(then.to_json())) == json.loads(json.dumps(now.to_json())) == data
+    done = cowcheck_command(["replay", old, "--pool", "none"], tmp_path)
+    assert done.returncode == 0 and "replays" in done.stdout, done.stdout + done.stderr
+
+
+# -- 14. the sweep's tables in a pipe: a cell's name never breaks ---------------------------------
+
+@pytest.mark.parametrize("columns", [None, "100", "80"])
+def test_the_sweep_tables_never_break_a_cell_name(tmp_path, columns):
+    """In a pipe (140 columns) or a CI log that sets COLUMNS, every cell's
+    name is whole on one line, of the per-cell table and of the
+    per-invariant one; what does not fit is left out and named."""
+    import json
+    import os
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if columns:
+        env["COLUMNS"] = columns
+    done = cowcheck_command(["sweep", ROOT / "specs" / "grids" / "engine-code.toml", "--workers", "0",
+                             "--json", tmp_path / "s.json"], tmp_path, env)
+    assert done.returncode == 1, done.stderr        # the grid's buggy allocators are unsafe
+    width = int(columns or 140)
+    lines = done.stdout.splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), done.stdout
+    assert "…" not in done.stdout.split("per cell")[0]          # the per-invariant table: every cell whole
+    cells = [c["scenario"] for c in json.loads((tmp_path / "s.json").read_text())["cells"]]
+    per_cell = done.stdout[done.stdout.index("per cell"):].splitlines()
+    for name in cells:
+        assert sum(name in line.split() for line in per_cell) == 1, (name, done.stdout)    # whole, once
+    smallest = [line for line in done.stdout.split("per cell")[0].splitlines() if "engine-code~" in line]
+    assert smallest and all(any(word in cells for word in line.split()) for line in smallest), done.stdout
+    if width < 140:
+        assert f"left out to fit {width} columns:" in " ".join(done.stdout.split())
 
 
 # -- 7. check --quiet: the closing lines, and a line per scenario that fails the run ------------
@@ -326,3 +380,53 @@ def test_an_exception_without_a_message_leaves_no_double_space(tmp_path):
     assert "raises RuntimeError — allocator-error" in text and "raised RuntimeError at" in text
     assert not [line for line in text.splitlines() if "  " in line.strip()], text
     assert "RuntimeError: " not in text
+
+
+# -- explain, html and replay of an engine's counterexample load the folder it records ---------
+
+VLLM_0_33 = ROOT / "build" / "engines" / "vllm-0.33.0"
+
+
+@pytest.fixture(scope="module")
+def vllm_trace(tmp_path_factory) -> Path:
+    """A trace of vLLM 0.33.0's own code, checked from build/engines."""
+    import os
+    if not (VLLM_0_33 / ".complete").is_file():
+        pytest.skip("vLLM 0.33.0's sources are not in build/engines")
+    folder = tmp_path_factory.mktemp("vllm")
+    done = cowcheck_command(["check", SCENARIOS / "prefix-code-tight-pool.toml", "--allocator", "cowcheck.adapters.vllm_v1:make",
+                             "--out", folder / "cx"], folder, {**os.environ, "COWCHECK_VLLM_SOURCE": str(VLLM_0_33)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    return next((folder / "cx").glob("*.json"))
+
+
+def _unset() -> dict:
+    import os
+    return {k: v for k, v in os.environ.items() if k != "COWCHECK_VLLM_SOURCE"}
+
+
+@pytest.mark.parametrize("command", [["explain"], ["replay", "--pool", "none"], ["html", "-o", "page.html"]])
+def test_an_engine_trace_is_replayed_on_the_folder_it_records(tmp_path, vllm_trace, command):
+    done = cowcheck_command([command[0], vllm_trace, *command[1:]], tmp_path, _unset())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [f"COWCHECK_VLLM_SOURCE is unset: vLLM 0.33.0 is loaded from the folder the file "
+                                        f"records, {VLLM_0_33.resolve()}"], done.stderr
+    assert "other code" not in done.stdout
+
+
+def test_an_engine_trace_whose_folder_is_gone_names_it_and_the_variable(tmp_path, vllm_trace):
+    import json
+    data = json.loads(vllm_trace.read_text())
+    gone = tmp_path / "moved" / "vllm-0.33.0"
+    data["allocator_code"]["source"] = str(gone)
+    moved = tmp_path / vllm_trace.name
+    moved.write_text(json.dumps(data))
+    for command in (["explain"], ["replay", "--pool", "none"], ["html", "-o", "page.html"]):
+        done = cowcheck_command([command[0], moved, *command[1:]], tmp_path, _unset())
+        assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+        assert len(done.stderr.splitlines()) == 1 and str(gone) in done.stderr, done.stderr
+        assert "set COWCHECK_VLLM_SOURCE to a folder of vLLM 0.33.0's Python sources" in done.stderr
+    # the variable still wins: set, the file's folder is not needed
+    done = cowcheck_command(["replay", moved, "--pool", "none"], tmp_path,
+                            {**_unset(), "COWCHECK_VLLM_SOURCE": str(VLLM_0_33)})
+    assert done.returncode == 0 and done.stderr == "", done.stdout + done.stderr

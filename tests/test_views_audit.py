@@ -93,6 +93,36 @@ def test_the_closing_table_breaks_no_word(results, width):
                 assert word in whole or word.endswith("…") and any(w.startswith(word[:-1]) for w in whole), (word, text)
 
 
+#: the closing table's columns, in its order
+COLUMNS = ("scenario", "protocol / allocator", "device", "verdict", "broken (shortest)", "peak", "steady", "copies", "hits")
+
+
+@pytest.mark.parametrize("width", [140, 100, 80, 60])
+def test_a_narrow_closing_table_shows_every_cell_whole_and_names_the_columns_it_leaves_out(results, width):
+    """Not every column cut to `un…`: the lesser columns are left out, and a
+    line under the table names them."""
+    text = printed(width, lambda console: overview(results, console))
+    lines = text.splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), text
+    assert "…" not in text, text
+    whole = set(printed(400, lambda console: overview(results, console)).split())
+    rule = next(i for i, line in enumerate(lines) if "━" in line)
+    table = [line for line in lines[1:] if "│" in line or "┃" in line]
+    for line in table:
+        for word in line.replace("┃", " ").replace("│", " ").split():
+            assert word in whole, (word, text)
+    header = " ".join(" ".join(line.replace("┃", " ").split()) for line in lines[1:rule])
+    shown = [col for col in COLUMNS if " ".join(col.split()) in header or col == "protocol / allocator" and "allocator" in header]
+    assert "scenario" in shown and "verdict" in shown, text       # the name and the verdict, always
+    after = " ".join(" ".join(lines[rule + 1:]).split())
+    left_out = [col for col in COLUMNS if col not in shown]
+    if left_out:
+        assert f"left out to fit {width} columns: {', '.join(left_out)} (each scenario's section above has them)" in after, text
+    assert "left out" not in printed(400, lambda console: overview(results, console))
+    if width >= 80:
+        assert "broken (shortest)" in shown, text
+
+
 def test_the_chosen_line_is_one_line(results):
     text = printed(60, lambda console: show(results[0], console))
     assert f"chosen {results[0].choice}" in text.splitlines()

@@ -83,7 +83,6 @@ others' view of the same engine objects."""
 
 from __future__ import annotations
 
-import os
 import sys
 import types
 from array import array
@@ -95,6 +94,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 import numpy as np
 
 from cowcheck.adapters import OutOfBlocks
+from cowcheck.adapters.recorded import folder
 from cowcheck.adapters.sources import Fill, SourceError, digest, dumps, unload, extract, load, release, restore
 from cowcheck.model.errors import SpecError
 
@@ -346,7 +346,10 @@ def engine(source: Optional[str]) -> dict[str, types.ModuleType]:
 
 
 def source() -> Optional[str]:
-    return os.environ.get(ENV) or None
+    """The folder the adapter loads SGLang from: $COWCHECK_SGLANG_SOURCE
+    (or, while a counterexample is replayed, the folder it records), or
+    None for the installed SGLang."""
+    return folder(ENV)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

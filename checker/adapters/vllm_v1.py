@@ -51,7 +51,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-import os
 import re
 import sys
 import types
@@ -61,6 +60,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cowcheck.adapters import OutOfBlocks
+from cowcheck.adapters.recorded import folder
 from cowcheck.adapters.sources import (Fill, SourceError, digest, dumps, unload, environment, extract, imports, load, release,
                                        restore)
 from cowcheck.model.errors import SpecError
@@ -330,9 +330,10 @@ def engine(source: Optional[str]) -> _Engine:
 
 
 def source() -> Optional[str]:
-    """The folder the adapter loads vLLM from: $COWCHECK_VLLM_SOURCE, or
-    None for the installed vLLM."""
-    return os.environ.get(ENV) or None
+    """The folder the adapter loads vLLM from: $COWCHECK_VLLM_SOURCE (or,
+    while a counterexample is replayed, the folder it records), or None
+    for the installed vLLM."""
+    return folder(ENV)
 
 
 # -- V1's calls, as each release spells them -------------------------------------

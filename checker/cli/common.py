@@ -13,10 +13,13 @@ from typing import Any, Optional
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from cowcheck import atomic
+from cowcheck.engines.counterexample import Counterexample
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import is_protocol_data, read_toml
+from cowcheck.traces.replay import engine_folder
 
 # A terminal's own width; in a file or a pipe, $COLUMNS where a CI job sets
 # it (rich reads it), else wide enough for the verdict table.
@@ -30,6 +33,15 @@ def fail(error: SpecError) -> None:
     """Bad input: one line, exit status 2, never a traceback."""
     click.echo(f"cowcheck: error: {error}", err=True)
     sys.exit(2)
+
+
+
+def say_engine_folder(cx: Counterexample) -> None:
+    """One line on stderr where the commands that replay a counterexample
+    load its engine from the folder the file records (its variable unset)."""
+    found = engine_folder(cx)
+    if found is not None and found.there:
+        err_console.print(escape(found.note()), soft_wrap=True, highlight=False)
 
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cowcheck import atomic
-from cowcheck.cli.common import fail, writable_file
+from cowcheck.cli.common import fail, say_engine_folder, writable_file
 from cowcheck.model.errors import SpecError
 from cowcheck.views.graph import FORMATS, render
 from cowcheck.views.html import stepper_html
@@ -30,6 +30,7 @@ def html(file, output, pool) -> None:
         cx, data = load_for_page(Path(file))
     except SpecError as error:
         fail(error)
+    say_engine_folder(cx)
     atomic.write_text(out, stepper_html(data, None if pool == "none" else decoded_on_pool(cx)))
     click.echo(f"wrote {out} ({cx.length} steps)")
 
@@ -49,6 +50,7 @@ def graph(file, step, output) -> None:
         out = render(data, cx.length if step is None else step, Path(output))
     except SpecError as error:
         fail(error)
+    say_engine_folder(cx)
     click.echo(f"wrote {out}")
 
 

@@ -12,13 +12,14 @@ import click
 from rich.console import Console
 from rich.markup import escape as markup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from cowcheck import api, interrupts
 from cowcheck.cli.common import console, emit_json, err_console, fail, writable_file, writable_folder
 from cowcheck.engines.invariants import BY_ID
 from cowcheck.model.errors import SpecError
 from cowcheck.sweeps.page import write_sweep_pages
+from cowcheck.views import fit
+from cowcheck.views.fit import Column
 from cowcheck.sweeps.shrink import DEFAULT_BUDGET, DEFAULT_MAX_CANDIDATES, Shrunk, write_shrunk
 from cowcheck.sweeps.cells import FAILED, INVALID, PARTIAL, Cell, size_key
 from cowcheck.sweeps.grid import check_size, expand, grid_files, load_grid
@@ -92,21 +93,27 @@ def _close(runner: Runner) -> bool:
 
 #: above this many cells the per-cell table is left out unless asked for (--per-cell)
 PER_CELL_MAX = 200
+#: the summary's tables: their columns, and the columns by worth (the last left out first where the console is narrow)
+PER_INVARIANT = (Column("invariant", name=True), Column("kind"), Column("cells", "right"), Column("smallest cell", name=True),
+                 Column("shortest there", "right"))
+PER_INVARIANT_WORTH = ("invariant", "smallest cell", "shortest there", "cells", "kind")
+PER_CELL = (Column("#", "right"), Column("cell", name=True), Column("verdict"),
+            Column("broken (shortest)", shortens_below=20), Column("states", "right"), Column("s", "right"))
+PER_CELL_WORTH = ("cell", "verdict", "broken (shortest)", "#", "states", "s")
+#: where the columns a narrow console leaves out are kept
+KEPT = "--json and --html keep them"
 
 
 def show_summary(result: Sweep, out: Console, per_cell: Optional[bool] = None) -> None:
     """The per-invariant table, the per-cell table and the counts. The
     per-cell table is left out, with a line that says so, when `per_cell`
     is False (--summary) or, by default, above PER_CELL_MAX cells."""
-    table = Table(title="per invariant: cells that break it, and the smallest of them", title_justify="left",
-                  show_edge=False, pad_edge=False)
-    for col in ("invariant", "kind", "cells", "smallest cell", "shortest there"):
-        table.add_column(col, justify="right" if col in ("cells", "shortest there") else "left")
     per = result.by_invariant()
-    for inv, (count, cell) in per.items():
-        table.add_row(inv, str(BY_ID[inv].kind), str(count), markup(cell.name), str(cell.broken()[inv]))
     if per:
-        out.print(table)
+        rows = [[inv, str(BY_ID[inv].kind), str(count), markup(cell.name), str(cell.broken()[inv])]
+                for inv, (count, cell) in per.items()]
+        fit.show(out, "per invariant: cells that break it, and the smallest of them", PER_INVARIANT, rows, PER_INVARIANT_WORTH,
+                 KEPT)
     else:
         out.print("no invariant breaks in any cell")
     if per_cell is None:
@@ -131,19 +138,16 @@ def show_summary(result: Sweep, out: Console, per_cell: Optional[bool] = None) -
 
 
 def _per_cell(result: Sweep, out: Console) -> None:
-    cells = Table(title="per cell", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("#", "cell", "verdict", "broken (shortest)", "states", "s"):
-        cells.add_column(col, justify="right" if col in ("#", "states", "s") else "left", overflow="fold")
+    rows = []
     for c in result.cells:
         d = c.data or {}
         broken = ", ".join(f"{k} ({v})" for k, v in c.broken().items())
         detail = broken or (d.get("error") or (f"stopped: {d.get('stopped')}" if d.get("stopped") else ""))
         states = f"{d['states']:,}" if "states" in d else ""
-        cells.add_row(str(c.index), markup(c.name), f"[{VERDICT_STYLE[c.verdict]}]{c.verdict}[/]"
-                      + (" [dim](resumed)[/]" if c.resumed else ""), markup(detail), states,
-                      f"{d['seconds']:.2f}" if "seconds" in d else "")
-    out.print(cells)
-
+        rows.append([str(c.index), markup(c.name), f"[{VERDICT_STYLE[c.verdict]}]{c.verdict}[/]"
+                     + (" [dim](resumed)[/]" if c.resumed else ""), markup(detail), states,
+                     f"{d['seconds']:.2f}" if "seconds" in d else ""])
+    fit.show(out, "per cell", PER_CELL, rows, PER_CELL_WORTH, KEPT)
 
 
 @click.command()

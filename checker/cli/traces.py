@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 
 from cowcheck import api
-from cowcheck.cli.common import console, fail
+from cowcheck.cli.common import console, fail, say_engine_folder
 from cowcheck.engines.results import FORMAT
 from cowcheck.model.errors import SpecError
 from cowcheck.traces.replay import judging
@@ -31,6 +31,7 @@ def replay(file, scenario_path, pool, as_json) -> None:
     the file, 1 when not (saying where)."""
     try:
         cx = api.load_counterexample(file, scenario_path)
+        say_engine_folder(cx)
         replayed = api.replay(cx, pool=pool)
     except SpecError as error:
         fail(error)
@@ -56,6 +57,7 @@ def explain(file) -> None:
     """Narrate a counterexample step by step."""
     try:
         cx = api.load_counterexample(file)
+        say_engine_folder(cx)
         inv = judging(cx)
         result = api.replay(cx, pool="none").model
     except SpecError as error:

@@ -70,8 +70,8 @@ def _written_for(path: Path, scenario: Scenario, code: Optional[Code]) -> bool:
         return False        # found in other code (another tree of the engine, another release)
     if isinstance(source, str) and Path(source).resolve() == Path(scenario.source).resolve():
         return True
-    mine = scenario.definition()
-    return isinstance(recorded, dict) and {k: v for k, v in recorded.items() if k not in ("name", "source")} == \
+    mine = trace.as_recorded(scenario.definition())
+    return isinstance(recorded, dict) and {k: v for k, v in trace.as_recorded(recorded).items() if k not in ("name", "source")} == \
         {k: v for k, v in mine.items() if k not in ("name", "source")}
 
 

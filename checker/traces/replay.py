@@ -17,6 +17,7 @@ from cowcheck.model.harness import CallDeadline, system_for
 from cowcheck.model.system import TransitionSystem
 
 from cowcheck.adapters.deadline import Deadline
+from cowcheck.adapters.recorded import Recorded, loading, recorded
 
 from cowcheck.engines.invariants import BY_ID, Invariant, Judge
 from cowcheck.engines import counterexample as trace
@@ -33,6 +34,8 @@ class Replayed:
     transitions: list[Transition] = field(default_factory=list)
     #: allocator code: why the code replayed on is not the code that found the trace, or None
     other_code: Optional[str] = None
+    #: the system it was replayed on (explain narrates the states with it)
+    system: Optional[TransitionSystem] = field(default=None, repr=False, compare=False)
 
 
 def first_violation(model: TransitionSystem, judge: Judge, before: State, depth: int, successors: list[Transition],
@@ -63,12 +66,23 @@ def judging(cx: Counterexample, invariants: tuple[Invariant, ...] = ()) -> Optio
                     f"definition (cowcheck.replay(cx, invariants=...)); built-in: {', '.join(BY_ID)}")
 
 
+def engine_folder(cx: Counterexample) -> Optional[Recorded]:
+    """The folder of the engine's sources a counterexample records, where
+    the adapter's variable is unset: the engine is loaded from it, where it
+    is there, for the replay (adapters/recorded.py)."""
+    return recorded(cx.scenario.allocator, cx.allocator_code)
+
+
 def _system(cx: Counterexample) -> TransitionSystem:
     """The system a counterexample replays on; allocator code that can no
-    longer be loaded (moved, deleted) is one line saying so."""
+    longer be loaded (moved, deleted) is one line saying so, and so is an
+    engine whose recorded folder is gone (with the variable to set)."""
     try:
         return system_for(cx.scenario)
     except SpecError as err:
+        found = engine_folder(cx)
+        if err.key == "factory" and found is not None and not found.there:
+            raise SpecError(cx.loaded_from or cx.scenario.name, "allocator_code.source", found.gone()) from None
         if err.key != "allocator":
             raise
         raise SpecError(cx.loaded_from or cx.scenario.name, "allocator", "the allocator code this counterexample was "
@@ -80,11 +94,12 @@ def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Op
     the scenario's protocol model, or its allocator code through the
     harness) and judge the recorded invariant."""
     inv = judging(cx, invariants)
-    model = model or _system(cx)
-    if cx.kind == trace.CALL_DEADLINE:     # the code re-driven under the recorded deadline
-        assert cx.deadline is not None
-        model.guard = Deadline(cx.deadline, model.adapter or "")
-    out = _replay(cx, inv, model)
+    with loading(engine_folder(cx)):     # the engine from the folder the file records, where no variable names one
+        model = model or _system(cx)
+        if cx.kind == trace.CALL_DEADLINE:     # the code re-driven under the recorded deadline
+            assert cx.deadline is not None
+            model.guard = Deadline(cx.deadline, model.adapter or "")
+        out = _replay(cx, inv, model)
     out.other_code = other_code(cx.allocator_code, model.code)
     if out.other_code is not None:     # said first: what follows is about that other code
         out.message = f"{out.other_code}; {out.message}"
@@ -93,7 +108,7 @@ def replay(cx: Counterexample, invariants: tuple[Invariant, ...] = (), model: Op
 
 def _replay(cx: Counterexample, inv: Optional[Invariant], model: TransitionSystem) -> Replayed:
     state = model.init_state()
-    out = Replayed(ok=False, message="", states=[state])
+    out = Replayed(ok=False, message="", states=[state], system=model)
     if state_to_json(state, cx.scenario) != cx.initial:
         out.message = "the initial state differs from the recorded one" + (
             " (the allocator is not deterministic: start() gave other observations)" if model.adapter is not None else "")

@@ -22,7 +22,6 @@ from rich.markup import escape
 from cowcheck.engines.counterexample import Counterexample
 from cowcheck.engines.invariants import Invariant
 from cowcheck.model.block import Freed
-from cowcheck.model.harness import system_for
 from cowcheck.model.state import Block, Copy, State, state_to_json
 from cowcheck.model.system import TransitionSystem
 from cowcheck.traces.replay import Replayed, judging, replay
@@ -98,7 +97,8 @@ def _state_lines(model: TransitionSystem, scenario: dict, before: State | None, 
 def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when: Optional[str] = None) -> None:
     """Narrate a replayed trace; `holds_when` is the invariant's rule in words."""
     s = cx.scenario
-    model = system_for(s)
+    model = replayed.system     # the engine the replay loaded (perhaps from the folder the file records)
+    assert model is not None, "a replay records its system"
     definition = s.definition()
     if cx.invariant:
         what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})"

@@ -12,6 +12,8 @@ from cowcheck.traces.pool import PoolReplay
 from cowcheck.engines.invariants import Kind
 from cowcheck.engines.results import ExplicitResult, Outcome, Result, Summary
 from cowcheck.engines.stop import Stop, StopKind
+from cowcheck.views import fit
+from cowcheck.views.fit import Column
 from cowcheck.views.words import against_reference, reuse_words, token
 
 VERDICT_STYLE = {Outcome.HOLDS: ("holds", "green"), Outcome.NOT_SEEN: ("not seen (partial)", "dim"),
@@ -90,21 +92,28 @@ def span(values: tuple[int, int] | None) -> str:
     return f"{values[0]}-{values[1]}" if values else "n/a"
 
 
+#: the closing table's columns, in its order: a measure is right-justified
+OVERVIEW = (Column("scenario", name=True), Column("protocol / allocator"), Column("device"), Column("verdict"),
+            Column("broken (shortest)"), Column("peak", "right"), Column("steady", "right"), Column("copies", "right"),
+            Column("hits", "right"))
+#: its columns by worth, the first left out last, when the console is too narrow for them all
+OVERVIEW_WORTH = ("scenario", "verdict", "broken (shortest)", "protocol / allocator", "device", "peak", "steady", "copies", "hits")
+
+
 def overview(results: list[Result], console: Console) -> None:
     """One row per scenario checked, so runs of one shape under several
     protocols read side by side: a rollback that never trims is safe, and
     only its peak or steady count beside cow's shows what it costs.
 
-    No name breaks mid-word, however narrow the console: a scenario's name
-    keeps its width while the other columns wrap at word boundaries, and a
-    cell narrower than a word shortens it with an ellipsis (the scenario's
-    own section above gives everything whole). Allocator code is named by
-    its short label (module and factory)."""
-    table = Table(title="scenarios", title_justify="left", show_edge=False, pad_edge=False)
-    measures = ("peak", "steady", "copies", "hits")
+    Every shown cell is whole, however narrow the console (views/fit.py): a
+    scenario's name never breaks, the other columns wrap at word
+    boundaries, and below the width the whole table needs the lesser
+    columns are left out, named in a line under it (the scenario's own
+    section above gives everything). Allocator code is named by its short
+    label (module and factory)."""
     any_cache = any(r.scenario.cache for r in results)
-    for col in ("scenario", "protocol / allocator", "device", "verdict", "broken (shortest)") + measures[:4 if any_cache else 3]:
-        table.add_column(col, justify="right" if col in measures else "left", no_wrap=col == "scenario")
+    columns = OVERVIEW if any_cache else OVERVIEW[:-1]
+    rows = []
     for r in results:
         broken = ", ".join(f"{v.invariant} ({v.length})" for v in r.verdicts.values() if v.outcome is Outcome.VIOLATED)
         peak = steady = copies = hits = ""
@@ -117,8 +126,8 @@ def overview(results: list[Result], console: Console) -> None:
         subject = r.scenario.protocol.name if r.scenario.allocator is None else allocator_label(r.scenario.allocator)
         row = [escape(r.scenario.name), escape(subject), r.scenario.device,
                f"[{headline_style(r)}]{escape(r.headline)}[/]", escape(broken), peak, steady, copies]
-        table.add_row(*row, *([hits] if any_cache else []))
-    console.print(table)
+        rows.append(row + [hits] if any_cache else row)
+    fit.show(console, "scenarios", columns, rows, OVERVIEW_WORTH, "each scenario's section above has them")
 
 
 #: the stops that less stored per state, or fewer states, would push further

@@ -170,11 +170,11 @@ def host_calls(scenario: dict) -> tuple[str, ...]:
     return tuple(call for call in required if call not in ("start", "table"))
 
 
-def reuse_words(reuse: str, harness: bool) -> str:
+def reuse_words(reuse: Optional[str], harness: bool) -> str:
     """The free-list order as a header gives it: allocator code takes its
     free blocks in its own order, so `reuse` (which only a protocol file's
     model follows) is not shown for it."""
-    return "the allocator's" if harness else reuse
+    return "the allocator's" if harness or reuse is None else reuse
 
 
 def subject(scenario: dict) -> tuple[str, str]:

@@ -293,6 +293,8 @@ class ExplicitResult(Result):
             "peak_trace": self.peak_path,
             "copies": list(x.cost_range) if x.cost_range else None,
             "hits": list(x.hits_range) if x.hits_range else None,
+            "host_peak": x.host_peak,
+            "transfers": list(x.transfers_range) if x.transfers_range else None,
             "steady_blocks": x.steady,
             "reductions": list(x.reductions),
             "partial_order": self.partial_order,

@@ -251,7 +251,7 @@ class _Context:
                     launched[op.branch] = launched.get(op.branch, ()) + (q,)
             self._launched = launched
         place = self._place.__getitem__
-        _, _, _, _, _, _, tail, new, working, published, _, _, _, _, hits = self.state.branches[i]
+        _, _, _, _, _, _, tail, new, working, published, _, _, _, _, hits, _, _ = self.state.branches[i]
         return (self._launched.get(i, ()), tuple(map(place, working)), tuple(map(place, published)),
                 () if tail is None else place(tail), () if new is None else place(new),
                 tuple(sorted(map(place, self.holding(i)))), tuple(map(place, hits)))

@@ -87,7 +87,7 @@ class Relabelling:
         new_branches = []
         for new_index, old in enumerate(order):
             br = branches[old]
-            status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected, verified, hits = br
+            status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected, verified, hits, host_hits, loads = br
             # its sequence holds tokens to rename only if it moved and has written
             rename_seq = tokens is not None and new_index != old and writes != 0
             if same_ids:
@@ -107,13 +107,13 @@ class Relabelling:
                 if renamed_seq != seq:
                     seq = renamed_seq
                     new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
-                                                      new_working, new_published, writes, seq, rejected, verified, new_hits)))
+                                                      new_working, new_published, writes, seq, rejected, verified, new_hits, host_hits, loads)))
                     continue
             if new_working == working and new_published == published and new_tail == tail and new_new == new and new_hits == hits:
                 new_branches.append(br)
                 continue
             new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
-                                              new_working, new_published, writes, seq, rejected, verified, new_hits)))
+                                              new_working, new_published, writes, seq, rejected, verified, new_hits, host_hits, loads)))
         queue: list[InFlight] = []
         for inflight in state.queue:
             if type(inflight) is Copy:
@@ -131,7 +131,7 @@ class Relabelling:
             if self.sort_free:
                 free = tuple(sorted(free))
             new_blocks_tuple = tuple(new_blocks)
-        return _new(State, (new_blocks_tuple, free, tuple(new_branches), tuple(queue), state.code))
+        return _new(State, (new_blocks_tuple, free, tuple(new_branches), tuple(queue), state.code, state.tier))
 
     _range_cache: dict[int, list[int]] = {}
 

@@ -104,7 +104,7 @@ def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ..
     is in its table, the shapes (refcount, holds, filled slots, keyed) of
     the blocks it maps, and how many hits it holds (an admission's); with
     the ids and objects of the blocks read."""
-    status, pos, done, op, path, step, tail, new, working, published, _, _, _, _, hits = br
+    status, pos, done, op, path, step, tail, new, working, published, _, _, _, _, hits, _, _ = br
     reads = working + published if new is None else working + published + (new,)
     held = tuple(map(blocks.__getitem__, reads))
     shapes = list(map(_shape, held))

@@ -23,6 +23,9 @@ SCENARIO_KEYS = ("protocol", "allocator", "block_size", "prompt", "pool", "devic
                  "call_deadline", "host_pool", "transfer", "faults", "lease")
 #: the keys of transfers (docs/semantics.md#transfers): cache scenarios only
 TRANSFER_KEYS = ("host_pool", "transfer", "faults", "lease")
+#: why allocator code cannot run a transfer scenario (one line, exit 2)
+HARNESS_NO_TRANSFERS = ("the engine harness runs allocator code, which has no host tier, transfers or connector: "
+                        "a transfer scenario (host_pool, source, sink) is checked with a protocol file")
 #: the transfer kinds that may fail
 FAULTS = ("store", "load", "recv", "send")
 
@@ -266,6 +269,8 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
             raise SpecError(source, "allocator", f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the scenario's folder), got {allocator!r}")
     cache = choice(data, "cache", CACHES, "none", source) == "prefix"
     host_pool, transfer, faults, lease, moving = _transfer_keys(data, cache, source)
+    if allocator is not None and moving:
+        raise SpecError(source, "allocator", HARNESS_NO_TRANSFERS)
     proto = data.get("protocol", "kv-connector" if moving else "prefix-cache" if cache else "cow")
     protocol = inline_protocol(proto, source + " (protocol)") if isinstance(proto, dict) else resolve_protocol(proto, base, source)
     protocol = for_scenario(protocol, cache, source, moving)

@@ -163,7 +163,7 @@ from typing import Optional
 
 
 from cowcheck.model.protocol import Step
-from cowcheck.model.stepkinds import LAUNCHES, LOCAL_STEPS, NEVER_BLOCKS, WAITS
+from cowcheck.model.stepkinds import LAUNCHES, LOCAL_STEPS, NEVER_BLOCKS, TRANSFER_STEPS, WAITS
 from cowcheck.model.state import Branch, Copy, InFlight, Kernel, State, Status, published_uses
 from cowcheck.model.structure import Op
 from cowcheck.model.action import Transition, completion
@@ -224,6 +224,8 @@ class Ample:
         """Whether branch i's next step meets its condition in the module
         docstring."""
         op = step.op
+        if op in TRANSFER_STEPS:    # never explored alone (a transfer scenario has no reduction at all)
+            return False
         if op == "wait-kernel":
             return True
         if op == "publish":

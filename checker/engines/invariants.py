@@ -481,17 +481,18 @@ def for_system(invariants: tuple[Invariant, ...], system: TransitionSystem) -> t
     checked (the system's `unsupported`)."""
     scenario = system.scenario
     cache = scenario.cache
-    host = cache and scenario.host_pool > 0
+    # judged in every transfer scenario (vacuously where there is no host tier, so that `holds` can be met there)
+    host = scenario.transfers
     everything = invariants == INVARIANTS       # nothing narrower asked for
     if everything and cache:
-        invariants = INVARIANTS + CACHE_INVARIANTS + (HOST_INVARIANTS if host or scenario.transfers else ())
+        invariants = INVARIANTS + CACHE_INVARIANTS + (HOST_INVARIANTS if host else ())
     unjudged: dict[str, tuple[str, str]] = {}
     if not cache:
         unjudged = {inv.id: (str(inv.kind), 'only a cache scenario (cache = "prefix") has a prefix cache')
                     for inv in invariants if inv in CACHE_INVARIANTS}
         invariants = tuple(inv for inv in invariants if inv not in CACHE_INVARIANTS)
     if not host:
-        unjudged.update({inv.id: (str(inv.kind), "only a scenario with a host tier (host_pool > 0) has host keys")
+        unjudged.update({inv.id: (str(inv.kind), "only a transfer scenario (host_pool > 0, or a request with source or sink) has host keys")
                          for inv in invariants if inv in HOST_INVARIANTS})
         invariants = tuple(inv for inv in invariants if inv not in HOST_INVARIANTS)
     if system.adapter is None:

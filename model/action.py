@@ -69,6 +69,6 @@ def transfer_completion(move: Move, ok: bool, names: tuple[str, ...]) -> Action:
     if move.key is not None:
         binds += (("key", move.key),)
     if move.kind == "send":
-        binds += (("index", move.index),)
+        binds += (("index", move.entry),)
     op = DeviceOp.TRANSFER_COMPLETE if ok else DeviceOp.TRANSFER_FAIL
     return _new(Action, (DEVICE, op, str(op), binds))

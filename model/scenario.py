@@ -341,7 +341,8 @@ def _transfer_keys(data: dict[str, Any], cache: bool, source: str) -> tuple[int,
     scenario or when malformed; and whether this is a transfer scenario (a
     host tier, or a request with `source` or `sink`), read before the
     protocol because it decides the default one."""
-    raws = data.get("branch") if isinstance(data.get("branch"), list) else []
+    branches = data.get("branch")
+    raws = branches if isinstance(branches, list) else []
     if not cache:
         for key in TRANSFER_KEYS:
             if key in data:

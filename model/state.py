@@ -100,7 +100,7 @@ class MoveKind(StrEnum):
 class Move(NamedTuple):
     """A transfer in flight (docs/semantics.md#transfers): `block` the GPU
     block it reads (store, send) or writes (load, recv), `host` the host
-    block it writes (store) or reads (load), `index` its entry in its
+    block it writes (store) or reads (load), `entry` its entry in its
     owner's loads (load, recv) or table (send), `key` the key a store gives
     its host block, `tokens` a recv's tokens or a send's expected ones,
     `reported` a send whose lease expired."""
@@ -108,7 +108,7 @@ class Move(NamedTuple):
     owner: int
     block: int
     host: Optional[int] = None
-    index: int = 0
+    entry: int = 0
     key: Optional[tuple[str, ...]] = None
     tokens: tuple[str, ...] = ()
     reported: bool = False
@@ -251,7 +251,7 @@ def host_allocated(state: State) -> int:
 def move_to_json(op: Move, name: Any) -> dict[str, Any]:
     """A transfer in flight as plain data."""
     out: dict[str, Any] = {"kind": str(op.kind), "branch": name(op.owner), "block": op.block, "host": op.host,
-                           "index": op.index}
+                           "index": op.entry}
     if op.key is not None:
         out["key"] = list(op.key)
     if op.tokens:

@@ -192,8 +192,8 @@ def report(d: Draft) -> Binds:
             blockops.release(d, move.block)
         if not ok and kind in (MoveKind.LOAD, MoveKind.RECV):
             owner = d.branches[move.owner]
-            if owner.op is Op.ADMIT and len(owner.loads) > move.index:
-                d.branches[move.owner] = owner._replace(loads=owner.loads[:move.index])
+            if owner.op is Op.ADMIT and len(owner.loads) > move.entry:
+                d.branches[move.owner] = owner._replace(loads=owner.loads[:move.entry])
         done.append(move.block)
     d.reports.clear()
     return (("blocks", tuple(done)),)

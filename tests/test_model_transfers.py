@@ -64,23 +64,25 @@ def _moved(steps: list[str], step: str, after: str) -> list[str]:
     return out
 
 
+def _with_moved(base: str, name: str, step: str, after: str) -> dict[str, Any]:
+    """Shipped protocol `base` with `step` moved after `after` in admit and every append path."""
+    p = copy.deepcopy(_protocol(base))
+    p["name"] = name
+    p["admit"]["steps"] = _moved(p["admit"]["steps"], step, after)
+    p["append"]["paths"] = {k: _moved(v, step, after) for k, v in p["append"]["paths"].items()}
+    return p
+
+
 def _s6_variant() -> dict[str, Any]:
     """kv-connector-lazy with V1's early keys and a cancel that frees before its kernel lands."""
-    p = copy.deepcopy(_protocol("kv-connector-lazy"))
-    p["name"] = "s6-variant"
-    p["admit"]["steps"] = _moved(p["admit"]["steps"], "wait-kernel", "cache-full")
-    p["append"]["paths"] = {k: _moved(v, "wait-kernel", "cache-full") for k, v in p["append"]["paths"].items()}
+    p = _with_moved("kv-connector-lazy", "s6-variant", "wait-kernel", "cache-full")
     p["cancel"]["steps"] = ["wait-transfers", "decref-all", "store-free"]
     return p
 
 
 def _store_after_wait() -> dict[str, Any]:
     """store-ahead with "store" after "wait-kernel"."""
-    p = copy.deepcopy(_protocol("store-ahead"))
-    p["name"] = "store-after-wait"
-    p["admit"]["steps"] = _moved(p["admit"]["steps"], "store", "wait-kernel")
-    p["append"]["paths"] = {k: _moved(v, "store", "wait-kernel") for k, v in p["append"]["paths"].items()}
-    return p
+    return _with_moved("store-ahead", "store-after-wait", "store", "wait-kernel")
 
 
 def run(name: str, protocol: Any, transfer: str = "own-stream", device: str = "stream", **extra: Any):

@@ -76,7 +76,7 @@ def faithful_send(model, before, tr, fact):
     move, ok, reads = fact
     if not ok or move.kind is not MoveKind.SEND:
         return None
-    first = move.index * model.B
+    first = move.entry * model.B
     witness = _compare(model, move.owner, (None,) * first + reads, (None,) * first + move.tokens, "send",
                        block=move.block)
     if witness is not None:
@@ -138,13 +138,21 @@ def _exclusive(model, before, kernel, target):
             for name, table in tables(model, br):
                 if target in table:
                     return {"block": target, "message": f"block {target} is in branch {model.names[j]}'s {name} table {list(table)}"}
-    for op in _others(before.queue, kernel):
+    reader = _queued_reader(model, _others(before.queue, kernel), target)
+    return None if reader is None else {"block": target, "message": f"block {target} is {reader}"}
+
+
+def _queued_reader(model, ops: list, target: int) -> Optional[str]:
+    """Which of the in-flight `ops` still reads block `target`, in words
+    (the source of a copy, store or send, or a block of a kernel's
+    snapshot), or None: one wording for every invariant that asks."""
+    for op in ops:
         if type(op) is Copy and op.src == target:
-            return {"block": target, "message": f"block {target} is the source of an in-flight copy {op.src}->{op.dst}"}
+            return f"the source of an in-flight copy {op.src}->{op.dst}"
         if type(op) is Kernel and target in op.snapshot:
-            return {"block": target, "message": f"block {target} is in the snapshot {list(op.snapshot)} of branch {model.names[op.branch]}'s in-flight kernel for position {op.pos}"}
+            return f"in the snapshot {list(op.snapshot)} of branch {model.names[op.branch]}'s in-flight kernel for position {op.pos}"
         if type(op) is Move and op.block == target and op.kind in _READERS:
-            return {"block": target, "message": f"block {target} is the source of an in-flight {op.kind} of branch {model.names[op.owner]}"}
+            return f"the source of an in-flight {op.kind} of branch {model.names[op.owner]}"
     return None
 
 
@@ -167,16 +175,8 @@ def exclusive_move(model, before, tr, fact):
             for name, table in tables(model, br):
                 if target in table:
                     return {"block": target, "message": f"the {move.kind} into block {target} lands while it is in branch {model.names[j]}'s {name} table {list(table)}"}
-    for op in before.queue:
-        if op == move:
-            continue
-        if type(op) is Copy and op.src == target:
-            return {"block": target, "message": f"the {move.kind} into block {target} lands while it is the source of an in-flight copy {op.src}->{op.dst}"}
-        if type(op) is Kernel and target in op.snapshot:
-            return {"block": target, "message": f"the {move.kind} into block {target} lands while it is in the snapshot {list(op.snapshot)} of branch {model.names[op.branch]}'s in-flight kernel for position {op.pos}"}
-        if type(op) is Move and op.block == target and op.kind in _READERS:
-            return {"block": target, "message": f"the {move.kind} into block {target} lands while it is the source of an in-flight {op.kind}"}
-    return None
+    reader = _queued_reader(model, [op for op in before.queue if op != move], target)
+    return None if reader is None else {"block": target, "message": f"the {move.kind} into block {target} lands while it is {reader}"}
 
 
 def refcount_write(model, before, tr, fact):

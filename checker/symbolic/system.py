@@ -58,7 +58,7 @@ import z3
 from cowcheck.model.action import DEVICE, Transition, completion
 from cowcheck.model.condition import Condition
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import Copy, State, Status
+from cowcheck.model.state import Copy, Kernel, State, Status
 from cowcheck.model.errors import SpecError
 from cowcheck.model.stepkinds import ALLOCATING, TRANSFER_STEPS, WAITS
 from cowcheck.model.structure import Op, Place
@@ -270,6 +270,7 @@ class SymbolicSystem:
             if type(op) is Copy:
                 out += [COPY_KIND, op.src, op.dst, op.n, -1, -1, *pad(()), 0, *tokens((), self.KS)] + [0] * self.cache
             else:
+                assert type(op) is Kernel   # no transfers: the z3 engines refuse transfer scenarios
                 out += [KERNEL_KIND, -1, -1, -1, op.branch, op.pos, *pad(op.snapshot), len(op.snapshot),
                         *tokens(op.expected, self.KS)] + [op.span] * self.cache
         out += ([EMPTY, -1, -1, -1, -1, -1, *pad(()), 0, *tokens((), self.KS)] + [0] * self.cache) * (self.Q - len(state.queue))

@@ -476,17 +476,21 @@ def _transfer_step_words(who: str, op: str, binds: dict) -> str:
 
 def _transfer_words(op: str, binds: dict, before: dict, after: dict) -> str:
     """What a transfer's completion or failure did, in one sentence."""
-    kind, who, block, host = binds.get("kind"), binds.get("branch"), binds.get("block"), binds.get("host")
+    kind, who, block, host = binds["kind"], binds.get("branch"), binds.get("block"), binds.get("host")
     if op == "transfer-fail":
         return f"The {kind} of {who}'s block {block} fails: it reads and writes nothing; the connector will report the failure."
-    if kind == "store":
-        return (f"The store of block {block} to h{host} completes: it read block {block} as it is now, "
-                f"{_slots(before['blocks'][block]['slots'])}, into h{host}.")
-    if kind == "load":
-        return f"The load of h{host} into block {block} completes: block {block} now holds {_slots(after['blocks'][block]['slots'])}."
-    if kind == "recv":
-        return f"The recv into block {block} completes: block {block} now holds {_slots(after['blocks'][block]['slots'])}."
-    return f"The send of {who}'s block {block} completes: the remote reader reads {_slots(before['blocks'][block]['slots'])}."
+    return _TRANSFER_DONE[kind].format(who=who, block=block, host=host, read=_slots(before['blocks'][block]['slots']),
+                                       wrote=_slots(after['blocks'][block]['slots']))
+
+
+#: a transfer's completion by its kind: `read` the GPU block before it,
+#: `wrote` after it
+_TRANSFER_DONE = {
+    "store": "The store of block {block} to h{host} completes: it read block {block} as it is now, {read}, into h{host}.",
+    "load": "The load of h{host} into block {block} completes: block {block} now holds {wrote}.",
+    "recv": "The recv into block {block} completes: block {block} now holds {wrote}.",
+    "send": "The send of {who}'s block {block} completes: the remote reader reads {read}.",
+}
 
 
 def _connector_words(action: dict, binds: dict, before: dict, after: dict) -> str:

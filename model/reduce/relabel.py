@@ -119,6 +119,7 @@ class Relabelling:
             if type(inflight) is Copy:
                 queue.append(_new(Copy, (mapping[inflight.src], mapping[inflight.dst], inflight.n)))
             else:
+                assert type(inflight) is Kernel     # no transfers: the reductions are off for them
                 branch, pos, token, snapshot, expected, span = inflight
                 if tokens is not None and new_of[branch] != branch:
                     token, expected = tokens.get(token, token), tuple(map(tokens.get, expected, expected))
@@ -191,6 +192,7 @@ class Relabelling:
                 seq.append(op.src)
                 seq.append(op.dst)
             else:
+                assert type(op) is Kernel           # no transfers: the reductions are off for them
                 seq += op.snapshot
         first = dict.fromkeys(seq)
         first.pop(None, None)

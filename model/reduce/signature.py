@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable, Union
 
-from cowcheck.model.state import Block, Branch, InFlight, Kernel, State, Status
+from cowcheck.model.state import Block, Branch, Copy, InFlight, Kernel, State, Status
 
 #: a block as a signature sees it: refcount, holds, filled slots, keyed (a cache scenario's)
 Shape = tuple[int, int, int, bool]
@@ -63,6 +63,7 @@ class Signatures:
             if type(op) is Kernel:
                 out[op.branch] = out.get(op.branch, ()) + (q, op.pos)
             else:
+                assert type(op) is Copy         # no transfers: the reductions are off for them
                 into[op.dst] = into.get(op.dst, ()) + (q, -1)
         if into:
             for i, br in enumerate(state.branches):

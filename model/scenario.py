@@ -11,12 +11,14 @@ from typing import Any, Optional
 from cowcheck.model.branches import (BRANCH_NAMES, CACHE_BRANCH_KEYS, ROLE_KEYS, BranchSpec, Operation, branch_definition,
                                      no_forks, parse_branches, parse_requests)
 from cowcheck.model.device import Device, Orders, Transfer
-from cowcheck.model.errors import SpecError
+from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.fields import MAXIMA, choice, integer, seconds
 from cowcheck.model.protocol import Protocol, for_scenario, inline_protocol, read_toml, resolve_protocol
 
 #: the device models' names, as files give them
 DEVICES = tuple(d.value for d in Device)
+#: the transfer models' names (docs/semantics.md#transfers)
+TRANSFERS = tuple(t.value for t in Transfer)
 REUSES = ("lifo", "fifo", "any")
 CACHES = ("none", "prefix")
 SCENARIO_KEYS = ("protocol", "allocator", "block_size", "prompt", "pool", "device", "reuse", "cache", "branch", "expect", "description",
@@ -171,11 +173,17 @@ class Scenario:
                 out.extend(self.descendants(child))
         return tuple(out)
 
-    def with_overrides(self, protocol: Protocol | None = None, device: str | None = None, reuse: str | None = None) -> "Scenario":
-        """The same scenario under another protocol, device model or reuse
-        order (the command line's overrides). An explicit pool is kept; a
-        default one is recomputed for the new protocol. An unknown device
-        model is bad input naming `device`."""
+    def with_overrides(self, protocol: Protocol | None = None, device: str | None = None, reuse: str | None = None,
+                       transfer: str | None = None) -> "Scenario":
+        """The same scenario under another protocol, device model, reuse
+        order or transfer model (the command line's overrides). An explicit
+        pool is kept; a default one is recomputed for the new protocol. An
+        unknown device or transfer model is bad input naming `device` or
+        `transfer`; a transfer model for a scenario without a cache is a
+        KindMismatch (only a cache scenario has transfers)."""
+        if transfer is not None and not self.cache:
+            raise KindMismatch(self.source, "transfer", 'only a cache scenario (cache = "prefix") has transfers; '
+                               "--transfer does not apply to it", "fork", "--transfer applies to cache scenarios only")
         if protocol is not None:
             protocol = for_scenario(protocol, self.cache, self.source, self.transfers)
         changed = replace(
@@ -184,6 +192,7 @@ class Scenario:
             allocator=None if protocol is not None else self.allocator,
             device=Device.named(device, "with_overrides()", "device") if device is not None else self.device,
             reuse=reuse or self.reuse,
+            transfer=Transfer.named(transfer, "with_overrides()", "transfer") if transfer is not None else self.transfer,
         )
         if protocol is not None and self.pool == default_pool(self.protocol, self.block_size, self.prompt, self.branches, self.cache):
             changed = replace(changed, pool=default_pool(protocol, self.block_size, self.prompt, self.branches, self.cache))

@@ -274,3 +274,53 @@ def test_the_views_read_transfer_counterexamples(path, tmp_path):
                  ["html", str(path), "-o", str(tmp_path / "p.html")], ["replay", str(path)]):
         result = runner.invoke(main, args)
         assert result.exit_code == 0, (args, result.output)
+
+
+# -- the transfer model as an override and a sweep axis ------------------------------
+def test_transfer_overrides_the_model_and_names_it_in_the_scenario_and_the_json(tmp_path):
+    """`--transfer` beside `--device`: the scenario is renamed with its
+    transfer model, its expect is dropped, and the JSON names the model
+    (null in a scenario that is not a transfer scenario)."""
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, ["check", str(ROOT / "specs/scenarios/offload-eager-store.toml"),
+                                       str(ROOT / "specs/scenarios/cow-stream.toml"), "--transfer", "own-stream-fenced",
+                                       "--json", str(out), "--out", str(tmp_path / "cx"), "-q"])
+    assert result.exit_code == 2 and "--transfer" in result.output      # a fork scenario named: bad input
+    result = CliRunner().invoke(main, ["check", str(ROOT / "specs/scenarios/offload-eager-store.toml"),
+                                       str(ROOT / "specs/scenarios/prefix-cache-warm.toml"), "--transfer", "own-stream-fenced",
+                                       "--json", str(out), "--out", str(tmp_path / "cx"), "-q"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    moved, plain = json.loads(out.read_text())
+    assert moved["scenario"] == "offload-eager-store~store-ahead-stream-lifo-own-stream-fenced"
+    assert moved["transfer"] == "own-stream-fenced" and moved["expect"] == []
+    assert plain["scenario"].startswith("prefix-cache-warm~") and plain["transfer"] is None
+    bad = CliRunner().invoke(main, ["check", str(ROOT / "specs/scenarios/offload-eager-store.toml"), "--transfer", "pcie"])
+    assert bad.exit_code == 2 and "pcie" in bad.output
+
+
+def test_a_folder_skips_the_fork_scenarios_under_a_transfer_override(tmp_path):
+    (tmp_path / "fork.toml").write_text("block_size = 2\nprompt = 1\n[[branch]]\nappends = 1\n")
+    (tmp_path / "t.toml").write_text((ROOT / "specs/scenarios/offload-kv-connector.toml").read_text())
+    result = CliRunner().invoke(main, ["check", str(tmp_path), "--transfer", "stream", "--out", str(tmp_path / "cx"), "-q"])
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 fork scenario(s): --transfer applies to cache scenarios only" in " ".join(result.output.split())
+
+
+def test_a_sweep_grid_has_transfer_and_host_pool_axes():
+    """`transfer` and `host_pool` are axes of cache grids; each cell is the
+    scenario a file with those keys would be, named by its off-default
+    values; a cell without a cache that sets one is that cell's error."""
+    from cowcheck.sweeps.grid import expand, grid_from_dict
+    grid = grid_from_dict({"grid": {"cache": ["prefix", "none"], "block_size": 2, "prompt": 3, "device": "stream",
+                                    "protocol": "kv-connector", "transfer": ["nic", "stream"], "host_pool": 2,
+                                    "prompts": [[3, ["x0", "x1", "x2"], 3]], "branches": 3, "appends": 0,
+                                    "after": [["", "a", "b"]], "pool": 2}}, "g.toml", Path("."), "g")
+    cells = expand([grid])
+    names = [c.name for c in cells]
+    assert names[0].endswith("-prefix-after_ab-p2-h2") and names[2].endswith("-prefix-after_ab-p2-h2-stream")
+    nic, stream = cells[0].scenario, cells[2].scenario
+    assert nic.transfers and str(nic.transfer) == "nic" and str(stream.transfer) == "stream" and stream.host_pool == 2
+    assert cells[1].scenario is None and "cache" in cells[1].error
+    with pytest.raises(SpecError) as err:
+        grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "transfer": ["nic", "pcie"]}}, "g.toml", Path("."), "g")
+    assert err.value.key == "grid.transfer[1]" and "own-stream-fenced" in err.value.message

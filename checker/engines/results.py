@@ -218,6 +218,7 @@ class Result(Stoppable):
             **(self.allocator_code.fields() if self.allocator_code is not None else {}),
             "device": s.device,
             "reuse": None if s.allocator is not None else s.reuse,    # allocator code takes free blocks in its own order
+            "transfer": str(s.transfer) if s.transfers else None,      # the transfer model, where one is checked
             "seconds": round(self.seconds, 3),
             "verdicts": {k: v.to_json() for k, v in self.verdicts.items()},
             "summary": str(self.summary),

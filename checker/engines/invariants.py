@@ -8,7 +8,12 @@ what happened, for the counterexample file and `explain`.
 
 Action predicates are triggered by the facts an action produced (see
 model.block), so an action that frees nothing and completes nothing costs no
-invariant work at all. State predicates see every distinct state once."""
+invariant work at all. State predicates see every distinct state once.
+
+It is long and one idea: what counts as wrong, each invariant beside its
+predicates, and the clauses transfers add beside the ones they extend
+(docs/semantics.md#invariants-for-transfers), so one rule is read in one
+place."""
 
 from __future__ import annotations
 

@@ -61,18 +61,20 @@ def resolve_protocol(ref: Union[Protocol, str, Path], source: str = "--protocol"
 
 
 def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None] = None,
-                   device: Optional[str] = None, reuse: Optional[str] = None, allocator: Optional[str] = None) -> Scenario:
+                   device: Optional[str] = None, reuse: Optional[str] = None, allocator: Optional[str] = None,
+                   transfer: Optional[str] = None) -> Scenario:
     """The scenario under another protocol (or allocator code, a
     "module:factory" reference, a path resolved from the working folder),
-    device model or reuse order. It is renamed
-    (`name~protocol-device-reuse`, or `name~allocator-device` for allocator
-    code), so its counterexample files never overwrite those of the scenario
-    as written, and its `expect` is dropped: it was written for what the
-    file checks, not for the override. A reuse order for allocator code is
+    device model, reuse order or transfer model (cache scenarios only). It
+    is renamed (`name~protocol-device-reuse`, a transfer scenario's with
+    `-transfer` after it, or `name~allocator-device` for allocator code), so
+    its counterexample files never overwrite those of the scenario as
+    written, and its `expect` is dropped: it was written for what the file
+    checks, not for the override. A reuse order for allocator code is
     refused: the code takes free blocks in its own order."""
-    if protocol is None and device is None and reuse is None and allocator is None:
+    if protocol is None and device is None and reuse is None and allocator is None and transfer is None:
         return scenario
-    changed = scenario.with_overrides(resolve_protocol(protocol) if protocol is not None else None, device, reuse)
+    changed = scenario.with_overrides(resolve_protocol(protocol) if protocol is not None else None, device, reuse, transfer)
     if allocator is not None:
         changed, _ = with_allocator(changed, allocator, base=Path.cwd())
     if changed.allocator is not None:
@@ -80,7 +82,8 @@ def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None
             what = "not with --allocator: allocator code" if allocator is not None else f"{scenario.source} checks allocator code, which"
             raise SpecError("--reuse", "", f"{what} takes free blocks in its own order; --reuse applies to protocol files only")
         return _replace(changed, name=f"{changed.name}~{allocator_label(changed.allocator)}-{changed.device}", expect=())
-    return _replace(changed, name=f"{changed.name}~{changed.protocol.name}-{changed.device}-{changed.reuse}", expect=())
+    transfer_model = f"-{changed.transfer}" if changed.transfers else ""    # only a transfer scenario's checks depend on it
+    return _replace(changed, name=f"{changed.name}~{changed.protocol.name}-{changed.device}-{changed.reuse}{transfer_model}", expect=())
 
 
 def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICIT,
@@ -163,11 +166,19 @@ class Replay:
         return self.model.ok and self.pool_message is None
 
 
+#: why a transfer scenario's trace is not replayed on a KV pool
+POOL_NO_TRANSFERS = "not replayed on a KV pool: the pool replay does not run stores, loads, recvs and sends yet"
+
+
 def replay(cx: Counterexample, *, pool: str = "numpy", invariants: tuple[Invariant, ...] = ()) -> Replay:
     """Re-run a counterexample in the model and on a real pool ("numpy",
     "cupy" or "none"). A custom invariant's file needs its definition in
-    `invariants` (a counterexample from `check` in this process carries it)."""
+    `invariants` (a counterexample from `check` in this process carries it).
+    A transfer scenario replays in the model only: the KV pool does not run
+    transfers yet (`POOL_NO_TRANSFERS`)."""
     model = _replay_model(cx, invariants)
+    if cx.scenario.transfers:
+        pool = "none"
     applied = len(model.transitions) == len(cx.actions)   # the pool takes block ids from actions the model enabled
     on_pool = replay_on_pool(cx.scenario, cx.actions, pool, initial=cx.initial) if pool != "none" and applied else None
     message = None

@@ -6,20 +6,22 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional, Union
 
 from cowcheck.model.block import Fact
-from cowcheck.model.state import Copy, InFlight, State
-from cowcheck.model.structure import DeviceOp, Op
+from cowcheck.model.state import Copy, InFlight, Move, State
+from cowcheck.model.structure import ConnectorOp, DeviceOp, Op
 
 DEVICE = "device"
+#: the actor of `report` and `expire` (docs/semantics.md#transfers)
+CONNECTOR = "connector"
 #: a named tuple from a tuple of its fields, without the call through its __new__
 _new = tuple.__new__
-Bound = Union[int, str, None, tuple[int, ...]]
+Bound = Union[int, str, None, tuple[int, ...], tuple[str, ...]]
 
 
 class Action(NamedTuple):
     """One atomic action: a branch's decide or step, or a device completion.
     `binds` records the block ids involved, so a trace replays exactly."""
-    actor: str                           # branch name, or "device"
-    op: Union[Op, DeviceOp]
+    actor: str                           # branch name, "device", or "connector"
+    op: Union[Op, DeviceOp, ConnectorOp]
     step: str                            # "decide", a step's text, or the device op
     binds: tuple[tuple[str, Bound], ...]
 
@@ -30,12 +32,13 @@ class Action(NamedTuple):
     def from_json(data: dict[str, Any]) -> "Action":
         binds = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in data["binds"].items())
         op = data["op"]
-        kind = DeviceOp(op) if op in DeviceOp.__members__.values() else Op(op)
+        kind: Union[Op, DeviceOp, ConnectorOp] = (DeviceOp(op) if op in DeviceOp.__members__.values()
+                                                  else ConnectorOp(op) if op in ConnectorOp.__members__.values() else Op(op))
         return Action(data["actor"], kind, data["step"], binds)
 
     def __str__(self) -> str:
         binds = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.binds)
-        who = self.actor if self.actor == DEVICE else f"{self.actor} ({self.op})"
+        who = self.actor if self.actor in (DEVICE, CONNECTOR) else f"{self.actor} ({self.op})"
         return f"{who}: {self.step}" + (f" [{binds}]" if binds else "")
 
 
@@ -47,6 +50,7 @@ class Transition(NamedTuple):
 
 def completion(op: InFlight, block_size: int, names: tuple[str, ...]) -> Action:
     """The device action that completes an in-flight op."""
+    assert type(op) is not Move, "a transfer's completion is transfer_completion"
     if type(op) is Copy:
         return _new(Action, (DEVICE, DeviceOp.COPY_COMPLETE, "copy-complete", (("src", op.src), ("dst", op.dst), ("n", op.n))))
     pos, snapshot = op.pos, op.snapshot
@@ -56,3 +60,15 @@ def completion(op: InFlight, block_size: int, names: tuple[str, ...]) -> Action:
         first = op.pos - op.span + 1
         binds += (("from", first), ("blocks", tuple(dict.fromkeys(snapshot[p // block_size] for p in op.written))))
     return _new(Action, (DEVICE, DeviceOp.KERNEL_COMPLETE, "kernel-complete", binds))
+
+
+def transfer_completion(move: Move, ok: bool, names: tuple[str, ...]) -> Action:
+    """The device action that completes (`ok`) or fails a transfer."""
+    binds: tuple[tuple[str, Bound], ...] = (("kind", str(move.kind)), ("branch", names[move.owner]), ("block", move.block),
+                                            ("host", move.host))
+    if move.key is not None:
+        binds += (("key", move.key),)
+    if move.kind == "send":
+        binds += (("index", move.entry),)
+    op = DeviceOp.TRANSFER_COMPLETE if ok else DeviceOp.TRANSFER_FAIL
+    return _new(Action, (DEVICE, op, str(op), binds))

@@ -11,7 +11,7 @@ import bisect
 
 from typing import NamedTuple, Optional, Union
 
-from cowcheck.model.state import Block, Branch, Copy, Kernel, State
+from cowcheck.model.state import Block, Branch, Copy, Kernel, Move, State, Tier
 
 #: a named tuple from a tuple of its fields, without the call through its
 #: generated __new__ (every action builds a few)
@@ -88,14 +88,28 @@ class OutputChecked(NamedTuple):
     expected: tuple[str, ...]            # the branch's sequence at that moment
 
 
-Fact = Union[Freed, Underflow, TableMiss, CopyDone, KernelDone, OutputChecked, AllocatorRaised, Allocated, Keyed]
+class MoveDone(NamedTuple):
+    """A transfer completed (`ok`) or failed; a send's `reads` are what it
+    read of its block, the remote reader's (docs/semantics.md#transfers)."""
+    move: Move
+    ok: bool
+    reads: tuple[Optional[str], ...] = ()
+
+
+class HostFreed(NamedTuple):
+    """The host block went back on the host free list."""
+    host: int
+
+
+Fact = Union[Freed, Underflow, TableMiss, CopyDone, KernelDone, OutputChecked, AllocatorRaised, Allocated, Keyed,
+             MoveDone, HostFreed]
 
 
 class Draft:
     """One action's working copy of a state: lists where the state has tuples,
     and the facts the action produced."""
 
-    __slots__ = ("blocks", "free", "branches", "queue", "facts", "reuse", "code", "before")
+    __slots__ = ("blocks", "free", "branches", "queue", "facts", "reuse", "code", "before", "host", "host_free", "reports")
 
     def __init__(self, state: State, reuse: str):
         self.before = state
@@ -106,6 +120,11 @@ class Draft:
         self.facts: list[Fact] = []
         self.reuse = reuse
         self.code = state.code
+        # a transfer scenario's host tier (cowcheck.model.transfers edits it)
+        tier = state.tier
+        self.host = list(tier.host) if tier is not None else []
+        self.host_free = list(tier.free) if tier is not None else []
+        self.reports = list(tier.reports) if tier is not None else []
 
     def freeze(self) -> State:
         """The new state. A part the action left as it was is the state's
@@ -120,7 +139,12 @@ class Draft:
             free = before.free
         if queue == before.queue:
             queue = before.queue
-        return _new(State, (blocks, free, tuple(self.branches), queue, self.code))
+        tier = before.tier
+        if tier is not None:
+            new_tier = _new(Tier, (tuple(self.host), tuple(self.host_free), tuple(self.reports)))
+            if new_tier != tier:
+                tier = new_tier
+        return _new(State, (blocks, free, tuple(self.branches), queue, self.code, tier))
 
     def set_branch(self, index: int, branch: Branch) -> None:
         self.branches[index] = branch
@@ -163,7 +187,7 @@ def twin_classes(state: State) -> list[tuple[int, ...]]:
         if type(op) is Copy:
             referenced.add(op.src)
             referenced.add(op.dst)
-        else:
+        elif type(op) is Kernel:
             referenced.update(op.snapshot)
     classes: dict[Union[int, Block], list[int]] = {}
     for b in state.free:

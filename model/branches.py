@@ -14,9 +14,12 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.fields import MAXIMA, integer
 from cowcheck.model.structure import Op
 
-BRANCH_KEYS = ("appends", "may_cancel", "program", "parent", "prompt", "after")
+BRANCH_KEYS = ("appends", "may_cancel", "program", "parent", "prompt", "after", "source", "sink")
 #: the keys of a request in a cache scenario only
 CACHE_BRANCH_KEYS = ("prompt", "after")
+#: a request's P/D roles (docs/semantics.md#transfers), cache scenarios only
+ROLE_KEYS = ("source", "sink")
+REMOTE = "remote"
 BRANCH_NAMES = string.ascii_lowercase
 PROGRAM_FORMS = '"append", "fork <child>", "speculate <K>" (K >= 1)'
 
@@ -55,6 +58,10 @@ class BranchSpec:
     parent: Optional[int] = None
     prompt: Optional[tuple[str, ...]] = None
     after: Optional[int] = None
+    #: a P/D consumer (`source = "remote"`: its prompt's full blocks arrive
+    #: by recv) and producer (`sink = "remote"`: its blocks are sent)
+    source: Optional[str] = None
+    sink: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.program:
@@ -117,6 +124,9 @@ def branch_definition(b: BranchSpec) -> dict[str, Any]:
         out["prompt"] = list(b.prompt)
     if b.after is not None:
         out["after"] = BRANCH_NAMES[b.after]
+    for key in ROLE_KEYS:
+        if getattr(b, key) is not None:
+            out[key] = getattr(b, key)
     return out
 
 
@@ -261,7 +271,12 @@ def parse_requests(raw_branches: list[Any], branches: tuple[BranchSpec, ...], pr
                                 f"({', '.join(names)}, in file order)")
             if after == names[i]:
                 raise SpecError(source, f"{key}.after", f"request {names[i]!r} cannot be admitted after itself")
-        out.append(replace(spec, prompt=tokens, after=None if after is None else names.index(after)))
+        roles = {}
+        for role in ROLE_KEYS:
+            if role in raw and raw[role] != REMOTE:
+                raise SpecError(source, f"{key}.{role}", f'must be "{REMOTE}", got {raw[role]!r}')
+            roles[role] = raw.get(role)
+        out.append(replace(spec, prompt=tokens, after=None if after is None else names.index(after), **roles))
     for c in range(len(out)):
         seen, at = {c}, out[c].after
         while at is not None:

@@ -113,6 +113,7 @@ class Compact:
                 if cache:
                     out.append(0)
             else:
+                assert type(op) is Kernel   # no transfers: a transfer scenario is not encoded
                 out.extend((2, op.branch, op.pos, tid[op.token]))
                 self._table(out, op.snapshot)
                 self._seq(out, op.expected)

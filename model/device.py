@@ -30,9 +30,13 @@ from cowcheck.model.fields import choice
 
 
 class OpKind(Enum):
-    """What an ordering model sees of an in-flight op: its kind."""
+    """What an ordering model sees of an in-flight op: its kind. A store or
+    a load is a *local* transfer, a recv or a send a *remote* one
+    (docs/semantics.md#transfers)."""
     COPY = "copy"
     KERNEL = "kernel"
+    LOCAL = "local transfer"
+    REMOTE = "remote transfer"
 
 
 #: which kinds of op an ordering puts before which: (earlier, later) pairs
@@ -63,7 +67,8 @@ class Ordering(StrEnum):
         member.rank, member.pairs, member.description = rank, pairs, description
         member.unordered = not pairs
         member.before = {k: frozenset(e for e, later in pairs if later is k) for k in OpKind}
-        member.barriers = frozenset(e for e in OpKind if all((e, k) in pairs for k in OpKind))
+        kinds = {k for pair in pairs for k in pair}    # the kinds it speaks of (a device: copies and kernels)
+        member.barriers = frozenset(e for e in kinds if all((e, k) in pairs for k in kinds))
         return member
 
     def orders(self, earlier: OpKind, later: OpKind) -> bool:
@@ -92,3 +97,46 @@ class Device(Ordering):
               "one FIFO queue: ops complete in launch order")
     STREAMS = ("streams", 1, frozenset({(OpKind.COPY, OpKind.COPY), (OpKind.KERNEL, OpKind.KERNEL)}),
                "copies FIFO, kernels FIFO, the two independent")
+
+
+class Transfer(Ordering):
+    """The transfer models: how stores and loads (local transfers) are
+    ordered against kernels and each other (docs/semantics.md#transfers).
+    Recvs and sends are never ordered. `stream` orders nothing of its own:
+    a local transfer counts as a kernel for the device model (`as_kernel`)."""
+    STREAM = ("stream", 0, Pairs(),
+              "stores and loads run on the compute stream: a kernel for the device model")
+    OWN_STREAM = ("own-stream", 1, frozenset({(OpKind.LOCAL, OpKind.LOCAL)}),
+                  "stores and loads FIFO among themselves, unordered against copies and kernels")
+    OWN_STREAM_FENCED = ("own-stream-fenced", 2, frozenset({(OpKind.LOCAL, OpKind.LOCAL), (OpKind.KERNEL, OpKind.LOCAL)}),
+                         "as own-stream, and each waits for every kernel launched before it")
+    NIC = ("nic", 3, Pairs(),
+           "a store or load completes at any time")
+
+    @property
+    def as_kernel(self) -> bool:
+        """A local transfer counts as a kernel for the device model."""
+        return self is Transfer.STREAM
+
+
+class Orders:
+    """A device model and a transfer model together: an op is ordered before
+    a later one when the device orders them (a local transfer counting as
+    a kernel under `transfer = "stream"`) or the transfer model does. It
+    answers what `ready` asks of an Ordering (`unordered`, `before`,
+    `barriers`), over every kind of op."""
+
+    def __init__(self, device: Device, transfer: Transfer):
+        pairs = set(device.pairs) | transfer.pairs
+        if transfer.as_kernel:
+            def as_kernel(k: OpKind) -> tuple[OpKind, ...]:
+                return (OpKind.KERNEL, OpKind.LOCAL) if k is OpKind.KERNEL else (k,)
+            pairs |= {(e, later) for a, b in device.pairs for e in as_kernel(a) for later in as_kernel(b)}
+        self.device, self.transfer = device, transfer
+        self.pairs: Pairs = frozenset(pairs)
+        self.unordered = not pairs
+        self.before = {k: frozenset(e for e, later in pairs if later is k) for k in OpKind}
+        self.barriers = frozenset(e for e in OpKind if all((e, k) in pairs for k in OpKind))
+
+    def orders(self, earlier: OpKind, later: OpKind) -> bool:
+        return (earlier, later) in self.pairs

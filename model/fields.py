@@ -9,7 +9,7 @@ from cowcheck.model.errors import SpecError
 
 #: Upper bounds far beyond what exhaustive exploration can reach; they turn an
 #: impossible parameter into an error instead of a hang.
-MAXIMA = {"block_size": 64, "prompt": 1024, "pool": 1024, "appends": 64, "speculate": 64}
+MAXIMA = {"block_size": 64, "prompt": 1024, "pool": 1024, "appends": 64, "speculate": 64, "host_pool": 1024}
 
 
 @overload

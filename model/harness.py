@@ -69,7 +69,7 @@ from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Freed, Keyed
 from cowcheck.model.errors import KindMismatch, SpecError, error_text
 from cowcheck.model.branches import Operation
 from cowcheck.model.code import Code, code_from_json
-from cowcheck.model.scenario import Scenario
+from cowcheck.model.scenario import HARNESS_NO_TRANSFERS, Scenario
 from cowcheck.model.state import (UNBORN, WAITING, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final,
                                   is_quiescent, is_steady, prompt, prompt_slots, read)
 from cowcheck.model.structure import Op
@@ -231,6 +231,8 @@ class HarnessModel(TransitionSystem):
     irreducible = "allocator code cannot be reduced"
 
     def __init__(self, scenario: Scenario, factory: Optional[Callable[[int, int], Any]] = None):
+        if scenario.transfers:
+            raise SpecError(scenario.source, "allocator", HARNESS_NO_TRANSFERS)
         self.scenario = scenario
         self.B = scenario.block_size
         self.P = scenario.pool

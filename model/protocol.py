@@ -32,6 +32,9 @@ PROGRAM_OP_KEYS = ("steps", "atomic")
 #: the tables a cache scenario takes from the built-in prefix-cache when a
 #: protocol does not give them (docs/semantics.md#prefix-caching)
 CACHE_DEFAULTS = ("admit", "append", "rollback", "finish")
+#: the tables a transfer scenario takes from the built-in kv-connector when a
+#: protocol does not give them (docs/semantics.md#transfers)
+TRANSFER_DEFAULTS = CACHE_DEFAULTS + ("cancel",)
 
 
 class Step(NamedTuple):
@@ -273,11 +276,12 @@ def _build(name: str, description: str, source: str, rules: tuple[Rule, ...], pa
                     ops["rollback"], atomic["fork"], atomic["rollback"], definition, ops["admit"], atomic["admit"], given)
 
 
-def for_scenario(protocol: Protocol, cache: bool, source: str) -> Protocol:
+def for_scenario(protocol: Protocol, cache: bool, source: str, transfers: bool = False) -> Protocol:
     """The protocol as a scenario runs it. In a cache scenario, the tables
-    of CACHE_DEFAULTS it does not give are the built-in prefix-cache's;
+    of CACHE_DEFAULTS it does not give are the built-in prefix-cache's (in
+    a transfer scenario those of TRANSFER_DEFAULTS, kv-connector's);
     elsewhere [append] is required, [admit] is ignored and a cache step is
-    bad input (docs/semantics.md#prefix-caching)."""
+    bad input (docs/semantics.md#prefix-caching, docs/semantics.md#transfers)."""
     if not cache:
         why = f"protocol {protocol.name!r} is a prefix-cache protocol"
         if not protocol.paths:
@@ -288,13 +292,13 @@ def for_scenario(protocol: Protocol, cache: bool, source: str) -> Protocol:
                 raise KindMismatch(source, "protocol", f"protocol {protocol.name!r} uses the cache step {step.text!r} in {where}, "
                                    'which needs a cache scenario (cache = "prefix")', "fork", why)
         return protocol
-    missing = [table for table in CACHE_DEFAULTS if table not in protocol.given]
+    missing = [table for table in (TRANSFER_DEFAULTS if transfers else CACHE_DEFAULTS) if table not in protocol.given]
     if not missing:
         return protocol
-    base = load_builtin("prefix-cache")
+    base = load_builtin("kv-connector" if transfers else "prefix-cache")
     rules, paths = (base.rules, base.paths) if "append" in missing else (protocol.rules, protocol.paths)
-    ops = {op: getattr(base if op in missing else protocol, op) for op in ("admit", "rollback", "finish")}
-    ops.update({op: getattr(protocol, op) for op in ("cancel", "fork")})
+    ops = {op: getattr(base if op in missing else protocol, op) for op in ("admit", "rollback", "finish", "cancel")}
+    ops.update({op: getattr(protocol, op) for op in ("fork",)})
     atomic = {"fork": protocol.atomic_fork,
               "rollback": (base if "rollback" in missing else protocol).atomic_rollback,
               "admit": (base if "admit" in missing else protocol).atomic_admit}

@@ -4,14 +4,21 @@ scenario's device model (cowcheck.model.device), and what a completion does
 
 from __future__ import annotations
 
+from typing import Union
+
+from cowcheck.model import transfers
 from cowcheck.model.block import CopyDone, Draft, KernelDone, write_slots
-from cowcheck.model.device import OpKind, Ordering
-from cowcheck.model.state import Copy, State, read
+from cowcheck.model.device import OpKind, Orders, Ordering
+from cowcheck.model.state import Copy, Kernel, Move, State, read
+
+_LOCAL, _REMOTE = OpKind.LOCAL, OpKind.REMOTE
 
 
-def ready(state: State, device: Ordering) -> list[int]:
+def ready(state: State, device: Union[Ordering, Orders]) -> list[int]:
     """Queue indices of the ops that may complete now: those that no op
-    launched before them and still in flight is ordered before."""
+    launched before them and still in flight is ordered before (`device`:
+    the device model, or in a transfer scenario the device and transfer
+    models together, cowcheck.model.device.Orders)."""
     queue = state.queue
     if device.unordered:
         return list(range(len(queue)))
@@ -19,7 +26,8 @@ def ready(state: State, device: Ordering) -> list[int]:
     out: list[int] = []
     launched: set[OpKind] = set()       # the kinds of the ops before index i
     for i, op in enumerate(queue):
-        kind = OpKind.COPY if type(op) is Copy else OpKind.KERNEL
+        t = type(op)
+        kind = OpKind.COPY if t is Copy else OpKind.KERNEL if t is Kernel else _LOCAL if op.kind.local else _REMOTE  # type: ignore[union-attr]
         if launched.isdisjoint(before[kind]):
             out.append(i)
         if kind in device.barriers:
@@ -28,9 +36,13 @@ def ready(state: State, device: Ordering) -> list[int]:
     return out
 
 
-def complete(d: Draft, index: int, block_size: int) -> None:
+def complete(d: Draft, index: int, block_size: int, ok: bool = True) -> None:
+    """The op at `index` completes (a transfer: succeeds, or with `ok`
+    False fails, docs/semantics.md#transfers)."""
     op = d.queue.pop(index)
-    if type(op) is Copy:
+    if type(op) is Move:
+        transfers.complete(d, op, ok, block_size)
+    elif type(op) is Copy:
         # the copy reads its source now, not when it was launched
         write_slots(d, op.dst, 0, d.blocks[op.src].slots[:op.n])
         d.facts.append(CopyDone(op))

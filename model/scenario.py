@@ -8,19 +8,28 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
-from cowcheck.model.branches import (BRANCH_NAMES, CACHE_BRANCH_KEYS, BranchSpec, Operation, branch_definition, no_forks,
-                                     parse_branches, parse_requests)
-from cowcheck.model.device import Device
-from cowcheck.model.errors import SpecError
+from cowcheck.model.branches import (BRANCH_NAMES, CACHE_BRANCH_KEYS, ROLE_KEYS, BranchSpec, Operation, branch_definition,
+                                     no_forks, parse_branches, parse_requests)
+from cowcheck.model.device import Device, Orders, Transfer
+from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.fields import MAXIMA, choice, integer, seconds
 from cowcheck.model.protocol import Protocol, for_scenario, inline_protocol, read_toml, resolve_protocol
 
 #: the device models' names, as files give them
 DEVICES = tuple(d.value for d in Device)
+#: the transfer models' names (docs/semantics.md#transfers)
+TRANSFERS = tuple(t.value for t in Transfer)
 REUSES = ("lifo", "fifo", "any")
 CACHES = ("none", "prefix")
 SCENARIO_KEYS = ("protocol", "allocator", "block_size", "prompt", "pool", "device", "reuse", "cache", "branch", "expect", "description",
-                 "call_deadline")
+                 "call_deadline", "host_pool", "transfer", "faults", "lease")
+#: the keys of transfers (docs/semantics.md#transfers): cache scenarios only
+TRANSFER_KEYS = ("host_pool", "transfer", "faults", "lease")
+#: why allocator code cannot run a transfer scenario (one line, exit 2)
+HARNESS_NO_TRANSFERS = ("the engine harness runs allocator code, which has no host tier, transfers or connector: "
+                        "a transfer scenario (host_pool, source, sink) is checked with a protocol file")
+#: the transfer kinds that may fail
+FAULTS = ("store", "load", "recv", "send")
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,13 @@ class Scenario:
     #: checker's default; 0: no deadline; docs/semantics.md#engine-harness);
     #: how a check runs, not what it checks, so not in `definition()`
     call_deadline: Optional[float] = field(default=None, compare=False)
+    #: transfers (docs/semantics.md#transfers): the host tier's blocks, how
+    #: stores and loads are ordered, the transfer kinds that may fail, and
+    #: whether a producer's lease may expire before its sends complete
+    host_pool: int = 0
+    transfer: Transfer = Transfer.NIC
+    faults: tuple[str, ...] = ()
+    lease: bool = False
 
     def __post_init__(self) -> None:
         """A scenario built or changed in code (`dataclasses.replace(s,
@@ -57,6 +73,21 @@ class Scenario:
         taken as the Device, an unknown one is bad input in one line."""
         if not isinstance(self.device, Device):
             object.__setattr__(self, "device", Device.named(self.device, self.name, "device"))
+        if not isinstance(self.transfer, Transfer):
+            object.__setattr__(self, "transfer", Transfer.named(self.transfer, self.name, "transfer"))
+
+    @property
+    def transfers(self) -> bool:
+        """A transfer scenario: a cache scenario with a host tier or a P/D
+        request (docs/semantics.md#transfers). Every other scenario reads
+        exactly as before."""
+        return self.cache and (self.host_pool > 0 or any(b.source is not None or b.sink is not None for b in self.branches))
+
+    @cached_property
+    def orders(self) -> Device | Orders:
+        """What decides which in-flight op may complete: the device model,
+        with the transfer model beside it in a transfer scenario."""
+        return Orders(self.device, self.transfer) if self.transfers else self.device
 
     @property
     def prompt_size(self) -> int:
@@ -142,19 +173,26 @@ class Scenario:
                 out.extend(self.descendants(child))
         return tuple(out)
 
-    def with_overrides(self, protocol: Protocol | None = None, device: str | None = None, reuse: str | None = None) -> "Scenario":
-        """The same scenario under another protocol, device model or reuse
-        order (the command line's overrides). An explicit pool is kept; a
-        default one is recomputed for the new protocol. An unknown device
-        model is bad input naming `device`."""
+    def with_overrides(self, protocol: Protocol | None = None, device: str | None = None, reuse: str | None = None,
+                       transfer: str | None = None) -> "Scenario":
+        """The same scenario under another protocol, device model, reuse
+        order or transfer model (the command line's overrides). An explicit
+        pool is kept; a default one is recomputed for the new protocol. An
+        unknown device or transfer model is bad input naming `device` or
+        `transfer`; a transfer model for a scenario without a cache is a
+        KindMismatch (only a cache scenario has transfers)."""
+        if transfer is not None and not self.cache:
+            raise KindMismatch(self.source, "transfer", 'only a cache scenario (cache = "prefix") has transfers; '
+                               "--transfer does not apply to it", "fork", "--transfer applies to cache scenarios only")
         if protocol is not None:
-            protocol = for_scenario(protocol, self.cache, self.source)
+            protocol = for_scenario(protocol, self.cache, self.source, self.transfers)
         changed = replace(
             self,
             protocol=protocol or self.protocol,
             allocator=None if protocol is not None else self.allocator,
             device=Device.named(device, "with_overrides()", "device") if device is not None else self.device,
             reuse=reuse or self.reuse,
+            transfer=Transfer.named(transfer, "with_overrides()", "transfer") if transfer is not None else self.transfer,
         )
         if protocol is not None and self.pool == default_pool(self.protocol, self.block_size, self.prompt, self.branches, self.cache):
             changed = replace(changed, pool=default_pool(protocol, self.block_size, self.prompt, self.branches, self.cache))
@@ -175,6 +213,11 @@ class Scenario:
         }
         if self.cache:
             out["cache"] = "prefix"
+            # the keys of transfers only where they differ from their defaults: other files read as before
+            for key, default in (("host_pool", 0), ("transfer", Transfer.NIC), ("faults", ()), ("lease", False)):
+                value = getattr(self, key)
+                if value != default:
+                    out[key] = list(value) if key == "faults" else str(value) if key == "transfer" else value
         if self.allocator is not None:
             out["allocator"] = self.allocator
         else:
@@ -234,9 +277,12 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         if not isinstance(allocator, str) or ":" not in allocator:
             raise SpecError(source, "allocator", f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the scenario's folder), got {allocator!r}")
     cache = choice(data, "cache", CACHES, "none", source) == "prefix"
-    proto = data.get("protocol", "prefix-cache" if cache else "cow")
+    host_pool, transfer, faults, lease, moving = _transfer_keys(data, cache, source)
+    if allocator is not None and moving:
+        raise SpecError(source, "allocator", HARNESS_NO_TRANSFERS)
+    proto = data.get("protocol", "kv-connector" if moving else "prefix-cache" if cache else "cow")
     protocol = inline_protocol(proto, source + " (protocol)") if isinstance(proto, dict) else resolve_protocol(proto, base, source)
-    protocol = for_scenario(protocol, cache, source)
+    protocol = for_scenario(protocol, cache, source, moving)
     block_size = integer(data, "block_size", source, 1, required=True)
     if not cache and isinstance(data.get("prompt"), list):
         raise SpecError(source, "prompt", f"must be an integer from 0 to {MAXIMA['prompt']} (the shared prompt's length), got a list "
@@ -291,7 +337,44 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         allocator_base=str(base) if allocator is not None else "",
         cache=cache,
         call_deadline=seconds(data, "call_deadline", source),
+        host_pool=host_pool,
+        transfer=transfer,
+        faults=faults,
+        lease=lease,
     )
+
+
+def _transfer_keys(data: dict[str, Any], cache: bool, source: str) -> tuple[int, Transfer, tuple[str, ...], bool, bool]:
+    """The keys of transfers (docs/semantics.md#transfers): host_pool,
+    transfer, faults and lease, each refused in one line outside a cache
+    scenario or when malformed; and whether this is a transfer scenario (a
+    host tier, or a request with `source` or `sink`), read before the
+    protocol because it decides the default one."""
+    branches = data.get("branch")
+    raws = branches if isinstance(branches, list) else []
+    if not cache:
+        for key in TRANSFER_KEYS:
+            if key in data:
+                raise SpecError(source, key, 'only a cache scenario (cache = "prefix") has transfers; add cache = "prefix"')
+        for i, raw in enumerate(raws):
+            for key in ROLE_KEYS:
+                if isinstance(raw, dict) and key in raw:
+                    raise SpecError(source, f"branch[{i}].{key}", 'only a cache scenario (cache = "prefix") has P/D '
+                                    'requests; add cache = "prefix"')
+        return 0, Transfer.NIC, (), False, False
+    host_pool = integer(data, "host_pool", source, 0, required=False) or 0
+    transfer = Transfer.named(data.get("transfer", Transfer.NIC), source, "transfer")
+    faults = data.get("faults", [])
+    if not isinstance(faults, list) or any(f not in FAULTS for f in faults):
+        bad = faults if not isinstance(faults, list) else next(f for f in faults if f not in FAULTS)
+        raise SpecError(source, "faults", f"must be a list of distinct items among {', '.join(map(repr, FAULTS))}, got {bad!r}")
+    if len(set(faults)) != len(faults):
+        raise SpecError(source, "faults", f"{next(f for f in faults if faults.count(f) > 1)!r} is listed twice; each kind once")
+    lease = data.get("lease", False)
+    if not isinstance(lease, bool):
+        raise SpecError(source, "lease", f"must be true or false, got {lease!r}")
+    roles = any(isinstance(raw, dict) and any(key in raw for key in ROLE_KEYS) for raw in raws)
+    return host_pool, transfer, tuple(faults), lease, host_pool > 0 or roles
 
 
 #: why a scenario or grid of allocator code cannot give `reuse`
@@ -331,5 +414,5 @@ def make_scenario(block_size: int, prompt: int, branches: list[tuple[int, bool]]
     else:
         data["protocol"] = protocol.definition
         scenario = scenario_from_dict(data, "<scenario>", Path("."), name or f"{protocol.name}-B{block_size}-L{prompt}")
-        scenario = replace(scenario, protocol=for_scenario(protocol, scenario.cache, "<scenario>"))
+        scenario = replace(scenario, protocol=for_scenario(protocol, scenario.cache, "<scenario>", scenario.transfers))
     return scenario

@@ -52,6 +52,11 @@ class Branch(NamedTuple):
     verified: int = 0
     #: cache scenarios: an admission's local, bound by lookup (block ids)
     hits: tuple[int, ...] = ()
+    #: transfer scenarios: the admission's locals host-hits (host blocks,
+    #: bound by host-lookup) and loads (the GPU blocks of its loads and
+    #: recvs, in entry order); cleared at the end of each operation
+    host_hits: tuple[int, ...] = ()
+    loads: tuple[int, ...] = ()
 
 
 # final: so that `type(op) is Copy` narrows an InFlight to Kernel in its else
@@ -79,7 +84,57 @@ class Kernel(NamedTuple):
         return range(self.pos - self.span + 1, self.pos + 1)
 
 
-InFlight = Union[Copy, Kernel]
+class MoveKind(StrEnum):
+    """A transfer's kind: stores and loads are local, recvs and sends remote."""
+    STORE = "store"
+    LOAD = "load"
+    RECV = "recv"
+    SEND = "send"
+
+    @property
+    def local(self) -> bool:
+        return self is MoveKind.STORE or self is MoveKind.LOAD
+
+
+@final
+class Move(NamedTuple):
+    """A transfer in flight (docs/semantics.md#transfers): `block` the GPU
+    block it reads (store, send) or writes (load, recv), `host` the host
+    block it writes (store) or reads (load), `entry` its entry in its
+    owner's loads (load, recv) or table (send), `key` the key a store gives
+    its host block, `tokens` a recv's tokens or a send's expected ones,
+    `reported` a send whose lease expired."""
+    kind: MoveKind
+    owner: int
+    block: int
+    host: Optional[int] = None
+    entry: int = 0
+    key: Optional[tuple[str, ...]] = None
+    tokens: tuple[str, ...] = ()
+    reported: bool = False
+
+
+InFlight = Union[Copy, Kernel, Move]
+
+
+class HostBlock(NamedTuple):
+    pins: int
+    slots: tuple[Optional[str], ...]
+    key: Optional[tuple[str, ...]] = None
+
+
+class Report(NamedTuple):
+    """A completed transfer the connector has not reported yet."""
+    move: Move
+    ok: bool
+
+
+class Tier(NamedTuple):
+    """A transfer scenario's host tier and connector: the host blocks, the
+    host free list (front first) and the pending reports, in completion order."""
+    host: tuple[HostBlock, ...]
+    free: tuple[int, ...]
+    reports: tuple[Report, ...] = ()
 
 
 class State(NamedTuple):
@@ -90,10 +145,12 @@ class State(NamedTuple):
     #: the engine harness's snapshot of the allocator under check (part of
     #: the state's identity); None for a protocol file's model
     code: Any = None
+    #: a transfer scenario's host tier and pending reports; None elsewhere
+    tier: Optional[Tier] = None
 
 
 #: a child before its parent's fork: no tables, nothing owned
-UNBORN = Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None, 0, ())
+UNBORN = Branch(Status.UNBORN, 0, 0, None, None, 0, None, None, (), (), 0, (), None, 0, (), (), ())
 #: a request of a cache scenario before its admission: nothing owned, no sequence yet
 WAITING = UNBORN._replace(status=Status.WAITING)
 
@@ -102,7 +159,7 @@ def born(pos: int, seq: tuple[str, ...], table: tuple[int, ...]) -> Branch:
     """A branch that starts running, between operations, its program ahead
     of it: a root at the prompt, or a child at its fork (both tables the
     given one; a child's write counter starts at 0 too)."""
-    return Branch(Status.RUNNING, pos, 0, None, None, 0, None, None, table, table, 0, seq, None, 0, ())
+    return Branch(Status.RUNNING, pos, 0, None, None, 0, None, None, table, table, 0, seq, None, 0, (), (), ())
 
 
 def prompt(scenario: Scenario) -> tuple[str, ...]:
@@ -123,7 +180,12 @@ def initial_state(scenario: Scenario) -> State:
     waiting."""
     if scenario.cache:
         empty = Block(0, 0, (None,) * scenario.block_size)
-        return State((empty,) * scenario.pool, tuple(range(scenario.pool)), (WAITING,) * len(scenario.branches), ())
+        tier = None
+        if scenario.transfers:
+            host = HostBlock(0, (None,) * scenario.block_size)
+            tier = Tier((host,) * scenario.host_pool, tuple(range(scenario.host_pool)))
+        return State((empty,) * scenario.pool, tuple(range(scenario.pool)), (WAITING,) * len(scenario.branches), (),
+                     None, tier)
     n, prompt_blocks = len(scenario.roots), scenario.prompt_blocks
     blocks = [Block(n, 0, prompt_slots(scenario, b)) if b < prompt_blocks else Block(0, 0, (None,) * scenario.block_size)
               for b in range(scenario.pool)]
@@ -133,18 +195,26 @@ def initial_state(scenario: Scenario) -> State:
 
 
 def is_final(state: State) -> bool:
+    """Every request done, nothing in flight, no report pending."""
+    if state.tier is not None and state.tier.reports:
+        return False
     return not state.queue and all(b.status is Status.FINISHED or b.status is Status.CANCELLED for b in state.branches)
 
 
 def is_quiescent(state: State) -> bool:
     """Nothing in flight and no branch inside an operation: the books
-    (refcounts, tables) are settled."""
+    (refcounts, tables) are settled; in a transfer scenario no report is
+    pending either (the connector's books)."""
+    if state.tier is not None and state.tier.reports:
+        return False
     return not state.queue and all(br.op is None for br in state.branches)
 
 
 def is_steady(state: State, operations: tuple[tuple[Any, ...], ...]) -> bool:
     """Every branch born, at the end of its program (finish not started),
-    nothing in flight."""
+    nothing in flight (and no report pending)."""
+    if state.tier is not None and state.tier.reports:
+        return False
     return not state.queue and all(br.status is Status.RUNNING and br.op is None and br.done == len(ops)
                                    for br, ops in zip(state.branches, operations))
 
@@ -170,6 +240,25 @@ def published_uses(br: Branch, block_size: int) -> tuple[int, ...]:
 
 def allocated(state: State) -> int:
     return len(state.blocks) - len(state.free)
+
+
+def host_allocated(state: State) -> int:
+    """The host blocks off the host free list (the host peak's gauge)."""
+    tier = state.tier
+    return 0 if tier is None else len(tier.host) - len(tier.free)
+
+
+def move_to_json(op: Move, name: Any) -> dict[str, Any]:
+    """A transfer in flight as plain data."""
+    out: dict[str, Any] = {"kind": str(op.kind), "branch": name(op.owner), "block": op.block, "host": op.host,
+                           "index": op.entry}
+    if op.key is not None:
+        out["key"] = list(op.key)
+    if op.tokens:
+        out["tokens"] = list(op.tokens)
+    if op.reported:
+        out["reported"] = True
+    return out
 
 
 def read(blocks: tuple[Block, ...], table: tuple[int, ...], count: int, block_size: int) -> tuple[Optional[str], ...]:
@@ -213,6 +302,7 @@ def state_to_json(state: State, scenario: Scenario) -> dict[str, Any]:
         },
         "queue": [
             {"copy": {"src": op.src, "dst": op.dst, "n": op.n}} if type(op) is Copy
+            else {"transfer": move_to_json(op, name)} if type(op) is Move
             else {"kernel": {"branch": name(op.branch), "pos": op.pos, "token": op.token, "snapshot": list(op.snapshot),
                              "expected": list(op.expected)}}
             for op in state.queue
@@ -227,4 +317,12 @@ def state_to_json(state: State, scenario: Scenario) -> dict[str, Any]:
         for entry, op in zip(out["queue"], state.queue):
             if type(op) is Kernel and op.span > 1:
                 entry["kernel"]["from"] = op.pos - op.span + 1
+    tier = state.tier
+    if tier is not None:       # a transfer scenario only: every other state reads as before
+        out["host"] = [{"id": h, "pins": hb.pins, "slots": list(hb.slots), "key": None if hb.key is None else list(hb.key),
+                        "free": h in tier.free} for h, hb in enumerate(tier.host)]
+        out["host_free"] = list(tier.free)
+        out["reports"] = [{**move_to_json(r.move, name), "ok": r.ok} for r in tier.reports]
+        for i, br in enumerate(state.branches):
+            out["branches"][name(i)].update(host_hits=list(br.host_hits), loads=list(br.loads))
     return out

@@ -31,6 +31,8 @@ class Launch(Enum):
     """What a step puts in the device queue."""
     COPY = "copy"
     KERNEL = "kernel"
+    #: a store, load, recv or send (docs/semantics.md#transfers)
+    TRANSFER = "transfer"
 
 
 class Once(Enum):
@@ -129,6 +131,28 @@ STEPS: Mapping[str, StepKind] = _kinds(
              cache_only=True, never_blocks=True),
     StepKind("alloc-no-evict", ("X",), "`alloc X` without the eviction: the block keeps its key and the cache keeps "
              "pointing at it (a bug to check)", allocates=True, cache_only=True),
+    # transfers (docs/semantics.md#transfers): each one action, even when it launches nothing
+    StepKind("host-lookup", (), "host-hits := the host blocks keyed with the prompt's first i * B tokens, for i = "
+             "len(hits) + 1, ... while each is a host key, at most (L - 1) // B; no pin changes", tables=("admit",),
+             cache_only=True, never_blocks=True),
+    StepKind("load", (), "for each host hit k: launch a load of it into working-table entry len(hits) + k, pin the "
+             "host block, hold the GPU block, append the block to loads", tables=("admit",),
+             launches=Launch.TRANSFER, cache_only=True, never_blocks=True),
+    StepKind("recv", (), "a `source = \"remote\"` request: for each full prompt block from len(hits) + len(loads) on, "
+             "launch a recv of its prompt tokens into that entry (no holds) and append the block to loads; else "
+             "nothing", tables=("admit",), launches=Launch.TRANSFER, cache_only=True, never_blocks=True),
+    StepKind("store", (), "for each keyed working-table block whose key no host block has and no store carries: "
+             "allocate the host free list's front (evicting its key, pins 1), hold the GPU block, launch a store; "
+             "stops when the host free list is empty", launches=Launch.TRANSFER, cache_only=True, never_blocks=True),
+    StepKind("store-free", (), "`store` over the GPU free list's keyed blocks, each taken off the free list and held",
+             launches=Launch.TRANSFER, cache_only=True, never_blocks=True),
+    StepKind("send", (), "a `sink = \"remote\"` request: launch a send of each table entry below ceil(pos / B), "
+             "expecting its sequence there (no holds); else nothing", launches=Launch.TRANSFER, cache_only=True,
+             never_blocks=True),
+    StepKind("wait-transfers", (), "wait until every load, recv and send the request launched has been reported",
+             waits=True, cache_only=True),
+    StepKind("store-keyed", (), "`store`, keying the host block at launch (a bug to check)", launches=Launch.TRANSFER,
+             cache_only=True, never_blocks=True),
 )
 
 
@@ -142,6 +166,10 @@ ARITY = MappingProxyType({name: len(kind.args) for name, kind in STEPS.items()})
 WAITS = _named("waits")
 COPIES = tuple(name for name, kind in STEPS.items() if kind.launches is Launch.COPY)
 KERNEL_LAUNCHES = tuple(name for name, kind in STEPS.items() if kind.launches is Launch.KERNEL)
+#: the steps that launch transfers (docs/semantics.md#transfers)
+TRANSFER_LAUNCHES = tuple(name for name, kind in STEPS.items() if kind.launches is Launch.TRANSFER)
+#: the steps of transfers, each one action in a transfer scenario and a no-op in any other cache scenario
+TRANSFER_STEPS = ("host-lookup",) + TRANSFER_LAUNCHES + ("wait-transfers",)
 LAUNCHES = tuple(name for name, kind in STEPS.items() if kind.launches is not None)
 #: the steps that take free blocks; ALLOCS: those that pop one into a local
 ALLOCATING = _named("allocates")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from itertools import permutations
 from typing import NamedTuple, Optional, Union
 
-from cowcheck.model import block as blockops
+from cowcheck.model import block as blockops, transfers
 from cowcheck.model.action import Bound
 from cowcheck.model.block import Allocated, Draft, Keyed, OutputChecked, TableMiss
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Step
-from cowcheck.model.stepkinds import ALLOCS, CACHE_STEPS, COPIES, WAITS
+from cowcheck.model.stepkinds import ALLOCS, CACHE_STEPS, COPIES, TRANSFER_STEPS, WAITS
 from cowcheck.model.branches import BRANCH_NAMES
 from cowcheck.model.state import Branch, Copy, Kernel, State, born, read
 
@@ -36,6 +36,9 @@ class Request(NamedTuple):
     name: str
     cache: bool = False
     prompt: tuple[str, ...] = ()
+    #: a P/D consumer (`source = "remote"`) and producer (`sink = "remote"`)
+    source: bool = False
+    sink: bool = False
 
 
 def local(branch: Branch, name: str, step: Step, source: str) -> int:
@@ -76,6 +79,9 @@ def choices(state: State, index: int, step: Step, reuse: str, source: str, reque
         for q in state.queue:
             if type(q) is Copy and q.dst == dst:
                 return ()
+    elif op == "wait-transfers":
+        if transfers.waiting(state, index):
+            return ()
     return _ENABLED
 
 
@@ -172,6 +178,8 @@ def _cache_step(d: Draft, index: int, br: Branch, step: Step, choice: Choice, bl
     """The steps of prefix caching (docs/semantics.md#prefix-caching). The
     cache is the keyed blocks: a key names one block at most."""
     op, prompt, B = step.op, request.prompt, block_size
+    if op in TRANSFER_STEPS:
+        return transfers.step(d, index, br, step, B, prompt, request.source, request.sink, source)
     if op == "lookup":
         cached = {blk.key: b for b, blk in enumerate(d.blocks) if blk.key is not None}
         hits: list[int] = []
@@ -200,7 +208,8 @@ def _cache_step(d: Draft, index: int, br: Branch, step: Step, choice: Choice, bl
             binds += (("evicted", tuple(evicted)),)
         return br._replace(working=br.working + taken), binds
     if op == "prefill":
-        start, last = len(br.hits) * B, len(prompt) - 1
+        # the blocks that arrived by load or recv are not recomputed
+        start, last = (len(br.hits) + len(br.loads)) * B, len(prompt) - 1
         if len(br.published) <= last // B:
             d.facts.append(TableMiss(index, max(start, len(br.published) * B)))
             return None, (("from", start), ("to", last))

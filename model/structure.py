@@ -38,9 +38,19 @@ TABLES = (Op.FINISH, Op.CANCEL, Op.FORK, Op.ROLLBACK, Op.ADMIT)
 
 
 class DeviceOp(StrEnum):
-    """The device's actions: an in-flight op completes."""
+    """The device's actions: an in-flight op completes (a transfer may
+    also fail, docs/semantics.md#transfers)."""
     COPY_COMPLETE = "copy-complete"
     KERNEL_COMPLETE = "kernel-complete"
+    TRANSFER_COMPLETE = "transfer-complete"
+    TRANSFER_FAIL = "transfer-fail"
+
+
+class ConnectorOp(StrEnum):
+    """The KV connector's host actions (docs/semantics.md#transfers): it
+    reports the completed transfers, and a producer's lease expires."""
+    REPORT = "report"
+    EXPIRE = "expire"
 
 
 class Place(NamedTuple):
@@ -108,7 +118,10 @@ class Structure:
                          if step.op in COPIES)
 
     def cancellable(self, place: Place) -> bool:
-        return place.op is Op.APPEND and self.step(place).op == "wait-kernel"
+        """Inside an append at its `wait-kernel`, or inside an admission at
+        its `wait-transfers` (an abort while loading or receiving)."""
+        op = self.step(place).op
+        return (place.op is Op.APPEND and op == "wait-kernel") or (place.op is Op.ADMIT and op == "wait-transfers")
 
     @cached_property
     def locking_places(self) -> tuple[Place, ...]:

@@ -20,18 +20,18 @@ from contextlib import AbstractContextManager, nullcontext
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Protocol
 
-from cowcheck.model import queue, steps
-from cowcheck.model.action import Action, Transition, completion
+from cowcheck.model import queue, steps, transfers
+from cowcheck.model.action import CONNECTOR, Action, Transition, completion, transfer_completion
 from cowcheck.model.block import Draft
 from cowcheck.model.code import Code
 from cowcheck.model.condition import environment
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Rule, Step
-from cowcheck.model.stepkinds import COPIES, WAITS
+from cowcheck.model.stepkinds import COPIES, TRANSFER_LAUNCHES, WAITS
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import Branch, State, Status, cancel_unborn, initial_state, is_final, is_quiescent, is_steady
+from cowcheck.model.state import Branch, Move, State, Status, cancel_unborn, initial_state, is_final, is_quiescent, is_steady
 from cowcheck.model.steps import Request
-from cowcheck.model.structure import Op, Place, Structure
+from cowcheck.model.structure import ConnectorOp, Op, Place, Structure
 
 #: the status a branch has once the last step of each operation is done
 STATUS_AFTER = {Op.APPEND: Status.RUNNING, Op.FORK: Status.RUNNING, Op.ROLLBACK: Status.RUNNING,
@@ -89,6 +89,10 @@ class TransitionSystem(Protocol):
         """The prompt blocks the action served from the prefix cache."""
         ...
 
+    def transfer_launches(self, action: Action) -> int:
+        """The transfers the action launches (a transfer scenario's measure)."""
+        return 0
+
     def where(self, branch: Branch) -> str:
         """Where a branch stands, in words (deadlock witnesses, explain)."""
         ...
@@ -130,9 +134,14 @@ class ProtocolModel(TransitionSystem):
     """A scenario run under its protocol file."""
 
     @property
-    def reducible(self) -> ProtocolModel:
-        """Itself: its states are plain data the reductions read (cowcheck.model.state)."""
-        return self
+    def reducible(self) -> Optional[ProtocolModel]:
+        """Itself: its states are plain data the reductions read
+        (cowcheck.model.state); None for a transfer scenario, whose host
+        tier and transfers the reductions do not read yet (`irreducible`)."""
+        return None if self.scenario.transfers else self
+
+    irreducible = ("a transfer scenario: symmetry, partial-order reduction and the compact encoding do not read "
+                   "host blocks and transfers yet, so they are off")
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
@@ -141,12 +150,17 @@ class ProtocolModel(TransitionSystem):
         self.B = scenario.block_size
         self.reuse = scenario.reuse
         self.device = scenario.device
+        #: the device model, with the transfer model beside it in a transfer scenario
+        self.orders = scenario.orders
+        self.faults = frozenset(scenario.faults)
+        self.lease = scenario.lease
         self.names, self.operations, self.descendants = scenario.names, scenario.operations, scenario.lineage
         self.source = scenario.protocol.source
         self._locking = frozenset(self.structure.locking_places)   # Places compare as plain tuples
         self._may_cancel = tuple(spec.may_cancel for spec in scenario.branches)
         self.cache = scenario.cache
-        self.requests = tuple(Request(name, self.cache, scenario.prompt_of(i) if self.cache else ())
+        self.requests = tuple(Request(name, self.cache, scenario.prompt_of(i) if self.cache else (),
+                                      scenario.branches[i].source is not None, scenario.branches[i].sink is not None)
                               for i, name in enumerate(self.names))
         self._after = tuple(spec.after for spec in scenario.branches)
         self._drafts = tuple(spec.drafts for spec in scenario.branches)
@@ -180,12 +194,40 @@ class ProtocolModel(TransitionSystem):
         for i, br in enumerate(state.branches):
             if br.status in ACTIVE and (lock is None or lock == i):
                 self._branch_actions(state, i, br, out)
-        for index in queue.ready(state, self.device):
-            d = Draft(state, self.reuse)
+        for index in queue.ready(state, self.orders):
             op = state.queue[index]
+            if type(op) is Move:
+                self._transfer_ends(state, index, op, out)
+                continue
+            d = Draft(state, self.reuse)
             queue.complete(d, index, self.B)
             out.append(_new(Transition, (completion(op, self.B, self.names), d.freeze(), tuple(d.facts))))
+        if state.tier is not None and lock is None:
+            self._connector(state, out)
         return out
+
+    def _transfer_ends(self, state: State, index: int, op: Move, out: list[Transition]) -> None:
+        """A transfer completes, or, where its kind may fail, fails: two successors."""
+        for ok in (True, False) if op.kind in self.faults else (True,):
+            d = Draft(state, self.reuse)
+            queue.complete(d, index, self.B, ok)
+            out.append(_new(Transition, (transfer_completion(op, ok, self.names), d.freeze(), tuple(d.facts))))
+
+    def _connector(self, state: State, out: list[Transition]) -> None:
+        """The connector's host actions: report every pending completion;
+        under `lease`, a producer's lease expires while it has sends in flight."""
+        assert state.tier is not None
+        if state.tier.reports:
+            d = Draft(state, self.reuse)
+            binds = transfers.report(d)
+            out.append(_new(Transition, (Action(CONNECTOR, ConnectorOp.REPORT, "report", binds), d.freeze(), tuple(d.facts))))
+        if self.lease:
+            for i, name in enumerate(self.names):
+                if transfers.expirable(state, i):
+                    d = Draft(state, self.reuse)
+                    transfers.expire(d, i)
+                    out.append(_new(Transition, (Action(CONNECTOR, ConnectorOp.EXPIRE, "expire", (("branch", name),)),
+                                                 d.freeze(), ())))
 
     def is_steady(self, state: State) -> bool:
         return is_steady(state, self.operations)
@@ -204,6 +246,14 @@ class ProtocolModel(TransitionSystem):
             return 0
         hits = dict(action.binds)["hits"]
         return len(hits) if isinstance(hits, tuple) else 0
+
+    @staticmethod
+    def transfer_launches(action: Action) -> int:
+        """The transfers a step launched (loads, recvs, stores, sends)."""
+        if action.step not in TRANSFER_LAUNCHES:
+            return 0
+        blocks = dict(action.binds).get("blocks")
+        return len(blocks) if isinstance(blocks, tuple) else 0
 
     def where(self, br: Branch) -> str:
         if br.status is Status.UNBORN:
@@ -303,7 +353,7 @@ class ProtocolModel(TransitionSystem):
         after = _new(Branch, br[:3] + (Op.APPEND, rule.path, 0, tail, None) + br[8:])
         branches = state.branches[:i] + (after,) + state.branches[i + 1:]
         action = Action(self.names[i], Op.APPEND, "decide", (("path", rule.path), ("tail", tail)))
-        out.append(Transition(action, _new(State, (state.blocks, state.free, branches, state.queue, state.code)), ()))
+        out.append(Transition(action, _new(State, (state.blocks, state.free, branches, state.queue, state.code, state.tier)), ()))
 
     def _verify(self, state: State, i: int, br: Branch, drafts: int, out: list[Transition]) -> None:
         """The rollback's first action: the verifier accepts j of the drafts,
@@ -317,7 +367,7 @@ class ProtocolModel(TransitionSystem):
                 after = self._end(after, Op.ROLLBACK)
             branches = state.branches[:i] + (after,) + state.branches[i + 1:]
             action = Action(self.names[i], Op.ROLLBACK, "verify", (("accepted", accepted), ("rejected", rejected)))
-            out.append(Transition(action, _new(State, (state.blocks, state.free, branches, state.queue, state.code)), ()))
+            out.append(Transition(action, _new(State, (state.blocks, state.free, branches, state.queue, state.code, state.tier)), ()))
 
     def choose(self, state: State, tail: Optional[int], boundary: bool, fill: int) -> Optional[Rule]:
         def counter(field: str) -> Callable[[Optional[int]], int]:
@@ -367,4 +417,4 @@ class ProtocolModel(TransitionSystem):
         program moved on (or the branch finished or cancelled)."""
         done = br.done + (op in PROGRAM_OPS)
         return _new(Branch, (STATUS_AFTER[op], br.pos, done, None, None, 0, None, None, br.working, br.published, br.writes,
-                             br.seq, None, br.verified, ()))
+                             br.seq, None, br.verified, (), (), ()))

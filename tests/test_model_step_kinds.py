@@ -148,27 +148,34 @@ OLD_ARITY = {
     "append": 1, "replace": 2, "publish": 0, "write": 0, "wait-kernel": 0, "decref-all": 0, "check-output": 0,
     "incref-all": 0, "share": 0, "rewind": 0, "trim": 0, "lookup": 0, "touch-hits": 0, "alloc-prompt": 0,
     "prefill": 0, "cache-full": 0, "cache-drafts": 0, "alloc-no-evict": 1,
+    # transfers (docs/semantics.md#transfers)
+    "host-lookup": 0, "load": 0, "recv": 0, "store": 0, "store-free": 0, "send": 0, "wait-transfers": 0, "store-keyed": 0,
 }
 OLD_ONLY_IN = {"write": "append", "share": "fork", "rewind": "rollback",
-               "lookup": "admit", "touch-hits": "admit", "alloc-prompt": "admit", "prefill": "admit"}
+               "lookup": "admit", "touch-hits": "admit", "alloc-prompt": "admit", "prefill": "admit",
+               "host-lookup": "admit", "load": "admit", "recv": "admit"}
+TRANSFER_LAUNCHES = ("load", "recv", "store", "store-free", "send", "store-keyed")
 
 
 def test_the_derived_sets_are_the_old_ones():
     assert list(stepkinds.ARITY.items()) == list(OLD_ARITY.items())      # the order error messages list them in
     assert {name: kind.home for name, kind in STEPS.items() if kind.home} == OLD_ONLY_IN
-    assert stepkinds.WAITS == ("wait-copy", "wait-kernel")
+    assert stepkinds.WAITS == ("wait-copy", "wait-kernel", "wait-transfers")
     assert stepkinds.COPIES == ("copy", "copy-block")
     assert stepkinds.ALLOCS == ("alloc", "alloc-no-evict")
     assert stepkinds.CACHE_STEPS == ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts",
-                                     "alloc-no-evict")
-    assert explicit.CACHE_ONLY == ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts")
+                                     "alloc-no-evict", "host-lookup") + TRANSFER_LAUNCHES[:5] + ("wait-transfers", "store-keyed")
+    assert explicit.CACHE_ONLY == ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts",
+                                   "host-lookup") + TRANSFER_LAUNCHES[:5] + ("wait-transfers", "store-keyed")
     assert stepkinds.LOCAL_STEPS == frozenset({"wait-kernel", "wait-copy", "append", "replace", "publish"})
-    assert set(stepkinds.LAUNCHES) == {"copy", "copy-block", "write", "prefill"}
+    assert set(stepkinds.LAUNCHES) == {"copy", "copy-block", "write", "prefill", *TRANSFER_LAUNCHES}
+    assert stepkinds.TRANSFER_LAUNCHES == TRANSFER_LAUNCHES
     assert stepkinds.KERNEL_LAUNCHES == ("write", "prefill")
     assert set(stepkinds.ALLOCATING) == {"alloc", "alloc-no-evict", "alloc-prompt"}
     assert stepkinds.NEVER_BLOCKS == frozenset({
         "lookup", "touch-hits", "publish", "prefill", "cache-full", "cache-drafts", "append", "replace", "incref",
-        "decref", "hold", "release", "copy", "copy-block", "write", "check-output", "decref-all"})
+        "decref", "hold", "release", "copy", "copy-block", "write", "check-output", "decref-all",
+        "host-lookup", *TRANSFER_LAUNCHES})
 
 
 def test_step_forms_are_the_old_ones():

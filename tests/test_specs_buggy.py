@@ -24,7 +24,7 @@ BUGGY = [p for p in SCENARIOS if any(e.startswith("violates") for e in load_scen
 
 
 def test_every_buggy_builtin_protocol_has_a_failing_scenario():
-    correct = {"cow", "holds", "prefix-cache"}
+    correct = {"cow", "holds", "prefix-cache", "kv-connector", "kv-connector-lazy"}
     covered = {load_scenario(p).protocol.name for p in BUGGY}
     assert set(builtin_names()) - correct <= covered
 

@@ -25,8 +25,8 @@ from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.results import PARTIAL, Result, Summary
 from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.protocol import builtin_names, load_builtin
-from cowcheck.model.device import Device
-from cowcheck.model.scenario import DEVICES, REUSES, Scenario, load_scenario
+from cowcheck.model.device import Device, Transfer
+from cowcheck.model.scenario import DEVICES, REUSES, TRANSFERS, Scenario, load_scenario
 from cowcheck.traces import output
 from cowcheck.traces.output import write_result
 from cowcheck.views.pages import write_check_pages
@@ -119,6 +119,9 @@ class Skipped:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--device", type=click.Choice(DEVICES), help=f"Override every scenario's device model ({Device.help()}).")
 @click.option("--reuse", type=click.Choice(REUSES), help="Override every scenario's free-list order.")
+@click.option("--transfer", type=click.Choice(TRANSFERS),
+              help=f"Override every cache scenario's transfer model ({Transfer.help()}); a scenario without a cache "
+                   "is skipped in a folder and bad input when named.")
 @click.option("--protocol", "protocol", metavar="NAME|FILE", help="Override every scenario's protocol.")
 @click.option("--allocator", "allocator", metavar="MODULE:FACTORY|FILE.py:FACTORY",
               help="Check allocator code through the engine harness instead of each scenario's protocol.")
@@ -155,7 +158,7 @@ class Skipped:
               help="Also write the results as JUnit XML to this file: a test case per scenario and per invariant.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Where counterexample files are written [default: counterexamples for the explorer's default run, "
-                   "else counterexamples/overrides: with --protocol, --allocator, --device, --reuse, --engine bmc|kind, "
+                   "else counterexamples/overrides: with --protocol, --allocator, --device, --reuse, --transfer, --engine bmc|kind, "
                    "--invariant, --first, --max-states, --max-depth, --no-symmetry, --por/--no-por, --compact or "
                    "--fingerprints].")
 @click.option("--html", "html_dir", type=click.Path(file_okay=False),
@@ -163,20 +166,20 @@ class Skipped:
 @click.option("--quiet", "-q", is_flag=True,
               help="Print only the closing lines, and one line per scenario that fails the run (its expect not met; "
                    "under an override, unsafe), instead of every scenario's table.")
-def check(paths, device, reuse, protocol, allocator, kind, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
+def check(paths, device, reuse, transfer, protocol, allocator, kind, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
           depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir, quiet) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input, 3 when a run without an `expect`
     to judge it stopped part way (a bound) before it found harm, so it
     proves nothing safe, 130 when interrupted (143 on SIGTERM). With an
-    override (--protocol, --allocator, --device, --reuse) the files'
+    override (--protocol, --allocator, --device, --reuse, --transfer) the files'
     `expect` no longer applies: exit 1 only when a scenario is unsafe.
     A folder's scenarios of the other kind than an override's (a
     prefix-cache protocol or adapter on fork scenarios, a fork adapter on
     cache scenarios) are skipped and counted; a file named on the command
     line that the override does not fit is bad input."""
-    overridden = bool(protocol or device or reuse or allocator)
+    overridden = bool(protocol or device or reuse or allocator or transfer)
     try:
         options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
                                 compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory,
@@ -198,7 +201,7 @@ def check(paths, device, reuse, protocol, allocator, kind, invariant_ids, first,
                 skipped.add(kind_of(loaded), f"--kind {kind}")
                 continue
             try:
-                scenario = api.with_overrides(loaded, override, device, reuse, allocator)
+                scenario = api.with_overrides(loaded, override, device, reuse, allocator, transfer)
             except KindMismatch as mismatch:
                 if path in named:
                     raise
@@ -367,8 +370,9 @@ def list_() -> None:
     table.add_column(style="bold", no_wrap=True)
     table.add_column(no_wrap=True)
     table.add_column()
-    for inv in invs.INVARIANTS + invs.CACHE_INVARIANTS + (invs.ALLOCATOR_ERROR,):
-        note = " (allocator code only)" if inv is invs.ALLOCATOR_ERROR else " (cache scenarios only)" if inv in invs.CACHE_INVARIANTS else ""
+    for inv in invs.INVARIANTS + invs.CACHE_INVARIANTS + invs.HOST_INVARIANTS + (invs.ALLOCATOR_ERROR,):
+        note = " (allocator code only)" if inv is invs.ALLOCATOR_ERROR else " (cache scenarios only)" if inv in invs.CACHE_INVARIANTS \
+            else " (transfer scenarios only)" if inv in invs.HOST_INVARIANTS else ""
         table.add_row(inv.id, inv.kind, inv.holds_when + note)
     console.print(table)
 

@@ -30,7 +30,7 @@ from typing import Callable, Optional, TypeVar
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import allocated
+from cowcheck.model.state import allocated, host_allocated
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.reduce.symmetry import Symmetry
@@ -140,6 +140,7 @@ class _Searches:
         reducible = model.reducible
         self.model, self.options, self.progress = model, options, progress
         self.cache = scenario.cache
+        self.transfers = scenario.transfers
         self.orbits = Symmetry(scenario) if options.symmetry and reducible is not None else None
         if self.orbits is not None:
             assert reducible is not None
@@ -156,6 +157,8 @@ class _Searches:
         reductions = (orbits.describe() if orbits else []) + (ample.describe() if ample else [])
         explorer = Explorer(model, invariants, limits, stop_after=stop_after, gauge=allocated, steady=model.is_steady,
                             cost=model.is_copy_launch, hits=model.hits if self.cache else None,
+                            host_gauge=host_allocated if self.transfers else None,
+                            moves=model.transfer_launches if self.transfers else None,
                             representative=orbits.representative if orbits else None,
                             mirror=orbits.unmirrored if orbits else None, ample=ample, reductions=tuple(reductions),
                             encode=self.encode, progress=self.progress)

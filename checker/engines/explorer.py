@@ -86,6 +86,9 @@ class Exploration(Stoppable):
     peak_state: Optional[int] = None
     cost_range: Optional[tuple[int, int]] = None   # (min, max) action cost over complete runs
     hits_range: Optional[tuple[int, int]] = None   # (min, max) cache hits over complete runs (cache scenarios)
+    host_peak: Optional[int] = None                # the most host blocks allocated (transfer scenarios)
+    host_peak_state: Optional[int] = None
+    transfers_range: Optional[tuple[int, int]] = None   # (min, max) transfer launches over complete runs
     steady_values: tuple[int, ...] = ()            # the gauge's values over steady states
     reductions: tuple[str, ...] = ()               # what shrank the stored space
     encoding: Optional[str] = None                 # how visited states are stored, when not as tuples
@@ -156,7 +159,8 @@ class Explorer:
     def __init__(self, model: TransitionSystem, invariants: tuple[Invariant, ...],
                  options: SearchOptions = SearchOptions(), *, stop_after: Optional[frozenset[str]] = None,
                  gauge: Optional[Callable] = None, steady: Optional[Callable] = None,
-                 cost: Optional[Callable] = None, hits: Optional[Callable] = None, representative: Optional[Callable] = None,
+                 cost: Optional[Callable] = None, hits: Optional[Callable] = None, host_gauge: Optional[Callable] = None,
+                 moves: Optional[Callable] = None, representative: Optional[Callable] = None,
                  mirror: Optional[Callable] = None, ample: Optional[Callable] = None,
                  reductions: tuple[str, ...] = (), encode: Optional[Callable] = None,
                  progress: Optional[Callable[["Explorer", int], None]] = None, profile: bool = False):
@@ -175,6 +179,9 @@ class Explorer:
         self.steady = steady
         self.cost = cost
         self.hits = hits
+        #: a transfer scenario's measures: the host tier's gauge, and the transfers an action launches
+        self.host_gauge = host_gauge
+        self.moves = moves
         self.representative = representative
         self.mirror = mirror
         self.ample = ample
@@ -192,6 +199,7 @@ class Explorer:
         self.edge_dst = array("i")
         self.edge_cost = array("b")
         self.edge_hits = array("b")            # kept only with a `hits` measure
+        self.edge_moves = array("b")           # kept only with a `moves` measure
         self.final = bytearray()
         # what a paused run continues from (`run(pause_at=...)`, `seek`)
         self.queue: deque = deque()
@@ -254,7 +262,7 @@ class Explorer:
             self.mirror = timed("canonical form", self.mirror)
         if self.ample is not None:
             self.ample = timed("partial-order", self.ample)
-        for name in ("gauge", "steady", "cost", "hits"):
+        for name in ("gauge", "steady", "cost", "hits", "host_gauge", "moves"):
             if getattr(self, name) is not None:
                 setattr(self, name, timed("measures", getattr(self, name)))
         self._stored = timed("hashing and storage", self._stored)  # type: ignore[method-assign]
@@ -282,6 +290,10 @@ class Explorer:
                 self.result.peak, self.result.peak_state = value, sid
                 if self.peak_target is not None and value >= self.peak_target:
                     raise _Stop(PEAK_REACHED)
+        if self.host_gauge is not None:
+            value = self.host_gauge(state)
+            if self.result.host_peak is None or value > self.result.host_peak:
+                self.result.host_peak, self.result.host_peak_state = value, sid
         return sid
 
     def _violate(self, inv_id: str, length: int, sid: int, action=None, after=None, witness=None) -> None:
@@ -357,6 +369,8 @@ class Explorer:
             res.cost_range = self._cost_range(self.edge_cost)
         if res.complete and self.hits is not None:
             res.hits_range = self._cost_range(self.edge_hits)
+        if res.complete and self.moves is not None:
+            res.transfers_range = self._cost_range(self.edge_moves)
         return res
 
     def _checkpoint(self) -> None:
@@ -385,7 +399,7 @@ class Explorer:
         max_states = self.options.max_states
         deep = Stop(StopKind.DEPTH, max_depth)
         depths, finals, edge_start, edge_dst, edge_cost = self.depth, self.final, self.edge_start, self.edge_dst, self.edge_cost
-        edge_hits = self.edge_hits
+        edge_hits, moves, edge_moves = self.edge_hits, self.moves, self.edge_moves
         state_checks, action_checks, violate = judge.state, judge.action, self._violate
         while queue:
             if pause_at is not None and len(self.keys) >= pause_at:
@@ -437,6 +451,8 @@ class Explorer:
                 edge_cost.append(cost(tr.action) if cost else 0)
                 if hits is not None:
                     edge_hits.append(hits(tr.action))
+                if moves is not None:
+                    edge_moves.append(moves(tr.action))
             if not sid & 0xFFF:
                 self._checkpoint()
 

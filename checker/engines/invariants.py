@@ -8,7 +8,12 @@ what happened, for the counterexample file and `explain`.
 
 Action predicates are triggered by the facts an action produced (see
 model.block), so an action that frees nothing and completes nothing costs no
-invariant work at all. State predicates see every distinct state once."""
+invariant work at all. State predicates see every distinct state once.
+
+It is long and one idea: what counts as wrong, each invariant beside its
+predicates, and the clauses transfers add beside the ones they extend
+(docs/semantics.md#invariants-for-transfers), so one rule is read in one
+place."""
 
 from __future__ import annotations
 
@@ -16,10 +21,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Callable, Iterator, Optional
 
-from cowcheck.model.block import Allocated, AllocatorRaised, CopyDone, Fact, Freed, KernelDone, Keyed, OutputChecked, TableMiss, Underflow
+from cowcheck.model.block import (Allocated, AllocatorRaised, CopyDone, Fact, Freed, HostFreed, KernelDone, Keyed, MoveDone,
+                                  OutputChecked, TableMiss, Underflow)
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import Branch, Copy, Kernel, State, Status, published_uses
+from cowcheck.model.state import Branch, Copy, Kernel, Move, MoveKind, State, Status, published_uses
 from cowcheck.model.action import Transition
 from cowcheck.model.system import TransitionSystem
 
@@ -67,6 +73,21 @@ def faithful_kernel(model, before, tr, fact):
 def faithful_check(model, before, tr, fact):
     branch, reads, expected = fact
     return _compare(model, branch, reads, expected, "check-output", table=list(before.branches[branch].working))
+
+
+def faithful_send(model, before, tr, fact):
+    """The remote reader: a successful send reads what the producer's
+    sequence had there when the send was launched."""
+    move, ok, reads = fact
+    if not ok or move.kind is not MoveKind.SEND:
+        return None
+    first = move.entry * model.B
+    witness = _compare(model, move.owner, (None,) * first + reads, (None,) * first + move.tokens, "send",
+                       block=move.block)
+    if witness is not None:
+        witness["message"] = (f"the remote reader of branch {model.names[move.owner]}'s send of block {move.block} read "
+                              f"{witness['read']} at position {witness['position']}, expected {witness['expected']}")
+    return witness
 
 
 # -- no-underflow / kernel-table-miss -----------------------------------------
@@ -122,12 +143,45 @@ def _exclusive(model, before, kernel, target):
             for name, table in tables(model, br):
                 if target in table:
                     return {"block": target, "message": f"block {target} is in branch {model.names[j]}'s {name} table {list(table)}"}
-    for op in _others(before.queue, kernel):
+    reader = _queued_reader(model, _others(before.queue, kernel), target)
+    return None if reader is None else {"block": target, "message": f"block {target} is {reader}"}
+
+
+def _queued_reader(model, ops: list, target: int) -> Optional[str]:
+    """Which of the in-flight `ops` still reads block `target`, in words
+    (the source of a copy, store or send, or a block of a kernel's
+    snapshot), or None: one wording for every invariant that asks."""
+    for op in ops:
         if type(op) is Copy and op.src == target:
-            return {"block": target, "message": f"block {target} is the source of an in-flight copy {op.src}->{op.dst}"}
+            return f"the source of an in-flight copy {op.src}->{op.dst}"
         if type(op) is Kernel and target in op.snapshot:
-            return {"block": target, "message": f"block {target} is in the snapshot {list(op.snapshot)} of branch {model.names[op.branch]}'s in-flight kernel for position {op.pos}"}
+            return f"in the snapshot {list(op.snapshot)} of branch {model.names[op.branch]}'s in-flight kernel for position {op.pos}"
+        if type(op) is Move and op.block == target and op.kind in _READERS:
+            return f"the source of an in-flight {op.kind} of branch {model.names[op.owner]}"
     return None
+
+
+#: the transfers that read their GPU block, and those that write it
+_READERS = (MoveKind.STORE, MoveKind.SEND)
+_WRITERS = (MoveKind.LOAD, MoveKind.RECV)
+
+
+def exclusive_move(model, before, tr, fact):
+    """A successful load or recv writes a block no one else uses: in no
+    table of a running request but its owner's, no in-flight kernel's
+    snapshot (the owner's included), the source of no in-flight copy,
+    store or send."""
+    move, ok, _ = fact
+    if not ok or move.kind not in _WRITERS:
+        return None
+    target, B = move.block, model.B
+    for j, br in enumerate(before.branches):
+        if j != move.owner and br.status is Status.RUNNING:
+            for name, table in tables(model, br):
+                if target in table:
+                    return {"block": target, "message": f"the {move.kind} into block {target} lands while it is in branch {model.names[j]}'s {name} table {list(table)}"}
+    reader = _queued_reader(model, [op for op in before.queue if op != move], target)
+    return None if reader is None else {"block": target, "message": f"the {move.kind} into block {target} lands while it is {reader}"}
 
 
 def refcount_write(model, before, tr, fact):
@@ -144,6 +198,8 @@ def copy_before_use(model, before, tr, fact):
     for op in before.queue:
         if type(op) is Copy and op.dst in kernel.snapshot:
             return {"block": op.dst, "message": f"the copy {op.src}->{op.dst} into block {op.dst} of the kernel's snapshot {list(kernel.snapshot)} is still in flight"}
+        if type(op) is Move and op.kind in _WRITERS and op.block in kernel.snapshot:
+            return {"block": op.block, "message": f"the {op.kind} into block {op.block} of the kernel's snapshot {list(kernel.snapshot)} is still in flight"}
     return None
 
 
@@ -166,6 +222,24 @@ def uaf_kernel(model, before, tr, fact):
     return _free_touch(blocks, before.free, f"branch {model.names[kernel.branch]}'s kernel for position {kernel.pos}")
 
 
+def uaf_move(model, before, tr, fact):
+    """(a) a transfer completes or fails on a free GPU or host block."""
+    move = fact.move
+    what = f"the {move.kind} of block {move.block}" + (f" and host block h{move.host}" if move.host is not None else "")
+    witness = _free_touch((move.block,), before.free, what)
+    if witness is None and move.host is not None and before.tier is not None and move.host in before.tier.free:
+        witness = {"block": move.block, "host": move.host, "message": f"{what} touches host block h{move.host}, which is free"}
+    return witness
+
+
+def uaf_host_freed(model, before, tr, fact):
+    """(c) a host block freed while a transfer in flight uses it."""
+    for op in tr.state.queue:
+        if type(op) is Move and op.host == fact.host:
+            return {"host": fact.host, "message": f"host block h{fact.host} was freed while the {op.kind} of block {op.block} is in flight"}
+    return None
+
+
 def uaf_freed(model, before, tr, fact):
     block, after = fact.block, tr.state
     B = model.B
@@ -180,6 +254,8 @@ def uaf_freed(model, before, tr, fact):
             return {"block": block, "message": f"block {block} was freed while the copy {op.src}->{op.dst} is in flight"}
         if type(op) is Kernel and block in op.snapshot:
             return {"block": block, "message": f"block {block} was freed while branch {model.names[op.branch]}'s kernel for position {op.pos} (snapshot {list(op.snapshot)}) is in flight"}
+        if type(op) is Move and op.block == block:
+            return {"block": block, "message": f"block {block} was freed while branch {model.names[op.owner]}'s {op.kind} of it is in flight"}
     return None
 
 
@@ -221,6 +297,11 @@ def no_leak(model, state, final, stuck):
         if b not in state.free or blk.refcount or blk.holds:
             return {"block": b, "refcount": blk.refcount, "holds": blk.holds,
                     "message": f"at the end block {b} is {'free' if b in state.free else 'not free'} with refcount {blk.refcount} and holds {blk.holds}"}
+    tier = state.tier
+    for h, hb in enumerate(tier.host if tier is not None else ()):
+        if h not in tier.free or hb.pins:
+            return {"host": h, "pins": hb.pins,
+                    "message": f"at the end host block h{h} is {'free' if h in tier.free else 'not free'} with pins {hb.pins}"}
     return None
 
 
@@ -236,9 +317,10 @@ def no_deadlock(model, state, final, stuck):
 
 
 INVARIANTS: tuple[Invariant, ...] = (
-    Invariant("faithful-output", HARM, "each kernel-complete (cancelled branches' kernels too) and check-output",
-              "every position read equals the branch's sequence (a kernel's: the one its branch had right after its write)",
-              on_facts={KernelDone: faithful_kernel, OutputChecked: faithful_check}),
+    Invariant("faithful-output", HARM, "each kernel-complete (cancelled branches' kernels too), check-output and successful send",
+              "every position read equals the branch's sequence (a kernel's: the one its branch had right after its write; "
+              "a send's: the producer's when it was launched)",
+              on_facts={KernelDone: faithful_kernel, OutputChecked: faithful_check, MoveDone: faithful_send}),
     Invariant("no-underflow", HARM, "each decref / release", "the counter was > 0 (a double free crashes a real engine)",
               on_facts={Underflow: underflow}),
     Invariant("no-leak", HARM, "final states", "every block is free, every refcount and hold 0", on_state=no_leak),
@@ -246,14 +328,16 @@ INVARIANTS: tuple[Invariant, ...] = (
               "some action is enabled (a full pool with everyone waiting is an out-of-memory deadlock)", on_state=no_deadlock),
     Invariant("kernel-table-miss", HARM, "each write", "the published table covers the position", on_facts={TableMiss: table_miss}),
     Invariant("exclusive-write", DISCIPLINE, "each kernel-complete, judged before the write",
-              "the target block is not in another running branch's tables (published: below ceil(pos/B)), another in-flight kernel's snapshot, or the source of an in-flight copy",
-              on_facts={KernelDone: exclusive_write}),
+              "the target block is not in another running branch's tables (published: below ceil(pos/B)), another in-flight kernel's snapshot, or the source of an in-flight copy, store or send "
+              "(a load or recv: judged likewise as it lands)",
+              on_facts={KernelDone: exclusive_write, MoveDone: exclusive_move}),
     Invariant("refcount-write", DISCIPLINE, "each kernel-complete", "the target's refcount is 1 and its holds 0",
               on_facts={KernelDone: refcount_write}),
     Invariant("no-use-after-free", DISCIPLINE, "every action and state",
               "nothing touches, maps or frees-while-in-use a free block",
-              on_facts={CopyDone: uaf_copy, KernelDone: uaf_kernel, Freed: uaf_freed}, on_state=uaf_state),
-    Invariant("copy-before-use", DISCIPLINE, "each kernel-complete", "no copy into any block of its snapshot is in flight",
+              on_facts={CopyDone: uaf_copy, KernelDone: uaf_kernel, Freed: uaf_freed, MoveDone: uaf_move,
+                        HostFreed: uaf_host_freed}, on_state=uaf_state),
+    Invariant("copy-before-use", DISCIPLINE, "each kernel-complete", "no copy, load or recv into any block of its snapshot is in flight",
               on_facts={KernelDone: copy_before_use}),
     Invariant("refcount-exact", DISCIPLINE, "quiescent states (empty queue, no branch inside an operation, allocator code told of every completion)",
               "each block's refcount equals the number of running branches' working tables that map it", on_state=refcount_exact),
@@ -306,6 +390,21 @@ def cache_immutable_copy(model, before, tr, fact):
     return None
 
 
+def cache_immutable_move(model, before, tr, fact):
+    """A successful load or recv into a keyed GPU block."""
+    move, ok, _ = fact
+    if not ok or move.kind not in _WRITERS:
+        return None
+    B = model.B
+    cells = before.tier.host[move.host].slots if move.kind is MoveKind.LOAD else move.tokens
+    for slot, token in enumerate(cells):
+        witness = _immutable(move.block, before.blocks[move.block].key, slot, token, B,
+                             f"the {move.kind} of branch {model.names[move.owner]}")
+        if witness is not None:
+            return witness
+    return None
+
+
 def verified_only_cached(model, before, tr, fact):
     verified = before.branches[fact.branch].verified if fact.verified is None else fact.verified
     if fact.length <= verified:
@@ -322,9 +421,31 @@ CACHE_INVARIANTS: tuple[Invariant, ...] = (
               "the block handed out is not in the cache after the action", on_facts={Allocated: no_stale_key}),
     Invariant("cache-immutable", DISCIPLINE, "each kernel-complete and copy-complete",
               "every slot written in a keyed block gets the token its key has there",
-              on_facts={KernelDone: cache_immutable_kernel, CopyDone: cache_immutable_copy}),
+              on_facts={KernelDone: cache_immutable_kernel, CopyDone: cache_immutable_copy, MoveDone: cache_immutable_move}),
     Invariant("verified-only-cached", DISCIPLINE, "each cache-full and cache-drafts",
               "every position a new key covers is verified (no pending draft)", on_facts={Keyed: verified_only_cached}),
+)
+
+
+def host_key_content(model, state, final, stuck):
+    tier = state.tier
+    if tier is None:
+        return None
+    storing = {op.host for op in state.queue if type(op) is Move and op.kind is MoveKind.STORE}
+    B = model.B
+    for h, hb in enumerate(tier.host):
+        if hb.key is not None and h not in storing and hb.slots != hb.key[-B:]:
+            shown = " ".join("_" if t is None else t for t in hb.slots)
+            return {"host": h, "key": list(hb.key), "slots": list(hb.slots),
+                    "message": f"host block h{h} is keyed {_key_text(hb.key)} but holds {shown}"}
+    return None
+
+
+#: scenarios with a host tier only (docs/semantics.md#transfers)
+HOST_INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("host-key-content", DISCIPLINE, "every state",
+              "every keyed host block into which no store is in flight holds the last B tokens of its key",
+              on_state=host_key_content),
 )
 
 
@@ -343,7 +464,7 @@ def allocator_error(model, before, tr, fact):
 ALLOCATOR_ERROR = Invariant("allocator-error", HARM, "each host call (engine harness)",
                             "the allocator raises nothing but out-of-blocks", on_facts={AllocatorRaised: allocator_error})
 
-BY_ID = {inv.id: inv for inv in INVARIANTS + CACHE_INVARIANTS + (ALLOCATOR_ERROR,)}
+BY_ID = {inv.id: inv for inv in INVARIANTS + CACHE_INVARIANTS + HOST_INVARIANTS + (ALLOCATOR_ERROR,)}
 IDS = tuple(BY_ID)
 
 
@@ -363,15 +484,22 @@ def for_system(invariants: tuple[Invariant, ...], system: TransitionSystem) -> t
     through an adapter (a harness) adds allocator-error, never sees an
     underflow, and without an optional observer some more cannot be
     checked (the system's `unsupported`)."""
-    cache = system.scenario.cache
+    scenario = system.scenario
+    cache = scenario.cache
+    # judged in every transfer scenario (vacuously where there is no host tier, so that `holds` can be met there)
+    host = scenario.transfers
     everything = invariants == INVARIANTS       # nothing narrower asked for
     if everything and cache:
-        invariants = INVARIANTS + CACHE_INVARIANTS
+        invariants = INVARIANTS + CACHE_INVARIANTS + (HOST_INVARIANTS if host else ())
     unjudged: dict[str, tuple[str, str]] = {}
     if not cache:
         unjudged = {inv.id: (str(inv.kind), 'only a cache scenario (cache = "prefix") has a prefix cache')
                     for inv in invariants if inv in CACHE_INVARIANTS}
         invariants = tuple(inv for inv in invariants if inv not in CACHE_INVARIANTS)
+    if not host:
+        unjudged.update({inv.id: (str(inv.kind), "only a transfer scenario (host_pool > 0, or a request with source or sink) has host keys")
+                         for inv in invariants if inv in HOST_INVARIANTS})
+        invariants = tuple(inv for inv in invariants if inv not in HOST_INVARIANTS)
     if system.adapter is None:
         return invariants, unjudged
     unsupported = {**HARNESS_BLIND, **system.unsupported}
@@ -387,7 +515,7 @@ def select(ids: tuple[str, ...] | list[str] | None, source: str = "--invariant")
     for i in ids:
         if i not in BY_ID:
             raise SpecError(source, "invariant", f"unknown invariant {i!r}; allowed: {', '.join(IDS)}")
-    return tuple(inv for inv in INVARIANTS + CACHE_INVARIANTS + (ALLOCATOR_ERROR,) if inv.id in ids)
+    return tuple(inv for inv in INVARIANTS + CACHE_INVARIANTS + HOST_INVARIANTS + (ALLOCATOR_ERROR,) if inv.id in ids)
 
 
 def validate_expect(scenario: Scenario, harness: bool = False) -> None:

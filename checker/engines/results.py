@@ -218,6 +218,7 @@ class Result(Stoppable):
             **(self.allocator_code.fields() if self.allocator_code is not None else {}),
             "device": s.device,
             "reuse": None if s.allocator is not None else s.reuse,    # allocator code takes free blocks in its own order
+            "transfer": str(s.transfer) if s.transfers else None,      # the transfer model, where one is checked
             "seconds": round(self.seconds, 3),
             "verdicts": {k: v.to_json() for k, v in self.verdicts.items()},
             "summary": str(self.summary),
@@ -293,6 +294,8 @@ class ExplicitResult(Result):
             "peak_trace": self.peak_path,
             "copies": list(x.cost_range) if x.cost_range else None,
             "hits": list(x.hits_range) if x.hits_range else None,
+            "host_peak": x.host_peak,
+            "transfers": list(x.transfers_range) if x.transfers_range else None,
             "steady_blocks": x.steady,
             "reductions": list(x.reductions),
             "partial_order": self.partial_order,

@@ -68,6 +68,10 @@ def cell_name(grid: str, protocol_name: str, c: dict[str, Any]) -> str:
         name += f"-c{c['may_cancel']}"
     if c["pool"] != "default":
         name += f"-p{c['pool']}"
+    if c.get("host_pool"):
+        name += f"-h{c['host_pool']}"
+    if c.get("transfer", "nic") != "nic":
+        name += f"-{c['transfer']}"
     return name
 
 
@@ -101,13 +105,18 @@ def scenario_data(protocol: Protocol, c: dict[str, Any]) -> dict[str, Any]:
     cache = c.get("cache", "none") != "none"
     if cache:
         data["cache"] = c["cache"]
+    # the keys of transfers only off their defaults: outside a cache they are the cell's error
+    if c.get("transfer", "nic") != "nic":
+        data["transfer"] = c["transfer"]
+    if c.get("host_pool"):
+        data["host_pool"] = c["host_pool"]
     if c.get("allocator") is not None:
         data["allocator"] = c["allocator"]
     elif cache:
         # inline, every table counts as given: the tables a cache scenario
-        # takes from prefix-cache must be filled in first, as a file naming
-        # the protocol gets them
-        data["protocol"] = for_scenario(protocol, True, protocol.source).definition
+        # (a transfer scenario: one with a host tier) takes from its default
+        # protocol must be filled in first, as a file naming the protocol gets them
+        data["protocol"] = for_scenario(protocol, True, protocol.source, bool(c.get("host_pool"))).definition
     else:
         data["protocol"] = protocol.definition
     if c["pool"] != "default":

@@ -34,7 +34,7 @@ from cowcheck.model.harness import allocator_label
 from cowcheck.model.protocol import Protocol, read_toml
 from cowcheck.model.branches import BRANCH_NAMES
 from cowcheck.model.fields import MAXIMA
-from cowcheck.model.scenario import ALLOCATOR_REUSE, CACHES, DEVICES, REUSES, scenario_from_dict
+from cowcheck.model.scenario import ALLOCATOR_REUSE, CACHES, DEVICES, REUSES, TRANSFERS, scenario_from_dict
 
 from cowcheck.sweeps.cells import INVALID, Cell, _error_data, cell_name, scenario_data
 
@@ -46,10 +46,14 @@ from cowcheck.sweeps.cells import INVALID, Cell, _error_data, cell_name, scenari
 #: `cache` ("none" or "prefix") makes cache scenarios, whose requests may
 #: take their own prompts (`prompts`, one per request) and an `after`
 #: (`after`, one per request: a request's name or "" for none).
-AXES = ("protocol", "allocator", "device", "reuse", "cache", "block_size", "prompt", "prompts", "branches", "appends", "program",
-        "after", "may_cancel", "pool")
-DEFAULTS: dict[str, Any] = {"protocol": "cow", "allocator": None, "device": "async", "reuse": "lifo", "cache": "none", "prompts": None,
-                            "branches": 2, "appends": 1, "program": None, "after": None, "may_cancel": 0, "pool": "default"}
+#: `transfer` (a transfer model) and `host_pool` (host blocks: a host tier
+#: makes a transfer scenario) are for cache grids; a cell without a cache
+#: that sets either is that cell's error.
+AXES = ("protocol", "allocator", "device", "transfer", "reuse", "cache", "block_size", "prompt", "prompts", "branches", "appends",
+        "program", "after", "may_cancel", "pool", "host_pool")
+DEFAULTS: dict[str, Any] = {"protocol": "cow", "allocator": None, "device": "async", "transfer": "nic", "reuse": "lifo", "cache": "none",
+                            "prompts": None, "branches": 2, "appends": 1, "program": None, "after": None, "may_cancel": 0,
+                            "pool": "default", "host_pool": 0}
 GRID_KEYS = ("name", "description") + AXES
 BUDGET_KEYS = ("max_states", "seconds", "max_memory")
 TOP_KEYS = ("grid", "budget")
@@ -118,8 +122,8 @@ def _check_value(axis: str, value: Any, source: str, key: str) -> Any:
         if not isinstance(value, str) or ":" not in value:
             raise SpecError(source, key, f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the grid file), got {value!r}")
         return value
-    if axis in ("device", "reuse", "cache"):
-        allowed = {"device": DEVICES, "reuse": REUSES, "cache": CACHES}[axis]
+    if axis in ("device", "transfer", "reuse", "cache"):
+        allowed = {"device": DEVICES, "transfer": TRANSFERS, "reuse": REUSES, "cache": CACHES}[axis]
         if value not in allowed:
             raise SpecError(source, key, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
         return value
@@ -161,6 +165,8 @@ def _check_value(axis: str, value: Any, source: str, key: str) -> Any:
         if type(value) is not int:
             raise SpecError(source, key, f"must be \"default\" or an integer from 0 to {MAXIMA['pool']}, got {value!r}")
         return integer(0, MAXIMA["pool"])
+    if axis == "host_pool":
+        return integer(0, MAXIMA["host_pool"])
     raise AssertionError(axis)
 
 
@@ -220,7 +226,7 @@ def _axis(axis: str, table: dict[str, Any], source: str) -> list[Any]:
     if raw is None:
         return [None]
     values = _listed_values(axis, raw, source)
-    if isinstance(raw, dict) and axis in ("protocol", "device", "reuse", "cache", "pool"):
+    if isinstance(raw, dict) and axis in ("protocol", "device", "transfer", "reuse", "cache", "pool"):
         raise SpecError(source, f"grid.{axis}", "a range {from, to} is for integer axes; give a value or a list")
     checked = [_check_value(axis, v, source, f"grid.{axis}[{i}]" if isinstance(raw, list) else f"grid.{axis}")
                for i, v in enumerate(values)]

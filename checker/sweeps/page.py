@@ -17,7 +17,7 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.branches import BRANCH_NAMES
 from cowcheck.model.harness import allocator_label
 from cowcheck.sweeps.cells import FAILED, INVALID, PARTIAL, Cell, branch_texts
-from cowcheck.sweeps.grid import AXES, Grid
+from cowcheck.sweeps.grid import AXES, DEFAULTS, Grid
 from cowcheck.sweeps.sweep import Sweep
 from cowcheck.views.html import document, stepper_html
 from cowcheck.views.pages import decoded_on_pool, load_for_page
@@ -51,6 +51,9 @@ td.v-invalid { background: #efe3f7; }
 ROW_AXES = ("protocol", "allocator", "device", "reuse")
 
 COLUMN_AXES = tuple(a for a in AXES if a not in ROW_AXES)
+#: axes not worth a word at their default: the transfer axes, which matter
+#: in transfer scenarios only
+SILENT_AT_DEFAULT = ("transfer", "host_pool")
 
 #: the most columns one table has: a grid with more is drawn as several
 #: tables (the rows repeated), each readable in a window 1,400 px wide
@@ -94,7 +97,8 @@ def grid_tables(grid: Grid, cells: list[Cell], links: dict[int, str]) -> str:
     row_axes = [a for a in ROW_AXES if a in varying]
     col_axes = [a for a in COLUMN_AXES if a in varying]
     code = grid.axes.get("allocator") not in (None, [None])
-    fixed = [a for a in AXES if a not in varying and (grid.axes.get(a) not in ([None], ["none"]) or (a == "reuse" and code))]
+    fixed = [a for a in AXES if a not in varying and (grid.axes.get(a) not in ([None], ["none"]) or (a == "reuse" and code))
+             and not (a in SILENT_AT_DEFAULT and grid.axes.get(a) == [DEFAULTS[a]])]
     sample = cells[0].coordinates if cells else {}
     rows: dict[tuple[Any, ...], dict[tuple[Any, ...], Cell]] = {}
     columns: dict[tuple[Any, ...], dict[str, Any]] = {}

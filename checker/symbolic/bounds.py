@@ -50,7 +50,7 @@ import z3
 from cowcheck.model.condition import Algebra
 from cowcheck.model.protocol import AppendPath, Protocol, Step
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.stepkinds import ALLOCS, COPIES, KERNEL_LAUNCHES, LAUNCHES
+from cowcheck.model.stepkinds import ALLOCS, COPIES, KERNEL_LAUNCHES, LAUNCHES, TRANSFER_STEPS
 from cowcheck.model.structure import Op, Place, Structure
 
 from cowcheck.symbolic.conditions import formula
@@ -70,6 +70,8 @@ class Pending(NamedTuple):
     def after(self, step: Step) -> "Pending":
         """The pending ops once `step` has been taken."""
         op, args = step.op, step.args
+        if op in TRANSFER_STEPS:     # never reached: the z3 engines refuse transfers (cowcheck.symbolic.system)
+            return self
         if op in KERNEL_LAUNCHES:
             return self._replace(kernels=self.kernels + 1)
         if op == "wait-kernel":

@@ -211,6 +211,13 @@ def handles(*ops: str) -> Callable[[Handler], Handler]:
     return register
 
 
+@handles("host-lookup", "load", "recv", "store", "store-free", "send", "wait-transfers", "store-keyed")
+def _transfer(r: StepRun) -> None:
+    """Never run: the z3 engines refuse any scenario with transfer steps
+    (cowcheck.symbolic.system.refusal)."""
+    raise AssertionError("the z3 engines do not encode transfers; SymbolicSystem refuses them")
+
+
 @handles("alloc", "alloc-no-evict")
 def _alloc(r: StepRun) -> None:
     """The front of the free list under lifo and fifo, the given free block

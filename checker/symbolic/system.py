@@ -58,8 +58,9 @@ import z3
 from cowcheck.model.action import DEVICE, Transition, completion
 from cowcheck.model.condition import Condition
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import Copy, State, Status
-from cowcheck.model.stepkinds import ALLOCATING, WAITS
+from cowcheck.model.state import Copy, Kernel, State, Status
+from cowcheck.model.errors import SpecError
+from cowcheck.model.stepkinds import ALLOCATING, TRANSFER_STEPS, WAITS
 from cowcheck.model.structure import Op, Place
 from cowcheck.model.system import ProtocolModel
 
@@ -84,6 +85,18 @@ class Instance(NamedTuple):
     accepted: Optional[int] = None   # verify: how many drafts it keeps
 
 
+
+def refuse_transfers(scenario: Scenario) -> None:
+    """The z3 engines do not encode transfers (docs/semantics.md#transfers):
+    a transfer scenario, or a protocol with a transfer step, is refused in
+    one line (exit 2) rather than checked with a silent gap."""
+    used = [s.op for s in scenario.protocol.admit] + [s.op for _, s in scenario.protocol.steps()]
+    step = next((op for op in used if op in TRANSFER_STEPS), None)
+    if scenario.transfers or step is not None:
+        what = "a transfer scenario" if scenario.transfers else f"protocol {scenario.protocol.name!r} uses the transfer step {step!r}"
+        raise SpecError(scenario.source, "engine", f"{what}: the z3 engines (bmc, kind) do not encode the host tier, "
+                        "transfers, reports or leases yet; check it with --engine explicit")
+
 class SymbolicSystem:
     """A scenario's transition system over symbolic states: the sizes of the
     state, its action instances, the scheduling rules, and what each
@@ -91,6 +104,7 @@ class SymbolicSystem:
     mirrors, `structure` that model's Structure."""
 
     def __init__(self, scenario: Scenario):
+        refuse_transfers(scenario)
         self.scenario = scenario
         self.model = ProtocolModel(scenario)
         self.structure = self.model.structure
@@ -256,6 +270,7 @@ class SymbolicSystem:
             if type(op) is Copy:
                 out += [COPY_KIND, op.src, op.dst, op.n, -1, -1, *pad(()), 0, *tokens((), self.KS)] + [0] * self.cache
             else:
+                assert type(op) is Kernel   # no transfers: the z3 engines refuse transfer scenarios
                 out += [KERNEL_KIND, -1, -1, -1, op.branch, op.pos, *pad(op.snapshot), len(op.snapshot),
                         *tokens(op.expected, self.KS)] + [op.span] * self.cache
         out += ([EMPTY, -1, -1, -1, -1, -1, *pad(()), 0, *tokens((), self.KS)] + [0] * self.cache) * (self.Q - len(state.queue))

@@ -22,7 +22,7 @@ from rich.markup import escape
 from cowcheck.engines.counterexample import Counterexample
 from cowcheck.engines.invariants import Invariant
 from cowcheck.model.block import Freed
-from cowcheck.model.state import Block, Copy, State, state_to_json
+from cowcheck.model.state import Block, Copy, Move, State, state_to_json
 from cowcheck.model.system import TransitionSystem
 from cowcheck.traces.replay import Replayed, judging, replay
 from cowcheck.views.words import (_slots, _tokens, action_words, cache_words, describe, doing, initial_words, is_cache, is_harness,
@@ -56,6 +56,11 @@ def _queue(model: TransitionSystem, state: State) -> str:
     for op in state.queue:
         if type(op) is Copy:
             items.append(f"copy {op.src}->{op.dst} ({op.n} slot{'s' if op.n != 1 else ''})")
+        elif type(op) is Move:
+            host = f" h{op.host}" if op.host is not None else ""
+            direction = {"store": f"block {op.block} ->{host}", "load": f"{host.strip()} -> block {op.block}",
+                         "recv": f"remote -> block {op.block}", "send": f"block {op.block} -> remote"}[op.kind]
+            items.append(f"{op.kind} of {model.names[op.owner]} {direction}" + (" (reported: lease expired)" if op.reported else ""))
         elif op.span > 1:        # a prefill: several positions, maybe several blocks
             first = op.pos - op.span + 1
             blocks = ", ".join(str(b) for b in dict.fromkeys(op.snapshot[p // model.B] for p in op.written))
@@ -91,6 +96,14 @@ def _state_lines(model: TransitionSystem, scenario: dict, before: State | None, 
         tables = f"table {br['working']}" if harness else f"working {br['working']}, published {br['published']}"
         lines.append(f"{name}: pos {br['pos']}{verified}, {tables}{sequence}; {where}")
     lines.append(f"in flight: {_queue(model, state)}")
+    if state.tier is not None:       # a transfer scenario: the host tier and the connector's pending reports
+        host = "; ".join(f"h{h}: pins {hb.pins}, slots {_slots(list(hb.slots))}"
+                         + (f", key {key_text(hb.key)}" if hb.key else "") + (" (free)" if h in state.tier.free else "")
+                         for h, hb in enumerate(state.tier.host))
+        lines.append(f"host: {host or 'no host tier'}; host free list {list(state.tier.free)}")
+        if state.tier.reports:
+            lines.append("pending reports: " + "; ".join(f"{r.move.kind} of block {r.move.block} {'ok' if r.ok else 'failed'}"
+                                                        for r in state.tier.reports))
     return lines
 
 

@@ -78,6 +78,8 @@ def block_graph(state: dict, block_size: int, harness: bool = False) -> nx.Multi
         if "copy" in op:
             c = op["copy"]
             g.add_edge(f"block {c['src']}", f"block {c['dst']}", key=f"copy {i}", kind="copy", n=c["n"])
+        elif "transfer" in op:     # a transfer scenario: the graph draws GPU blocks only (explain names transfers)
+            continue
         else:
             k = op["kernel"]
             if "from" in k:     # a prefill: one edge per block it writes, with that block's tokens

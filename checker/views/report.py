@@ -51,6 +51,8 @@ def show(result: Result, console: Console) -> None:
     copies = span(x.cost_range)
     steady = "n/a" if x.steady is None else str(x.steady)
     hits = f"  [dim]hits[/] {span(x.hits_range)}" if result.scenario.cache else ""
+    if result.scenario.transfers:
+        hits += f"  [dim]host peak[/] {x.host_peak}  [dim]transfers[/] {span(x.transfers_range)}"
     console.print(
         f"[dim]states[/] {x.states:,}  [dim]transitions[/] {x.transitions:,}  [dim]depth[/] {x.depth}  "
         f"[dim]time[/] {x.seconds:.2f}s  [dim]states/s[/] {x.rate:,.0f}  "

@@ -30,10 +30,10 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from cowcheck.model.action import DEVICE
+from cowcheck.model.action import CONNECTOR, DEVICE
 from cowcheck.model.branches import BRANCH_NAMES, parse_operation
 from cowcheck.model.harness import CACHE_REQUIRED, REQUIRED
-from cowcheck.model.stepkinds import ALLOCS, COPIES, WAITS
+from cowcheck.model.stepkinds import ALLOCS, COPIES, TRANSFER_STEPS, WAITS
 from cowcheck.model.structure import Op
 
 #: the host calls of the engine harness, as an action's step names them
@@ -422,6 +422,8 @@ def _cache_words(who: str, op: str, args: list[str], binds: dict, before: dict, 
                  spec: Optional[dict]) -> Optional[str]:
     """What a step of prefix caching did (docs/semantics.md#prefix-caching);
     None for the other steps."""
+    if op in TRANSFER_STEPS:
+        return _transfer_step_words(who, op, binds)
     if op == "lookup":
         return _lookup_words(who, list(binds.get("hits") or []), list((spec or {}).get("prompt") or []), before)
     if op == "touch-hits":
@@ -445,6 +447,64 @@ def _cache_words(who: str, op: str, args: list[str], binds: dict, before: dict, 
         return (f"{who} takes block {binds['evicted']} from the free list as '{args[0]}' (refcount 1), evicting it: "
                 f"the key {key_text(key or [])} leaves the cache.")
     return None
+
+
+def _transfer_step_words(who: str, op: str, binds: dict) -> str:
+    """What a transfer step did, in plain words (docs/semantics.md#transfers)."""
+    blocks, hosts = list(binds.get("blocks") or []), list(binds.get("hosts") or [])
+    if op == "wait-transfers":
+        return f"{who} waits for its loads, recvs and sends to be reported: every one has been."
+    if op == "host-lookup":
+        hits = list(binds.get("host_hits") or [])
+        return (f"{who} looks its prompt up in the host cache: {_names([f'h{h}' for h in hits])} hold its next blocks."
+                if hits else f"{who} looks its prompt up in the host cache: nothing more is there.")
+    if not blocks:
+        return f"{who} runs '{op}': it launches nothing."
+    if op == "load":
+        pairs = ", ".join(f"h{h} into block {b}" for h, b in zip(hosts, blocks))
+        return f"{who} launches loads of {pairs}: each host block is pinned and each GPU block held until the load is reported."
+    if op == "recv":
+        return f"{who} launches recvs of its prompt into {_blocks(blocks)}: the remote prefill's NIC writes them, nothing on this device orders it."
+    if op == "send":
+        return f"{who} launches sends of {_blocks(blocks)}: the remote reader reads them when each completes."
+    pairs = ", ".join(f"block {b} to h{h}" for b, h in zip(blocks, hosts))
+    keyed = " The host blocks are keyed now, at launch, before any data lands." if op == "store-keyed" else ""
+    evicted = binds.get("evicted")
+    gone = f" Evicted from the host cache: {_names([f'h{h}' for h in evicted])}." if evicted else ""
+    return f"{who} launches stores of {pairs}: each GPU block held and each host block pinned until the store is reported.{keyed}{gone}"
+
+
+def _transfer_words(op: str, binds: dict, before: dict, after: dict) -> str:
+    """What a transfer's completion or failure did, in one sentence."""
+    kind, who, block, host = binds["kind"], binds.get("branch"), binds.get("block"), binds.get("host")
+    if op == "transfer-fail":
+        return f"The {kind} of {who}'s block {block} fails: it reads and writes nothing; the connector will report the failure."
+    return _TRANSFER_DONE[kind].format(who=who, block=block, host=host, read=_slots(before['blocks'][block]['slots']),
+                                       wrote=_slots(after['blocks'][block]['slots']))
+
+
+#: a transfer's completion by its kind: `read` the GPU block before it,
+#: `wrote` after it
+_TRANSFER_DONE = {
+    "store": "The store of block {block} to h{host} completes: it read block {block} as it is now, {read}, into h{host}.",
+    "load": "The load of h{host} into block {block} completes: block {block} now holds {wrote}.",
+    "recv": "The recv into block {block} completes: block {block} now holds {wrote}.",
+    "send": "The send of {who}'s block {block} completes: the remote reader reads {read}.",
+}
+
+
+def _connector_words(action: dict, binds: dict, before: dict, after: dict) -> str:
+    """The connector's report or a lease's expiry."""
+    if action["step"] == "expire":
+        return (f"{binds.get('branch')}'s lease expires: the connector reports its sends as done though they are still in "
+                "flight; they will still read their blocks when they complete.")
+    reports = before.get("reports") or []
+    done = "; ".join(f"{r['kind']} of block {r['block']} {'ok' if r['ok'] else 'FAILED'}" for r in reports)
+    keyed = [h for h, hb in enumerate(after.get("host") or []) if hb.get("key") and not (before.get("host") or [])[h].get("key")]
+    text = f"The connector reports the completed transfers ({done or 'none'})."
+    for h in keyed:
+        text += f" h{h} is now keyed {key_text(after['host'][h]['key'])}, holding {_slots(after['host'][h]['slots'])}."
+    return text
 
 
 def _verified_words(who: str, op: str, before: dict, after: dict) -> str:
@@ -658,6 +718,8 @@ def _admit_words(who: str, binds: dict, before: dict, after: Optional[dict], B: 
 
 def _device_words(op: str, binds: dict, before: dict, after: dict) -> str:
     """What a device completion did, in one sentence."""
+    if op in ("transfer-complete", "transfer-fail"):
+        return _transfer_words(op, binds, before, after)
     if op == "copy-complete":
         return (f"The device completes the copy of block {binds['src']} into block {binds['dst']}: "
                 f"block {binds['dst']} now holds {_slots(after['blocks'][binds['dst']]['slots'])}.")
@@ -721,6 +783,8 @@ def action_words(action: dict, before: dict, after: Optional[dict], scenario: Op
         return f"{action['actor']} tries to write, but its published table does not cover the position: no kernel is launched."
     if action["actor"] == DEVICE:
         sentence = _device_words(action["op"], binds, before, after)
+    elif action["actor"] == CONNECTOR:
+        sentence = _connector_words(action, binds, before, after)
     else:
         specs = dict(zip(BRANCH_NAMES, (scenario or {}).get("branch", [])))
         sentence = _branch_words(action["actor"], action["step"], binds, before, after, specs.get(action["actor"]))

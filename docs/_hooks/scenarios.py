@@ -3,7 +3,8 @@ specs/scenarios/ and the committed counterexamples/, so the manual lists
 every scenario and cannot fall behind them.
 
 A page writes `<!-- scenarios: GROUP -->` on a line of its own, GROUP one
-of `append-only`, `branch-programs`, `prefix-caching`, `allocator-code`;
+of `append-only`, `branch-programs`, `prefix-caching`, `transfers`,
+`allocator-code`;
 the hook replaces it with a table of the scenarios of that group. A page
 that names one group must name them all, so no scenario is left out.
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "specs" / "scenarios"
 COUNTEREXAMPLES = ROOT / "counterexamples"
 MARKER = re.compile(r"^<!-- scenarios: ([a-z-]+) -->$", re.M)
-GROUPS = ("append-only", "branch-programs", "prefix-caching", "allocator-code")
+GROUPS = ("append-only", "branch-programs", "prefix-caching", "transfers", "allocator-code")
 #: the verdict a scenario's broken invariants give (docs/semantics.md#summaries)
 VERDICTS = {"harm": "unsafe", "discipline": "safe but undisciplined", None: "safe and disciplined"}
 
@@ -41,6 +42,8 @@ def group(scenario) -> str:
     """Which table a scenario is listed in."""
     if scenario.allocator is not None:
         return "allocator-code"
+    if scenario.transfers:
+        return "transfers"
     if scenario.cache:
         return "prefix-caching"
     return "append-only" if scenario.plain else "branch-programs"
@@ -97,6 +100,8 @@ def row(scenario) -> str:
     lengths = ", ".join(f"{inv} ({n})" for inv, _, n in found) or "none"
     subject = f"`{scenario.subject}`"
     device = scenario.device + ("" if scenario.allocator is not None or scenario.reuse == "lifo" else f", {scenario.reuse} reuse")
+    if scenario.transfers:
+        device += f", transfer {scenario.transfer}" + (f", host pool {scenario.host_pool}" if scenario.host_pool else "")
     expect = ", ".join(scenario.expect) or "none"
     cells = [f"`{scenario.name}`", subject, device, shape(scenario), expect, verdict, lengths, str(peak), scenario.description]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"

@@ -3,17 +3,18 @@
 parser accepts, where it may stand and what it does, and cannot drift from
 the code.
 
-A page writes `<!-- steps: core -->` (the steps every scenario may use) or
-`<!-- steps: cache -->` (those only a cache scenario may use) on a line of
-its own; the hook replaces it with a table of those steps in STEPS order."""
+A page writes `<!-- steps: core -->` (the steps every scenario may use),
+`<!-- steps: cache -->` (those only a cache scenario may use) or
+`<!-- steps: transfer -->` (the cache steps of transfers) on a line of its
+own; the hook replaces it with a table of those steps in STEPS order."""
 
 from __future__ import annotations
 
 import re
 
-from cowcheck.model.stepkinds import STEPS, TABLES, StepKind
+from cowcheck.model.stepkinds import STEPS, TABLES, TRANSFER_STEPS, StepKind
 
-MARKER = re.compile(r"^<!-- steps: (core|cache) -->$", re.M)
+MARKER = re.compile(r"^<!-- steps: (core|cache|transfer) -->$", re.M)
 
 
 def _where(kind: StepKind) -> str:
@@ -29,8 +30,9 @@ def _cell(text: str) -> str:
 
 def render(section: str) -> str:
     rows = ["| step | where | effect |", "| --- | --- | --- |"]
-    for kind in STEPS.values():
-        if kind.cache_only == (section == "cache"):
+    for name, kind in STEPS.items():
+        of = "transfer" if name in TRANSFER_STEPS else "cache" if kind.cache_only else "core"
+        if of == section:
             rows.append(f"| `{kind.usage}` | {_where(kind)} | {_cell(kind.effect)} |")
     return "\n".join(rows)
 

@@ -163,7 +163,7 @@ from typing import Optional
 
 
 from cowcheck.model.protocol import Step
-from cowcheck.model.stepkinds import LAUNCHES, LOCAL_STEPS, NEVER_BLOCKS, WAITS
+from cowcheck.model.stepkinds import LAUNCHES, LOCAL_STEPS, NEVER_BLOCKS, TRANSFER_STEPS, WAITS
 from cowcheck.model.state import Branch, Copy, InFlight, Kernel, State, Status, published_uses
 from cowcheck.model.structure import Op
 from cowcheck.model.action import Transition, completion
@@ -224,6 +224,8 @@ class Ample:
         """Whether branch i's next step meets its condition in the module
         docstring."""
         op = step.op
+        if op in TRANSFER_STEPS:    # never explored alone (a transfer scenario has no reduction at all)
+            return False
         if op == "wait-kernel":
             return True
         if op == "publish":
@@ -235,7 +237,7 @@ class Ample:
             x, y = (_bound(br, name) for name in step.args)
             return x in br.working and _private(state, i, y) and (
                 x in published_uses(br, B) or br.working.count(x) > 1 or _private(state, i, x))
-        if any(type(q) is not Copy and q.branch == i for q in state.queue):
+        if any(type(q) is Kernel and q.branch == i for q in state.queue):
             return False     # the exclusive-write check skips its own branch's tables, not its kernels
         uses = _uses(br, B)
         if op == "write":
@@ -258,6 +260,7 @@ class Ample:
                 return False
             br = state.branches[owner]
             return op.src in _uses(br, B) and _stable(state, owner, op.src, op) and _private(state, owner, op.dst, op)
+        assert type(op) is Kernel       # no transfers: the reductions are off for them
         owner, br = op.branch, state.branches[op.branch]
         if br.status is not Status.RUNNING or br.op is None or self.may_cancel[owner] \
                 or program(br)[br.step].op != "wait-kernel" \
@@ -315,6 +318,13 @@ def _private(state: State, i: int, b: int | None, but: Optional[InFlight] = None
         if j != i and (b == other.tail or b == other.new or b in other.working or b in other.published or b in other.hits):
             return False
     for op in state.queue:
-        if op is not but and ((b == op.src or b == op.dst) if type(op) is Copy else b in op.snapshot):
-            return False
+        if op is but:
+            continue
+        if type(op) is Copy:
+            if b == op.src or b == op.dst:
+                return False
+        else:
+            assert type(op) is Kernel   # no transfers: the reductions are off for them
+            if b in op.snapshot:
+                return False
     return True

@@ -214,6 +214,7 @@ class _Context:
                     out.add(op.src)
                     out.add(op.dst)
                 else:
+                    assert type(op) is Kernel   # no transfers: the reductions are off for them
                     out.update(op.snapshot)
             self._queued = out
         return self._queued
@@ -251,7 +252,7 @@ class _Context:
                     launched[op.branch] = launched.get(op.branch, ()) + (q,)
             self._launched = launched
         place = self._place.__getitem__
-        _, _, _, _, _, _, tail, new, working, published, _, _, _, _, hits = self.state.branches[i]
+        _, _, _, _, _, _, tail, new, working, published, _, _, _, _, hits, _, _ = self.state.branches[i]
         return (self._launched.get(i, ()), tuple(map(place, working)), tuple(map(place, published)),
                 () if tail is None else place(tail), () if new is None else place(new),
                 tuple(sorted(map(place, self.holding(i)))), tuple(map(place, hits)))
@@ -266,6 +267,7 @@ class _Context:
                 queued.setdefault(op.src, []).append((q, 0))
                 queued.setdefault(op.dst, []).append((q, 1))
             else:
+                assert type(op) is Kernel       # no transfers: the reductions are off for them
                 for j, b in enumerate(op.snapshot):
                     queued.setdefault(b, []).append((q, 2, j))
         free = self.free.get
@@ -327,7 +329,7 @@ class _Context:
                 if b in queued or (b in free and not sort_free) or ((b in free) != (beta[b] in free)):
                     return False
             disjoint = moved.isdisjoint
-            for i, (_, _, _, _, _, _, tail, new, working, published, _, _, _, _, hits) in enumerate(branches):
+            for i, (_, _, _, _, _, _, tail, new, working, published, _, _, _, _, hits, _, _) in enumerate(branches):
                 if i != x and i != y and not (disjoint(working) and disjoint(published) and disjoint(hits)
                                               and tail not in moved and new not in moved):
                     return False        # a block that others map too

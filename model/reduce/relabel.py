@@ -87,7 +87,7 @@ class Relabelling:
         new_branches = []
         for new_index, old in enumerate(order):
             br = branches[old]
-            status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected, verified, hits = br
+            status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected, verified, hits, host_hits, loads = br
             # its sequence holds tokens to rename only if it moved and has written
             rename_seq = tokens is not None and new_index != old and writes != 0
             if same_ids:
@@ -107,18 +107,19 @@ class Relabelling:
                 if renamed_seq != seq:
                     seq = renamed_seq
                     new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
-                                                      new_working, new_published, writes, seq, rejected, verified, new_hits)))
+                                                      new_working, new_published, writes, seq, rejected, verified, new_hits, host_hits, loads)))
                     continue
             if new_working == working and new_published == published and new_tail == tail and new_new == new and new_hits == hits:
                 new_branches.append(br)
                 continue
             new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
-                                              new_working, new_published, writes, seq, rejected, verified, new_hits)))
+                                              new_working, new_published, writes, seq, rejected, verified, new_hits, host_hits, loads)))
         queue: list[InFlight] = []
         for inflight in state.queue:
             if type(inflight) is Copy:
                 queue.append(_new(Copy, (mapping[inflight.src], mapping[inflight.dst], inflight.n)))
             else:
+                assert type(inflight) is Kernel     # no transfers: the reductions are off for them
                 branch, pos, token, snapshot, expected, span = inflight
                 if tokens is not None and new_of[branch] != branch:
                     token, expected = tokens.get(token, token), tuple(map(tokens.get, expected, expected))
@@ -131,7 +132,7 @@ class Relabelling:
             if self.sort_free:
                 free = tuple(sorted(free))
             new_blocks_tuple = tuple(new_blocks)
-        return _new(State, (new_blocks_tuple, free, tuple(new_branches), tuple(queue), state.code))
+        return _new(State, (new_blocks_tuple, free, tuple(new_branches), tuple(queue), state.code, state.tier))
 
     _range_cache: dict[int, list[int]] = {}
 
@@ -191,6 +192,7 @@ class Relabelling:
                 seq.append(op.src)
                 seq.append(op.dst)
             else:
+                assert type(op) is Kernel           # no transfers: the reductions are off for them
                 seq += op.snapshot
         first = dict.fromkeys(seq)
         first.pop(None, None)

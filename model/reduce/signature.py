@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable, Union
 
-from cowcheck.model.state import Block, Branch, InFlight, Kernel, State, Status
+from cowcheck.model.state import Block, Branch, Copy, InFlight, Kernel, State, Status
 
 #: a block as a signature sees it: refcount, holds, filled slots, keyed (a cache scenario's)
 Shape = tuple[int, int, int, bool]
@@ -63,6 +63,7 @@ class Signatures:
             if type(op) is Kernel:
                 out[op.branch] = out.get(op.branch, ()) + (q, op.pos)
             else:
+                assert type(op) is Copy         # no transfers: the reductions are off for them
                 into[op.dst] = into.get(op.dst, ()) + (q, -1)
         if into:
             for i, br in enumerate(state.branches):
@@ -104,7 +105,7 @@ def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ..
     is in its table, the shapes (refcount, holds, filled slots, keyed) of
     the blocks it maps, and how many hits it holds (an admission's); with
     the ids and objects of the blocks read."""
-    status, pos, done, op, path, step, tail, new, working, published, _, _, _, _, hits = br
+    status, pos, done, op, path, step, tail, new, working, published, _, _, _, _, hits, _, _ = br
     reads = working + published if new is None else working + published + (new,)
     held = tuple(map(blocks.__getitem__, reads))
     shapes = list(map(_shape, held))

@@ -62,7 +62,7 @@ PREFIX_PROTOCOL_OF = {"correct": "prefix-v1", "touch_after_alloc": "prefix-v1-to
                       "step_fenced": "prefix-v1-step-fenced"}
 #: the shipped cache scenarios' shapes (lifo: allocator code has its own order)
 CACHE_SHAPES = sorted(p for p in (SPECS / "scenarios").glob("*.toml")
-                      if load_scenario(p).cache and load_scenario(p).allocator is None)
+                      if (s := load_scenario(p)).cache and s.allocator is None and not s.transfers)
 
 
 def _agree(code, protocol_name):

@@ -43,8 +43,10 @@ from cowcheck.engines.counterexample import load
 
 
 def test_every_invariant_has_an_encoding():
-    """Prefix caching's included (tests/test_symbolic_cache.py checks them)."""
-    assert set(ENCODINGS) == set(IDS)
+    """Prefix caching's included (tests/test_symbolic_cache.py checks them);
+    host-key-content, judged in transfer scenarios only, has none: the z3
+    engines refuse transfer scenarios in one line (tests/test_model_transfers.py)."""
+    assert set(IDS) - set(ENCODINGS) == {"host-key-content"} and set(ENCODINGS) <= set(IDS)
     for inv in ENCODINGS.values():
         assert inv.explicit, f"{inv.id} names no explicit predicate"
 

@@ -38,7 +38,7 @@ from test_symbolic import Bench, _by_depth, agree_along_a_walk
 SCENARIOS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 #: the shipped cache scenarios of protocol files (allocator code is the explorer's alone)
 CACHE_SPECS = sorted(p.stem for p in SCENARIOS.glob("*.toml")
-                     if (s := load_scenario(p)).cache and s.allocator is None)
+                     if (s := load_scenario(p)).cache and s.allocator is None and not s.transfers)
 P3 = {"prompt": 3, "appends": 1}
 
 

@@ -32,6 +32,8 @@ FAITHFUL = Judge((BY_ID["faithful-output"],))
 @pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
 def test_committed_counterexample_replays_on_the_pool(path):
     cx = trace.load(path)
+    if cx.scenario.transfers:
+        pytest.skip("the KV pool does not run transfers yet: a transfer trace replays in the model only (docs/semantics.md#transfers)")
     replayed = replay_on_pool(cx.scenario, cx.actions, initial=cx.initial)
     space = TokenSpace(cx.scenario)
     for k in replayed.kernels:

@@ -27,6 +27,8 @@
         note(c.src, "copy in flight → block " + c.dst + " (" + plural(c.n, "slot") + ")");
         note(c.dst, "copy in flight ← block " + c.src);
         incoming[c.dst] = Math.max(incoming[c.dst] || 0, c.n);
+      } else if (op.transfer) {
+        note(op.transfer.block, transferWords(op.transfer) + " in flight");
       } else {
         const k = op.kernel;
         /* a prefill writes positions from .. pos (its tokens are the expected sequence's) */
@@ -261,11 +263,24 @@
     $("branches").replaceChildren.apply($("branches"), rows);
   }
 
+  /* a transfer in flight, in the engine's words: a store to or a load from
+     the host tier, a recv into or a send from a block (docs/semantics.md#transfers) */
+  function transferWords(t) {
+    const host = t.host === undefined || t.host === null ? "" : "h" + t.host;
+    if (t.kind === "store") return "store of block " + t.block + " → " + host + " (" + t.branch + ")";
+    if (t.kind === "load") return "load of " + host + " → block " + t.block + " (" + t.branch + ")";
+    if (t.kind === "recv") return "recv into block " + t.block + " (" + t.branch + ", from the remote prefill)";
+    return t.kind + " of block " + t.block + " (" + t.branch + (t.kind === "send" ? ", to the remote reader)" : ")");
+  }
+
   function renderQueue(frame) {
     const items = frame.state.queue.map(function (op) {
       if (op.copy) {
         const c = op.copy;
         return el("li", { class: "copy-op" }, "copy block " + c.src + " → block " + c.dst + " (" + plural(c.n, "slot") + "), not yet complete");
+      }
+      if (op.transfer) {
+        return el("li", { class: "copy-op" }, transferWords(op.transfer) + ", not yet complete");
       }
       const k = op.kernel;
       const target = k.snapshot[Math.floor(k.pos / B)];

@@ -473,6 +473,7 @@ def test_unicode_names_on_an_ascii_terminal_are_escaped_not_a_crash(tmp_path):
     assert b"pr\\xe4fix-w\\xe4rme" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_readme_override_examples_behave_as_it_says(tmp_path):
     """Under an override the files' expect is not judged: premature-decrement
     on one stream is safe but undisciplined (exit 0), and an unchanged copy of

@@ -61,6 +61,7 @@ def test_sigterm_gives_the_partial_results_and_143(tmp_path):
     no_half_written_file(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_memory_bound_stops_the_search_with_a_partial_result(tmp_path):
     (tmp_path / "long.toml").write_text(LONG)
     done = subprocess.run(command() + ["check", "long.toml", "--no-symmetry", "--max-memory", "150", "--json", "out.json",

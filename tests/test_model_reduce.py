@@ -442,6 +442,7 @@ def test_every_reduction_agrees_with_the_unreduced_search_on_cache_scenarios(sce
         keeps_reachability(settled_search(scenario, symmetry=True), plain)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(repeated_cache_scenarios(copies=2, most=2))
 def test_request_symmetry_agrees_with_the_unreduced_search(scenario):

@@ -193,7 +193,7 @@ def _explore(scenario, mirror: bool):
 
 @pytest.mark.parametrize("protocol, branches, pool, device, reuse", [
     ("cow", [(1, False)] * 4, None, "async", "lifo"),
-    ("cow", [(1, True)] * 4, None, "streams", "fifo"),
+    pytest.param("cow", [(1, True)] * 4, None, "streams", "fifo", marks=pytest.mark.slow),
     ("cow", [(0, True)] * 5, None, "async", "any"),
     ("premature-decrement", [(1, False)] * 4, 3, "async", "lifo"),
     pytest.param("publish-before-copy", [(1, False)] * 4, None, "stream", "lifo", marks=pytest.mark.slow),

@@ -591,6 +591,7 @@ def test_the_manuals_cell_counts_are_the_shipped_grids():
     assert f"`time cowcheck sweep specs/grids/`, {total} cells" in " ".join(speed.split())
 
 
+@pytest.mark.slow
 def test_the_manuals_sweep_output_is_a_runs(tmp_path):
     """The output the sweeps how-to prints under `cowcheck sweep
     specs/grids/` is what the command prints (but for its seconds and how

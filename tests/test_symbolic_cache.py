@@ -189,7 +189,7 @@ def test_bmc_agrees_with_the_explorer_on_random_cache_scenarios(scenario):
 
 # -- k-induction -------------------------------------------------------------------------
 @pytest.mark.parametrize("protocol,branches", [
-    ("vllm-v1", [{"prompt": 3}, {"prompt": 3}]),      # breaks what [P3, P3] breaks, at the same lengths, in a third of the time
+    pytest.param("vllm-v1", [{"prompt": 3}, {"prompt": 3}], marks=pytest.mark.slow),   # breaks what [P3, P3] breaks, at the same lengths, in a third of the time
     pytest.param("free-in-flight", [dict(P3, may_cancel=True), dict(P3, after="a")], marks=pytest.mark.slow),
 ])
 def test_kinduction_never_proves_a_broken_cache_invariant(protocol, branches):

@@ -74,6 +74,7 @@ def _walk(scenario, seeds: int, steps: int) -> None:
         agree_along_a_walk(bench, random.Random(seed), steps)
 
 
+@pytest.mark.slow
 def test_encoding_agrees_with_the_model_on_a_small_program():
     """Fork (with a cancellable child that has an unforked child of its own)
     and speculation in one small scenario, under `any` reuse."""

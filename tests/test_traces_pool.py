@@ -245,6 +245,7 @@ def test_shortest_wrong_output_diverges_on_the_pool_at_the_same_step(scenario):
     assert first is not None and first.step == verdict.length
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(program_scenarios())
 def test_shortest_wrong_output_of_a_program_diverges_at_the_same_step(scenario):

@@ -237,6 +237,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_an_external_scheduler_and_two_workers(small, tmp_path):
     """`dask scheduler` and two `dask worker` processes on 127.0.0.1, a
     sweep through --scheduler, the same results as the serial run."""

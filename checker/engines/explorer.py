@@ -408,11 +408,7 @@ class Explorer:
             depth = depths[sid]
             if depth > res.depth:
                 res.depth = depth
-            try:
-                trs = model.successors(state)
-            except CallDeadline as late:        # the code did not return: keep where, for its trace
-                res.hung = Hung(late.call, late.seconds, sid, depth)
-                raise
+            trs = self._successors(state, sid, depth)
             final = model.is_final(state)
             finals.append(final)
             edge_start.append(len(edge_dst))
@@ -470,11 +466,7 @@ class Explorer:
             depth = depths[sid]
             if depth > res.depth:
                 res.depth = depth
-            try:
-                trs = model.successors(state)
-            except CallDeadline as late:        # as in `_judged`
-                res.hung = Hung(late.call, late.seconds, sid, depth)
-                raise
+            trs = self._successors(state, sid, depth)
             if mirror is not None:
                 trs = mirror(state, trs)
             res.transitions += len(trs)
@@ -533,6 +525,16 @@ class Explorer:
             sid = self.parent[sid]
         ids.reverse()
         return ids
+
+    def _successors(self, state: Any, sid: int, depth: int) -> list:
+        """The model's successors of state `sid`; a call of the user's code
+        that does not return is kept with where it was made (`hung`), so
+        its trace can be rebuilt."""
+        try:
+            return self.model.successors(state)
+        except CallDeadline as late:
+            self.result.hung = Hung(late.call, late.seconds, sid, depth)
+            raise
 
     def path_to(self, sid: int) -> list[tuple[Any, Any]]:
         """[(action, state after it)] from the real initial state to a state

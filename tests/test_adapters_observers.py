@@ -79,6 +79,19 @@ def test_v1s_cached_describes_a_key_that_covers_drafts(tmp_path, monkeypatch):
     assert "verified-only-cached" in found and "allocator-error" not in found
 
 
+@_have(VLLM["0.34.0"])
+def test_v1s_cached_names_unknown_tokens_for_a_key_no_request_hashed(monkeypatch):
+    """From 0.11.0 a key is bare bytes: its tokens are learned from the
+    request that hashed it. A key nobody hashed is described with
+    unknown tokens (which no content matches), not a KeyError."""
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM["0.34.0"]))
+    adapter = vllm_v1.make(4, 2)
+    adapter.admit("a", ["p0", "p1"])
+    assert ("p0", "p1") in adapter.cached().values()
+    adapter.key_tokens.clear()          # as if the key came from nowhere
+    assert set(adapter.cached().values()) == {(vllm_v1.UNKNOWN,) * 2}
+
+
 # -- a dependency of the engine's that is not installed ---------------------------
 
 HIDE = textwrap.dedent("""

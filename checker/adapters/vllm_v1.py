@@ -78,6 +78,7 @@ REF = "cowcheck.adapters.vllm_v1:make"
 #: names of at most this many UTF-8 bytes are their own token id (0.34
 #: keeps token ids in 32-bit arrays)
 _SHORT = 3
+UNKNOWN = "?"  # the name of a token behind a key no request hashed
 
 
 # -- stand-ins: what V1's core modules import and this check does not need ----
@@ -597,14 +598,23 @@ class VllmV1:
     def cached(self) -> dict[int, tuple[str, ...]]:
         """Every block the cache map would serve as a hit, with the tokens
         of its own slots that its key names."""
-        return {self._block(bid, "its cache map"): tuple(self._name(t) for t in self._key_ids(key))
+        return {self._block(bid, "its cache map"): self._key_names(key)
                 for key, bid in _cached_keys(self.manager.block_pool)}
 
-    def _key_ids(self, key: Any) -> tuple[int, ...]:
-        """The token ids of a key's own block: carried by its hash up to
-        0.10.2, learned from the request that keyed it after."""
+    def _key_names(self, key: Any) -> tuple[str, ...]:
+        """The token names of a key's own block: carried by its hash up to
+        0.10.2, learned from the request that keyed it after. A key that no
+        request ever hashed (a tree that writes keys of its own) names
+        `UNKNOWN` tokens, which no block's content matches: the check
+        reports the key as wrong instead of the observer failing."""
         h = _block_hash(key)
-        return tuple(h.token_ids) if hasattr(h, "token_ids") else self.key_tokens[bytes(h)]
+        if hasattr(h, "token_ids"):
+            ids: tuple[int, ...] | None = tuple(h.token_ids)
+        else:
+            ids = self.key_tokens.get(bytes(h))
+        if ids is None:
+            return (UNKNOWN,) * self.B
+        return tuple(self._name(t) for t in ids)
 
 
 def make(pool: int, block_size: int) -> VllmV1:

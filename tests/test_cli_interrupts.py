@@ -36,6 +36,19 @@ def start(args: list, cwd: Path, quiet: bool = False) -> subprocess.Popen:
     return subprocess.Popen(command() + [str(a) for a in args], cwd=cwd, stdout=where, stderr=where, text=True)
 
 
+def busy_for(proc: subprocess.Popen, seconds: float, limit: float = 300) -> None:
+    """Wait until the process has used `seconds` of CPU (Linux's
+    /proc/PID/stat), so that a signal lands in the search, not in the
+    imports before it, however loaded the machine is."""
+    tick = os.sysconf("SC_CLK_TCK")
+    end = time.monotonic() + limit
+    while time.monotonic() < end and proc.poll() is None:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if (int(fields[11]) + int(fields[12])) / tick >= seconds:    # utime + stime
+            return
+        time.sleep(0.1)
+
+
 def no_trace_of_a_crash(out: str, err: str) -> None:
     assert "Traceback" not in out + err, err[-2000:]
 
@@ -50,7 +63,7 @@ def no_half_written_file(folder: Path) -> None:
 def test_sigterm_gives_the_partial_results_and_143(tmp_path):
     (tmp_path / "long.toml").write_text(LONG)
     proc = start(["check", "long.toml", "--no-symmetry", "--json", "out.json", "--out", "cx"], tmp_path)
-    time.sleep(3)
+    busy_for(proc, 3)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
@@ -153,7 +166,7 @@ def test_ctrl_c_in_a_z3_engine_gives_what_was_decided(tmp_path, engine):
     that is the user's interrupt, so the table so far, exit 130, and --json."""
     scenario = SCENARIOS / ("premature-decrement.toml" if engine == "bmc" else "cow-two-writers.toml")
     proc = start(["check", scenario, "--engine", engine, "--depth", "30", "--json", "out.json", "--out", "cx"], tmp_path)
-    time.sleep(6)
+    busy_for(proc, 6)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     no_trace_of_a_crash(out, err)

@@ -218,7 +218,7 @@ def test_representative_is_canonical(scenario, rnd):
 
 SPEC_SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "specs" / "scenarios").glob("*.toml"))
 #: the shipped scenarios whose three searches take over ten seconds (pytest --durations): slow
-HEAVY_SPECS = ("engine-fenced-prune-in-flight",)
+HEAVY_SPECS = ("engine-fenced-prune-in-flight", "engine-fenced-async", "holds-three-writers")
 
 
 def settled_search(scenario, symmetry: bool) -> Exploration:
@@ -270,6 +270,7 @@ def test_settled_completions_keep_a_violation_when_the_copy_source_is_dropped_ea
     keeps_reachability(settled_search(scenario, symmetry=True), plain)
 
 
+@pytest.mark.slow
 def test_settled_completions_shrink_a_correct_protocol_and_a_buggy_one_is_searched_again():
     cow = make_scenario(4, 6, [(1, False)] * 4, "cow")
     ordered_settled = check(cow, por=True, symmetry=True)
@@ -500,7 +501,8 @@ def same_as_without_partial_order(scenario, **options) -> tuple:
     return auto, alone
 
 
-@pytest.mark.parametrize("path", SPEC_SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in HEAVY_SPECS else [], id=p.stem)
+                                  for p in SPEC_SCENARIOS])
 def test_every_shipped_scenario_reports_by_default_what_the_search_without_partial_order_does(path):
     auto, alone = same_as_without_partial_order(load_scenario(path))
     assert auto.complete and [s.purpose for s in alone.searches] == ["verdicts"]

@@ -197,7 +197,7 @@ def _explore(scenario, mirror: bool):
     ("cow", [(0, True)] * 5, None, "async", "any"),
     ("premature-decrement", [(1, False)] * 4, 3, "async", "lifo"),
     pytest.param("publish-before-copy", [(1, False)] * 4, None, "stream", "lifo", marks=pytest.mark.slow),
-    ("double-decrement", [(1, False)] * 4, None, "async", "any"),
+    pytest.param("double-decrement", [(1, False)] * 4, None, "async", "any", marks=pytest.mark.slow),
 ])
 def test_skipping_mirrored_moves_keeps_every_state_verdict_and_measure(protocol, branches, pool, device, reuse):
     """Moves of a branch that mirrors a twin's lead to the same orbits: the
@@ -293,6 +293,7 @@ def _everything(result) -> tuple:
     return measures(result), result.exploration.states, result.exploration.depth, traces, peak
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(any_reuse_scenarios())
 def test_taking_one_of_each_set_of_twin_free_blocks_changes_no_figure_and_no_trace(scenario):

@@ -84,6 +84,7 @@ def test_every_lemma_holds_in_every_reachable_state(scenario):
     assert broken_parts(scenario) == {}
 
 
+@pytest.mark.slow
 def test_kinduction_proves_a_correct_scenario_at_k1():
     result = run_kinduction(make_scenario(2, 3, [1, 1], "cow"), INVARIANTS, 2)
     assert result.closed_at == {inv.id: 1 for inv in INVARIANTS}

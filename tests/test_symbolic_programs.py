@@ -142,6 +142,7 @@ def test_bmc_is_exhaustive_on_a_fork_that_shares_first(tmp_path):
     assert replayed.ok, replayed.message
 
 
+@pytest.mark.slow
 def test_bmc_finds_the_shortest_breaks_of_a_fork_without_incref(tmp_path):
     """fork-no-incref: every break within 16 actions, at the explorer's
     lengths (refcount-exact 2 ... no-underflow 16), and each counterexample
@@ -202,7 +203,7 @@ def test_bmc_agrees_with_the_explorer_on_random_programs_within_the_bound(scenar
 @pytest.mark.parametrize("scenario", [
     make_scenario(1, 1, [{"program": ["fork b"]}, {"appends": 1, "parent": "a", "may_cancel": True}], "fork-share-first"),
     make_scenario(2, 1, [{"program": ["fork b", "append"]}, {"appends": 1, "parent": "a"}], "fork-no-incref"),
-    make_scenario(2, 1, [{"program": ["speculate 1", "append"]}], "rollback-no-trim"),
+    pytest.param(make_scenario(2, 1, [{"program": ["speculate 1", "append"]}], "rollback-no-trim"), marks=pytest.mark.slow),
 ], ids=["fork-share-first", "fork-no-incref", "rollback-no-trim"])
 def test_kinduction_never_proves_what_the_explorer_refutes_on_programs(scenario):
     """Every proof k-induction claims is an invariant the explorer sees

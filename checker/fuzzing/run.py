@@ -157,22 +157,22 @@ def subject_kind(protocol: Optional[Union[Protocol, str, Path]], allocator: Opti
     return allocator, allocator, kind
 
 
-def judged(drawn: Drawn, selected: Optional[tuple[str, ...]] = None) -> list[str]:
+def judged(drawn: Drawn, selected: Optional[tuple[str, ...]] = None, skipped: tuple[str, ...] = ()) -> list[str]:
     """The invariants a drawn scenario is checked on: every one its kind
     has (allocator-error for code), less no-deadlock where the pool is
     tighter than the default (any protocol may wait for memory there), and
-    only those `selected` when given."""
+    only those `selected` when given, less those `skipped`."""
     s = drawn.scenario
     invariants = INVARIANTS + (CACHE_INVARIANTS if s.cache else ()) + (HOST_INVARIANTS if s.transfers else ()) \
         + ((ALLOCATOR_ERROR,) if s.allocator is not None else ())
     ids = [inv.id for inv in invariants if not (drawn.tight and inv.id == "no-deadlock")]
-    return [i for i in ids if selected is None or i in selected]
+    return [i for i in ids if (selected is None or i in selected) and i not in skipped]
 
 
 def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Optional[str] = None, kind: Optional[str] = None,
          seed: int = 0, scenarios: Optional[int] = DEFAULT_SCENARIOS, seconds: Optional[float] = None,
          check_budget: Optional[dict[str, Any]] = None, keep_going: bool = False, knobs: Knobs = Knobs(),
-         invariants: Optional[tuple[str, ...]] = None, do_shrink: bool = True, workers: Optional[int] = 0,
+         invariants: Optional[tuple[str, ...]] = None, skip: tuple[str, ...] = (), do_shrink: bool = True, workers: Optional[int] = 0,
          scheduler: Optional[str] = None, runner: Optional[Runner] = None,
          progress: Optional[Callable[[Fuzz], None]] = None) -> Fuzz:
     """Draw scenarios of `kind` for a protocol (an object, a built-in name or
@@ -181,25 +181,26 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
     stop at the first violation, or with `keep_going` at the end of the
     budget: `scenarios` drawn, `seconds` spent (either may be None, not
     both). Then shrink the first scenario that broke each invariant (unless
-    `do_shrink` is False). workers=0 (the default) checks in this process;
+    `do_shrink` is False). `invariants` judges only those, `skip` all but
+    those (an engine's known findings, to look past them). workers=0 (the default) checks in this process;
     otherwise on Dask as `cowcheck.sweep` does. Writes nothing
     (`write_fuzz` does). A Ctrl-C ends the run with what was found, unshrunk
     (`interrupted`); a cluster left without workers likewise (`stopped`)."""
     subject, label, kind = subject_kind(protocol, allocator, kind)
     if scenarios is None and seconds is None:
         raise SpecError("fuzz", "", "give a budget: a number of scenarios, seconds, or both")
-    for ident in invariants or ():
+    for ident in (*(invariants or ()), *skip):
         if ident not in BY_ID:
             raise SpecError("--invariant", "", f"unknown invariant {ident!r}; allowed: {', '.join(BY_ID)}")
     check_budget = dict(DEFAULT_CHECK_BUDGET if check_budget is None else check_budget)
-    budget = {"scenarios": scenarios, "seconds": seconds}
+    budget = {"scenarios": scenarios, "seconds": seconds, "invariants": list(invariants) if invariants else None, "skip": list(skip)}
     own = runner is None
     runner = runner or Runner(workers, scheduler)
     result = Fuzz(label, kind, seed, knobs, budget, check_budget, keep_going, workers=runner.workers if runner.scheduler is None else 0,
                   scheduler=runner.scheduler)
     began = time.perf_counter()
     try:
-        _search(result, subject, invariants, runner, began, progress)
+        _search(result, subject, invariants, skip, runner, began, progress)
         if do_shrink and not result.interrupted and result.stopped is None:
             for finding in result.findings.values():
                 finding.shrunk = _shrunk(finding, runner)
@@ -217,7 +218,7 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
     return result
 
 
-def _search(result: Fuzz, subject: Subject, invariants: Optional[tuple[str, ...]], runner: Runner, began: float,
+def _search(result: Fuzz, subject: Subject, invariants: Optional[tuple[str, ...]], skip: tuple[str, ...], runner: Runner, began: float,
             progress: Optional[Callable[[Fuzz], None]]) -> None:
     """Draw and check batches until a violation (unless keep_going) or the budget's end."""
     batch = 1 if runner.serial else max(8, 2 * max(runner.workers, 1))
@@ -226,7 +227,7 @@ def _search(result: Fuzz, subject: Subject, invariants: Optional[tuple[str, ...]
     while (limit is None or index < limit) and (seconds is None or time.perf_counter() - began < seconds):
         size = batch if limit is None else min(batch, limit - index)
         drawn = [draw_scenario(result.seed, i, result.kind, subject, result.knobs) for i in range(index, index + size)]
-        tasks = [task_for(d.scenario, result.check_budget, invariants=judged(d, invariants), max_memory_mib=runner.memory_per_task)
+        tasks = [task_for(d.scenario, result.check_budget, invariants=judged(d, invariants, skip), max_memory_mib=runner.memory_per_task)
                  for d in drawn]
         answers: dict[int, dict[str, Any]] = {}
         try:

@@ -77,7 +77,7 @@ def fuzz(protocol, allocator, kind, seed, scenarios, seconds, keep_going, max_st
         writable_folder(Path(out_dir), "--out")
         writable_file(json_path, "--json")
         knobs = Knobs(max_branches=max_branches, max_ops=max_ops, cancels=not no_cancels,
-                      **({"devices": tuple(dict.fromkeys(devices))} if devices else {}))
+                      devices=tuple(dict.fromkeys(devices)) if devices else Knobs().devices)
         from cowcheck.engines.invariants import select
         for ident in (*invariant_ids, *skip_ids):
             select((ident,), "--skip" if ident in skip_ids else "--invariant")
@@ -104,6 +104,7 @@ def fuzz(protocol, allocator, kind, seed, scenarios, seconds, keep_going, max_st
         fail(error)
     finally:
         bar.stop()
+    assert result is not None
     if not _close(runner):
         result.interrupted = True
     sys.exit(_finish(result, Path(out_dir), json_path, out))

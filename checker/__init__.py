@@ -11,6 +11,7 @@ by `lint-imports` in CI; docs/explanation/architecture.md):
 
 - cli/: the `cowcheck` command, one module per command group
 - bench/: the measuring code of `cowcheck bench`
+- fuzzing/: `cowcheck fuzz`, random scenarios with pressure, checked and shrunk
 - sweeps/: grids of scenarios checked as Dask tasks, shrinking, the sweep page
 - api.py: the Python API every command and sweep goes through
 - views/: the words every view uses, `explain`, the HTML pages, pictures
@@ -52,6 +53,7 @@ _EXPORTS = {
     "Stop": "cowcheck.engines.stop", "StopKind": "cowcheck.engines.stop",
     "sweep": "cowcheck.sweeps.sweep", "Sweep": "cowcheck.sweeps.sweep", "load_grid": "cowcheck.sweeps.grid",
     "shrink": "cowcheck.sweeps.shrink", "Shrunk": "cowcheck.sweeps.shrink",
+    "fuzz": "cowcheck.fuzzing.run", "Fuzz": "cowcheck.fuzzing.run",
     "OutOfBlocks": "cowcheck.model.harness", "HarnessModel": "cowcheck.model.harness",
 }
 __all__ = sorted(_EXPORTS)
@@ -87,3 +89,4 @@ if TYPE_CHECKING:
     from cowcheck.sweeps.grid import load_grid
     from cowcheck.sweeps.sweep import Sweep, sweep
     from cowcheck.sweeps.shrink import Shrunk, shrink
+    from cowcheck.fuzzing.run import Fuzz, fuzz

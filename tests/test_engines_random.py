@@ -9,25 +9,21 @@
 from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, event, given, settings
-from hypothesis import strategies as st
 
 from cowcheck import check
 from cowcheck.engines.depth_first import depth_first
+from cowcheck.fuzzing.generators import Knobs
+from cowcheck.fuzzing.strategies import scenarios as fuzz_scenarios
 from cowcheck.model.protocol import builtin_names
-from cowcheck.model.scenario import DEVICES, make_scenario
 from cowcheck.model.system import ProtocolModel
 
 CAP = 10_000
 
 
-@st.composite
-def scenarios(draw, protocols=("cow",), max_block=4, max_prompt=8, max_branches=3, max_appends=3, reuses=("lifo", "fifo")):
-    B = draw(st.integers(1, max_block))
-    L = draw(st.integers(0, max_prompt))
-    n = draw(st.integers(1, max_branches))
-    branches = [(draw(st.integers(0, max_appends)), draw(st.booleans())) for _ in range(n)]
-    return make_scenario(B, L, branches, draw(st.sampled_from(protocols)),
-                         device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(reuses)))
+def scenarios(protocols=("cow",), max_block=4, max_prompt=8, max_branches=3, max_ops=3, reuses=("lifo", "fifo")):
+    """The fork scenarios `cowcheck fuzz` draws (cowcheck.fuzzing.strategies), with the pools at their default."""
+    return fuzz_scenarios("fork", protocols, Knobs(max_block=max_block, max_prompt=max_prompt, max_branches=max_branches,
+                                                   max_ops=max_ops, reuses=reuses, tight_pools=False))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -43,7 +39,7 @@ def test_cow_never_breaks_an_invariant(scenario):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_appends=2,
+@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_ops=2,
                  reuses=("lifo", "fifo", "any")))
 def test_depth_first_agrees_with_breadth_first(scenario):
     bfs = check(scenario, max_states=4_000, symmetry=False, por=False)

@@ -5,6 +5,7 @@ share (cowcheck.cli.common).
 - traces.py: `replay`, `explain`
 - pages.py: `html`, `graph`, `lab`
 - sweep.py: `sweep`, `shrink`
+- fuzz.py: `fuzz`
 - bench.py: `bench`
 - diff.py: `diff`"""
 
@@ -15,7 +16,7 @@ import sys
 import click
 
 from cowcheck import interrupts
-from cowcheck.cli import bench, check, diff, pages, sweep, traces
+from cowcheck.cli import bench, check, diff, fuzz, pages, sweep, traces
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,7 +26,7 @@ def main() -> None:
 
 
 for _command in (check.check, traces.replay, traces.explain, check.list_, bench.bench, pages.html, pages.graph,
-                 pages.lab, sweep.sweep, sweep.shrink, diff.diff):
+                 pages.lab, sweep.sweep, sweep.shrink, fuzz.fuzz, diff.diff):
     main.add_command(_command)
 
 

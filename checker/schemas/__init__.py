@@ -10,7 +10,8 @@
 - sweep.schema.json: what `cowcheck sweep --json` writes (each checked
   cell is also a result.schema.json object once its place in the grid,
   `cell`, `grid` and `coordinates`, is set aside);
-- diff.schema.json: what `cowcheck diff --json` writes.
+- diff.schema.json: what `cowcheck diff --json` writes;
+- fuzz.schema.json: what `cowcheck fuzz --json` writes.
 
 Read one with `load("result")`, or as data with
 `importlib.resources.files("cowcheck.schemas") / "result.schema.json"`. A
@@ -26,7 +27,7 @@ import re
 from importlib import resources
 from typing import Any
 
-NAMES = ("check", "result", "counterexample", "replay", "sweep", "diff")
+NAMES = ("check", "result", "counterexample", "replay", "sweep", "diff", "fuzz")
 #: how a schema names another: its `$id`, `urn:cowcheck:schema:<name>:1`
 REFERENCE = re.compile(r'"urn:cowcheck:schema:([a-z]+):1"')
 

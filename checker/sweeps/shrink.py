@@ -29,7 +29,7 @@ from cowcheck.model.harness import allocator_file
 from cowcheck.model.protocol import builtin_names, for_scenario, load_builtin
 from cowcheck.model.branches import BRANCH_NAMES, BranchSpec, branch_definition
 from cowcheck.model.device import Device
-from cowcheck.model.scenario import Scenario, default_pool, harness_pool, load_scenario
+from cowcheck.model.scenario import TRANSFER_KEYS, Scenario, default_pool, harness_pool, load_scenario
 
 from cowcheck import atomic
 
@@ -148,7 +148,8 @@ def _requests(requests: tuple[BranchSpec, ...]) -> list[tuple[BranchSpec, ...]]:
             prompt, spec = pick[old]    # type: ignore[misc]  # kept: not None
             after = requests[old].after
             specs.append(replace(spec, prompt=tuple(rename.get(t, t) for t in prompt),
-                                 after=kept.index(after) if after in kept else None))
+                                 after=kept.index(after) if after in kept else None,
+                                 source=requests[old].source, sink=requests[old].sink))
         candidate = tuple(specs)
         if candidate not in seen:
             seen.add(candidate)
@@ -376,6 +377,8 @@ def scenario_toml(scenario: Scenario, description: str, expect: str, folder: Uni
              f"block_size = {scenario.block_size}", f"prompt = {scenario.prompt}"]
     if scenario.cache:
         lines.append('cache = "prefix"')
+        definition = scenario.definition()       # a transfer scenario's keys, where they differ from their defaults
+        lines += [f"{key} = {_toml_value(definition[key])}" for key in TRANSFER_KEYS if key in definition]
     default = harness_pool(scenario.block_size, scenario.prompt, scenario.branches, scenario.cache) if scenario.allocator is not None \
         else default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches, scenario.cache)
     if scenario.pool != default:

@@ -1,0 +1,90 @@
+"""`cowcheck bench --fuzz` (docs/how-to/fuzz.md, docs/explanation/speed.md):
+scenarios per second that `cowcheck fuzz` draws and checks, per scenario
+kind, on a protocol that holds (so every scenario is checked whole); and,
+from seed 0, how many scenarios and seconds it takes to find a violation
+of each shipped bug protocol (shrinking apart: the find alone)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cowcheck.engines.results import FORMAT
+from cowcheck.fuzzing.generators import kind_for
+from cowcheck.fuzzing.run import fuzz
+from cowcheck.model.protocol import builtin_names, load_builtin
+from cowcheck.model.scenario import load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "specs" / "scenarios"
+#: a protocol that holds, per kind: every drawn scenario is checked to its end
+RATE_PROTOCOLS = {"fork": "cow", "cache": "prefix-cache", "transfer": "kv-connector-lazy"}
+RATE_SCENARIOS = 20
+#: the budget of a find: scenarios drawn at most, from seed 0
+FIND_SCENARIOS = 100
+
+
+def bug_protocols() -> dict[str, str]:
+    """The shipped bug protocols (name -> the kind `cowcheck fuzz` draws
+    for it): those a shipped scenario expects to break an invariant other
+    than no-deadlock (which a tight pool breaks in any protocol)."""
+    out: dict[str, str] = {}
+    shipped = set(builtin_names())
+    folder = SCENARIOS if SCENARIOS.is_dir() else Path(__file__).resolve().parents[2] / "specs" / "scenarios"
+    for path in sorted(folder.glob("*.toml")):
+        scenario = load_scenario(path)
+        if scenario.allocator is None and any(e.startswith("violates ") and e != "violates no-deadlock" for e in scenario.expect):
+            name = scenario.protocol.name
+            if name not in shipped:       # a scenario's own protocol, written inline
+                continue
+            out.setdefault(name, kind_for(load_builtin(name)))
+    return dict(sorted(out.items()))
+
+
+def rate(kind: str) -> dict[str, Any]:
+    result = fuzz(RATE_PROTOCOLS[kind], kind=kind, seed=0, scenarios=RATE_SCENARIOS, keep_going=True, do_shrink=False)
+    return {"kind": kind, "protocol": RATE_PROTOCOLS[kind], "scenarios": len(result.tried), "states": result.states,
+            "seconds": round(result.seconds, 3), "scenarios_per_second": round(len(result.tried) / result.seconds, 2)}
+
+
+def find(protocol: str) -> dict[str, Any]:
+    start = time.perf_counter()
+    result = fuzz(protocol, seed=0, scenarios=FIND_SCENARIOS, do_shrink=False)
+    first = min((f.drawn.index for f in result.findings.values()), default=None)
+    return {"protocol": protocol, "kind": result.kind, "found": sorted(result.findings), "scenario": first,
+            "tried": len(result.tried), "states": result.states, "seconds": round(time.perf_counter() - start, 3)}
+
+
+def run_fuzz_benchmarks(console: Console, as_json: bool) -> dict[str, Any]:
+    rates = [rate(kind) for kind in RATE_PROTOCOLS]
+    finds = []
+    for protocol in bug_protocols():
+        finds.append(find(protocol))
+        if not as_json:
+            console.print(f"  {protocol}: {finds[-1]['seconds']} s", style="dim")
+    report = {"format": FORMAT, "rates": rates, "finds": finds}
+    if as_json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+        return report
+    table = Table(title=f"cowcheck bench --fuzz: scenarios per second (python {sys.version.split()[0]})", title_justify="left")
+    for col in ("kind", "protocol", "scenarios", "states", "seconds", "scenarios/s"):
+        table.add_column(col, justify="left" if col in ("kind", "protocol") else "right")
+    for r in rates:
+        table.add_row(r["kind"], r["protocol"], str(r["scenarios"]), f"{r['states']:,}", f"{r['seconds']:.2f}",
+                      f"{r['scenarios_per_second']:.1f}")
+    console.print(table)
+    table = Table(title=f"time to find each shipped bug protocol's violation from seed 0 (at most {FIND_SCENARIOS} scenarios)",
+                  title_justify="left")
+    for col in ("protocol", "kind", "scenario", "seconds", "broken"):
+        table.add_column(col, justify="right" if col in ("scenario", "seconds") else "left")
+    for r in finds:
+        table.add_row(r["protocol"], r["kind"], "not found" if r["scenario"] is None else str(r["scenario"]),
+                      f"{r['seconds']:.2f}", ", ".join(r["found"]))
+    console.print(table)
+    return report

@@ -276,6 +276,60 @@ def test_the_views_read_transfer_counterexamples(path, tmp_path):
         assert result.exit_code == 0, (args, result.output)
 
 
+# -- each bug: found, minimal, replayed in the model and on the pool, named ------------
+#: the shipped scenario of each transfer bug: DESIGN.md's shortest lengths there, and the
+#: real reports its protocol (or, for the lease, its scenario) names
+BUGS = {
+    "offload-eager-store": ({EW: 12, RW: 12, HKC: 13, FO: 52}, ("31341", "46278")),                  # S1, store-ahead
+    "offload-eager-store-fenced": ({EW: 12, RW: 12}, ("31341", "46278")),                            # S1 fenced
+    "offload-load-reuse": ({UAF: 37, RW: 38, EW: 44, CBU: 46, FO: 47}, ("47291",)),                  # S2, load-over-in-flight
+    "pd-consumer-abort": ({UAF: 9, EW: 14, CBU: 19, CI: 22, FO: 26}, ("32255", "32564", "35049")),   # S3, free-at-abort
+    "pd-consumer-ahead": ({UAF: 17, RW: 18, EW: 22, CBU: 25, FO: 26}, ("45357",)),                   # S4, load-over-in-flight
+    "pd-consumer-ahead-local": ({UAF: 17, RW: 18, EW: 22}, ("45357",)),                              # S4-local
+    "pd-producer-lease": ({UAF: 19, EW: 29, FO: 30}, ("52234",)),                                    # S5, the lease
+    "early-key-lazy-offload": ({UAF: 17, RW: 18, EW: 19, HKC: 20, FO: 54}, ("46278",)),              # S6's variant
+    "failed-store": ({HKC: 14, FO: 52}, ("LMCache 4991",)),                                           # S7, host-key-at-store
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUGS))
+def test_each_transfer_bug_is_found_minimal_replayed_and_named(name):
+    """The bug's shipped scenario breaks exactly the invariants of DESIGN.md's
+    table at its shortest lengths; no trace one action shorter breaks them;
+    the committed counterexample is that trace and replays in the model and
+    on a numpy KV pool (a faithful-output one goes wrong there at the same
+    step); and the real report it stands for is named in its description."""
+    from cowcheck.api import check
+    from cowcheck.engines.invariants import select
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.traces.pool import replay_on_pool
+    lengths, reports = BUGS[name]
+    scenario = load_scenario(ROOT / "specs" / "scenarios" / f"{name}.toml")
+    result = check(scenario)
+    assert {v.invariant: v.length for v in result.verdicts.values() if v.holds is False} == lengths
+    for inv, length in lengths.items():
+        shorter = check(scenario, invariants=select([inv]), max_depth=length - 1)
+        assert shorter.verdicts[inv].holds is not False, f"{inv} broke in fewer than {length} actions"
+        cx = load_counterexample(str(ROOT / "counterexamples" / f"{name}.{inv}.json"))
+        assert cx.length == length and cx.actions == result.verdicts[inv].counterexample.actions
+        replayed = replay(cx)
+        assert replayed.ok and replayed.model.step == length, (replayed.model.message, replayed.pool_message)
+        first = replay_on_pool(cx.scenario, cx.actions, initial=cx.initial).first_divergence
+        if inv == FO:
+            assert first is not None and first.step == length
+        else:
+            assert first is None or first.step > length       # a discipline breaks before the output does
+    named = f"{scenario.description} {scenario.protocol.description}"
+    missing = [r for r in reports if r not in named]
+    assert not missing, f"{name}'s descriptions do not name {missing}"
+
+
+def test_every_transfer_bug_protocol_has_a_bug_scenario_above():
+    from cowcheck.model.scenario import load_scenario
+    covered = {load_scenario(ROOT / "specs" / "scenarios" / f"{name}.toml").protocol.name for name in BUGS}
+    assert {"free-at-abort", "store-ahead", "load-over-in-flight", "host-key-at-store"} <= covered
+
+
 # -- the transfer model as an override and a sweep axis ------------------------------
 def test_transfer_overrides_the_model_and_names_it_in_the_scenario_and_the_json(tmp_path):
     """`--transfer` beside `--device`: the scenario is renamed with its

@@ -276,6 +276,24 @@ def test_the_views_read_transfer_counterexamples(path, tmp_path):
         assert result.exit_code == 0, (args, result.output)
 
 
+@pytest.mark.parametrize("name,said", [
+    ("offload-eager-store.host-key-content", ["The store of block 0 to h0 completes before a's prefill lands: it copied block 0 as it is now, [_ _], into h0.",
+                                              "h0 is now keyed (p0 p1) but holds [_ _]: its key names tokens it does not hold."]),
+    ("offload-eager-store.faithful-output", ["The load of h0 into block 0 completes: block 0 now holds [_ _]. h0 is keyed (p0 p1) but held [_ _]: a stale load."]),
+    ("failed-store.faithful-output", ["The store of a's block 0 fails: it reads and writes nothing; the connector will report the failure. "
+                                      "h0 keeps the key (p0 p1) it was given at launch, holding [_ _] (its key names tokens it does not hold)."]),
+    ("pd-consumer-abort.faithful-output", ["Block 0 is b's now (a freed it before its recv landed): the remote prefill's tokens overwrite [x0 x1]."]),
+    ("offload-load-reuse.faithful-output", ["Still in flight and reading block 0: b's kernel for position 3, which will read these tokens."]),
+    ("pd-producer-lease.faithful-output", ["a had p0 p1 there when the send was launched: block 0 was reused (a's lease expired before the send completed).",
+                                           "what happened: the remote reader of branch a's send of block 0: at position 0 it expected p0 and read x2"]),
+])
+def test_explain_tells_what_a_transfer_did_wrong_in_the_engines_words(name, said):
+    from cowcheck.api import explain
+    text = explain(load_counterexample(str(ROOT / "counterexamples" / f"{name}.json")))
+    for sentence in said:
+        assert sentence in text, sentence
+
+
 # -- each bug: found, minimal, replayed in the model and on the pool, named ------------
 #: the shipped scenario of each transfer bug: DESIGN.md's shortest lengths there, and the
 #: real reports its protocol (or, for the lease, its scenario) names

@@ -294,6 +294,44 @@ def test_explain_tells_what_a_transfer_did_wrong_in_the_engines_words(name, said
         assert sentence in text, sentence
 
 
+@pytest.mark.parametrize("name,host_peak", [("offload-kv-connector", 1), ("offload-eager-store", 1), ("offload-load-reuse", 2),
+                                             ("failed-store", 1), ("failed-load", 2)])
+def test_a_host_tier_has_a_shortest_host_peak_trace(name, host_peak, tmp_path):
+    """`cowcheck check` writes <scenario>.host-peak.json beside the peak
+    trace, as it writes the peak's: a shortest run to the host peak of
+    DESIGN.md's table (no run one action shorter reaches it), which
+    replays, and which the result's JSON names; a scenario without a host
+    tier has none."""
+    from cowcheck.api import check
+    from cowcheck.engines.counterexample import HOST_PEAK
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.model.state import host_allocated
+    from cowcheck.traces.output import write_result
+    scenario = load_scenario(ROOT / "specs" / "scenarios" / f"{name}.toml")
+    result = check(scenario)
+    write_result(result, tmp_path)
+    path = tmp_path / f"{name}.host-peak.json"
+    assert result.figures()["host_peak_trace"] == str(path)
+    cx = load_counterexample(str(path))
+    committed = load_counterexample(str(ROOT / "counterexamples" / path.name))
+    assert (cx.actions, cx.states, cx.host_peak) == (committed.actions, committed.states, committed.host_peak)
+    assert (cx.kind, cx.host_peak, cx.invariant) == (HOST_PEAK, host_peak, None)
+    replayed = replay(cx)
+    assert replayed.ok and "host peak of" in replayed.model.message
+    assert check(scenario, max_depth=cx.length - 1).x.host_peak < host_peak
+    reached = [host_allocated(s) for s in replayed.model.states]
+    assert reached[-1] == host_peak and max(reached[:-1]) < host_peak      # first reached at the last step
+
+
+def test_no_host_tier_no_host_peak_trace(tmp_path):
+    from cowcheck.api import check
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.traces.output import write_result
+    result = check(load_scenario(ROOT / "specs" / "scenarios" / "pd-producer-lease.toml"))
+    write_result(result, tmp_path)
+    assert result.figures()["host_peak_trace"] is None and not list(tmp_path.glob("*.host-peak.json"))
+
+
 # -- each bug: found, minimal, replayed in the model and on the pool, named ------------
 #: the shipped scenario of each transfer bug: DESIGN.md's shortest lengths there, and the
 #: real reports its protocol (or, for the lease, its scenario) names

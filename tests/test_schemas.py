@@ -145,7 +145,7 @@ def test_committed_counterexamples(validators):
         data = json.loads(path.read_text())
         assert_valid(validators["counterexample"], data, str(path.relative_to(ROOT)))
         kinds.add(data["kind"])
-    assert kinds == {"counterexample", "peak"}
+    assert kinds == {"counterexample", "peak", "host-peak"}
 
 
 # -- check --json: the three engines -----------------------------------------------

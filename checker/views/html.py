@@ -21,7 +21,7 @@ from html import escape
 from importlib import resources
 from typing import Optional
 
-from cowcheck.engines.counterexample import CALL_DEADLINE
+from cowcheck.engines.counterexample import CALL_DEADLINE, HOST_PEAK
 from cowcheck.engines.results import CALL_DID_NOT_RETURN, Summary
 from cowcheck.views.words import (action_words, against_reference, describe, doing, host_calls, initial_words, is_cache, is_harness,
                                   is_plain, key_text, program_summary, reuse_words, token)
@@ -118,6 +118,9 @@ def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
     if cx["kind"] == CALL_DEADLINE:
         return {"step": cx["length"], "call": cx["call"], "tag": "DID NOT RETURN",
                 "title": f"After step {cx['length']}, the call {cx['call']} did not return within {cx['deadline']:g} s."}
+    if cx["kind"] == HOST_PEAK:
+        return {"step": cx["length"], "peak": cx["host_peak_blocks"], "tag": "HOST PEAK",
+                "title": f"This trace reaches the host peak of {cx['host_peak_blocks']} allocated host blocks at step {cx['length']}."}
     if cx["kind"] != "counterexample":
         return {"step": cx["length"], "peak": cx.get("peak_blocks"),
                 "title": f"This trace reaches the peak of {cx.get('peak_blocks')} allocated blocks at step {cx['length']}."}
@@ -133,7 +136,8 @@ def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
 def trace_label(violation: dict) -> str:
     """What a page (or picture) of a trace is of, after the scenario's
     name: the invariant, the peak, or the call deadline."""
-    return violation.get("invariant") or (CALL_DEADLINE if "call" in violation else "peak")
+    return violation.get("invariant") or (CALL_DEADLINE if "call" in violation else HOST_PEAK if violation.get("tag") == "HOST PEAK"
+                                          else "peak")
 
 
 def _against(output: dict) -> str:
@@ -342,8 +346,12 @@ def _measures(summary: dict, links: dict[str, str]) -> str:
     copies = "n/a" if not summary["copies"] else f"{summary['copies'][0]}-{summary['copies'][1]}"
     steady = "n/a" if summary["steady_blocks"] is None else summary["steady_blocks"]
     peak_link = _link(summary["peak_trace"], links, "watch the peak trace")
+    host = ""
+    if summary.get("host_peak") is not None:       # a transfer scenario
+        host_link = _link(summary.get("host_peak_trace"), links, "watch the host peak trace")
+        host = f' · host peak {summary["host_peak"]} host blocks {host_link}'.rstrip()
     return (f'<p class="measures">peak {summary["peak_blocks"]} blocks / steady {steady} · copies {copies} · '
-            f'{summary["states"]:,} states {peak_link}</p>')
+            f'{summary["states"]:,} states {peak_link}{host}</p>')
 
 
 def _scenario_section(summary: dict, links: dict[str, str]) -> str:

@@ -194,6 +194,8 @@ def test_kind_check(validators, tmp_path, monkeypatch):
     ("premature-decrement.peak.json", "numpy"),
     ("premature-decrement.faithful-output.json", "none"),
     ("premature-decrement.peak.json", "none"),
+    ("pd-producer-lease.faithful-output.json", "numpy"),       # a send: the remote reader's row
+    ("offload-load-reuse.host-peak.json", "numpy"),
 ])
 def test_replay_json(validators, name, pool):
     result = invoke("replay", ROOT / "counterexamples" / name, "--json", "--pool", pool)

@@ -225,3 +225,14 @@ def test_a_recv_comes_from_the_remote_engine_and_a_report_pending_is_said():
 def test_a_picture_without_transfers_has_no_host_tier_in_its_legend():
     g, title, caption = picture(load(), 8)
     assert not g.graph["transfers"] and "host block" not in to_svg(g, title, caption)
+
+
+@pytest.mark.parametrize("step", [11, 13])
+def test_committed_transfer_pictures_are_current(step, tmp_path):
+    """docs/how-to/transfers.md shows counterexamples/pictures/offload-eager-store-*.svg."""
+    out = tmp_path / f"offload-eager-store-{step}.svg"
+    result = invoke("graph", str(ROOT / "counterexamples" / "offload-eager-store.host-key-content.json"),
+                    "--step", str(step), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    committed = ROOT / "counterexamples" / "pictures" / out.name
+    assert out.read_text() == committed.read_text(), "regenerate the pictures with the command in docs/how-to/transfers.md"

@@ -163,16 +163,18 @@ def test_the_tutorial_pictures(tmp_path):
         ET.parse(tmp_path / f"premature-decrement-{n}.svg")
 
 
-@pytest.mark.parametrize("step", [8, 20, 27])
-def test_committed_tutorial_pictures_are_current(step, tmp_path):
-    """The tutorial (docs/tutorial.md) shows counterexamples/pictures/; they
-    must be what this version draws from the committed trace."""
-    out = tmp_path / f"premature-decrement-{step}.svg"
-    result = invoke("graph", str(ROOT / "counterexamples" / "premature-decrement.faithful-output.json"),
-                    "--step", str(step), "-o", str(out))
+@pytest.mark.parametrize("trace, step", [("premature-decrement.faithful-output", 8), ("premature-decrement.faithful-output", 20),
+                                         ("premature-decrement.faithful-output", 27),
+                                         ("offload-eager-store.host-key-content", 11), ("offload-eager-store.host-key-content", 13)])
+def test_committed_tutorial_pictures_are_current(trace, step, tmp_path):
+    """The tutorial (docs/tutorial.md) and the transfers how-to
+    (docs/how-to/transfers.md) show counterexamples/pictures/; they must be
+    what this version draws from the committed trace."""
+    out = tmp_path / f"{trace.split('.')[0]}-{step}.svg"
+    result = invoke("graph", str(ROOT / "counterexamples" / f"{trace}.json"), "--step", str(step), "-o", str(out))
     assert result.exit_code == 0, result.output
     committed = ROOT / "counterexamples" / "pictures" / out.name
-    assert out.read_text() == committed.read_text(), "regenerate the pictures with the command in docs/tutorial.md"
+    assert out.read_text() == committed.read_text(), "regenerate the pictures with the commands in docs/tutorial.md and docs/how-to/transfers.md"
 
 
 # -- transfer scenarios: the host tier, the remote engine, transfers as arrows ---------
@@ -225,14 +227,3 @@ def test_a_recv_comes_from_the_remote_engine_and_a_report_pending_is_said():
 def test_a_picture_without_transfers_has_no_host_tier_in_its_legend():
     g, title, caption = picture(load(), 8)
     assert not g.graph["transfers"] and "host block" not in to_svg(g, title, caption)
-
-
-@pytest.mark.parametrize("step", [11, 13])
-def test_committed_transfer_pictures_are_current(step, tmp_path):
-    """docs/how-to/transfers.md shows counterexamples/pictures/offload-eager-store-*.svg."""
-    out = tmp_path / f"offload-eager-store-{step}.svg"
-    result = invoke("graph", str(ROOT / "counterexamples" / "offload-eager-store.host-key-content.json"),
-                    "--step", str(step), "-o", str(out))
-    assert result.exit_code == 0, result.output
-    committed = ROOT / "counterexamples" / "pictures" / out.name
-    assert out.read_text() == committed.read_text(), "regenerate the pictures with the command in docs/how-to/transfers.md"

@@ -166,19 +166,13 @@ class Replay:
         return self.model.ok and self.pool_message is None
 
 
-#: why a transfer scenario's trace is not replayed on a KV pool
-POOL_NO_TRANSFERS = "not replayed on a KV pool: the pool replay does not run stores, loads, recvs and sends yet"
-
-
 def replay(cx: Counterexample, *, pool: str = "numpy", invariants: tuple[Invariant, ...] = ()) -> Replay:
     """Re-run a counterexample in the model and on a real pool ("numpy",
     "cupy" or "none"). A custom invariant's file needs its definition in
     `invariants` (a counterexample from `check` in this process carries it).
-    A transfer scenario replays in the model only: the KV pool does not run
-    transfers yet (`POOL_NO_TRANSFERS`)."""
+    A transfer scenario's pool has a host tier too, and a send's read is
+    judged there as the remote reader's output."""
     model = _replay_model(cx, invariants)
-    if cx.scenario.transfers:
-        pool = "none"
     applied = len(model.transitions) == len(cx.actions)   # the pool takes block ids from actions the model enabled
     on_pool = replay_on_pool(cx.scenario, cx.actions, pool, initial=cx.initial) if pool != "none" and applied else None
     message = None

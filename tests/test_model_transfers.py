@@ -276,6 +276,116 @@ def test_the_views_read_transfer_counterexamples(path, tmp_path):
         assert result.exit_code == 0, (args, result.output)
 
 
+@pytest.mark.parametrize("name,said", [
+    ("offload-eager-store.host-key-content", ["The store of block 0 to h0 completes before a's prefill lands: it copied block 0 as it is now, [_ _], into h0.",
+                                              "h0 is now keyed (p0 p1) but holds [_ _]: its key names tokens it does not hold."]),
+    ("offload-eager-store.faithful-output", ["The load of h0 into block 0 completes: block 0 now holds [_ _]. h0 is keyed (p0 p1) but held [_ _]: a stale load."]),
+    ("failed-store.faithful-output", ["The store of a's block 0 fails: it reads and writes nothing; the connector will report the failure. "
+                                      "h0 keeps the key (p0 p1) it was given at launch, holding [_ _] (its key names tokens it does not hold)."]),
+    ("pd-consumer-abort.faithful-output", ["Block 0 is b's now (a freed it before its recv landed): the remote prefill's tokens overwrite [x0 x1]."]),
+    ("offload-load-reuse.faithful-output", ["Still in flight and reading block 0: b's kernel for position 3, which will read these tokens."]),
+    ("pd-producer-lease.faithful-output", ["a had p0 p1 there when the send was launched: block 0 was reused (a's lease expired before the send completed).",
+                                           "what happened: the remote reader of branch a's send of block 0: at position 0 it expected p0 and read x2"]),
+])
+def test_explain_tells_what_a_transfer_did_wrong_in_the_engines_words(name, said):
+    from cowcheck.api import explain
+    text = explain(load_counterexample(str(ROOT / "counterexamples" / f"{name}.json")))
+    for sentence in said:
+        assert sentence in text, sentence
+
+
+@pytest.mark.parametrize("name,host_peak", [("offload-kv-connector", 1), ("offload-eager-store", 1), ("offload-load-reuse", 2),
+                                             ("failed-store", 1), ("failed-load", 2)])
+def test_a_host_tier_has_a_shortest_host_peak_trace(name, host_peak, tmp_path):
+    """`cowcheck check` writes <scenario>.host-peak.json beside the peak
+    trace, as it writes the peak's: a shortest run to the host peak of
+    DESIGN.md's table (no run one action shorter reaches it), which
+    replays, and which the result's JSON names; a scenario without a host
+    tier has none."""
+    from cowcheck.api import check
+    from cowcheck.engines.counterexample import HOST_PEAK
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.model.state import host_allocated
+    from cowcheck.traces.output import write_result
+    scenario = load_scenario(ROOT / "specs" / "scenarios" / f"{name}.toml")
+    result = check(scenario)
+    write_result(result, tmp_path)
+    path = tmp_path / f"{name}.host-peak.json"
+    assert result.figures()["host_peak_trace"] == str(path)
+    cx = load_counterexample(str(path))
+    committed = load_counterexample(str(ROOT / "counterexamples" / path.name))
+    assert (cx.actions, cx.states, cx.host_peak) == (committed.actions, committed.states, committed.host_peak)
+    assert (cx.kind, cx.host_peak, cx.invariant) == (HOST_PEAK, host_peak, None)
+    replayed = replay(cx)
+    assert replayed.ok and "host peak of" in replayed.model.message
+    assert check(scenario, max_depth=cx.length - 1).x.host_peak < host_peak
+    reached = [host_allocated(s) for s in replayed.model.states]
+    assert reached[-1] == host_peak and max(reached[:-1]) < host_peak      # first reached at the last step
+
+
+def test_no_host_tier_no_host_peak_trace(tmp_path):
+    from cowcheck.api import check
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.traces.output import write_result
+    result = check(load_scenario(ROOT / "specs" / "scenarios" / "pd-producer-lease.toml"))
+    write_result(result, tmp_path)
+    assert result.figures()["host_peak_trace"] is None and not list(tmp_path.glob("*.host-peak.json"))
+
+
+# -- each bug: found, minimal, replayed in the model and on the pool, named ------------
+#: the shipped scenario of each transfer bug: DESIGN.md's shortest lengths there, and the
+#: real reports its protocol (or, for the lease, its scenario) names
+BUGS = {
+    "offload-eager-store": ({EW: 12, RW: 12, HKC: 13, FO: 52}, ("31341", "46278")),                  # S1, store-ahead
+    "offload-eager-store-fenced": ({EW: 12, RW: 12}, ("31341", "46278")),                            # S1 fenced
+    "offload-load-reuse": ({UAF: 37, RW: 38, EW: 44, CBU: 46, FO: 47}, ("47291",)),                  # S2, load-over-in-flight
+    "pd-consumer-abort": ({UAF: 9, EW: 14, CBU: 19, CI: 22, FO: 26}, ("32255", "32564", "35049")),   # S3, free-at-abort
+    "pd-consumer-ahead": ({UAF: 17, RW: 18, EW: 22, CBU: 25, FO: 26}, ("45357",)),                   # S4, load-over-in-flight
+    "pd-consumer-ahead-local": ({UAF: 17, RW: 18, EW: 22}, ("45357",)),                              # S4-local
+    "pd-producer-lease": ({UAF: 19, EW: 29, FO: 30}, ("52234",)),                                    # S5, the lease
+    "early-key-lazy-offload": ({UAF: 17, RW: 18, EW: 19, HKC: 20, FO: 54}, ("46278",)),              # S6's variant
+    "failed-store": ({HKC: 14, FO: 52}, ("LMCache 4991",)),                                           # S7, host-key-at-store
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUGS))
+def test_each_transfer_bug_is_found_minimal_replayed_and_named(name):
+    """The bug's shipped scenario breaks exactly the invariants of DESIGN.md's
+    table at its shortest lengths; no trace one action shorter breaks them;
+    the committed counterexample is that trace and replays in the model and
+    on a numpy KV pool (a faithful-output one goes wrong there at the same
+    step); and the real report it stands for is named in its description."""
+    from cowcheck.api import check
+    from cowcheck.engines.invariants import select
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.traces.pool import replay_on_pool
+    lengths, reports = BUGS[name]
+    scenario = load_scenario(ROOT / "specs" / "scenarios" / f"{name}.toml")
+    result = check(scenario)
+    assert {v.invariant: v.length for v in result.verdicts.values() if v.holds is False} == lengths
+    for inv, length in lengths.items():
+        shorter = check(scenario, invariants=select([inv]), max_depth=length - 1)
+        assert shorter.verdicts[inv].holds is not False, f"{inv} broke in fewer than {length} actions"
+        cx = load_counterexample(str(ROOT / "counterexamples" / f"{name}.{inv}.json"))
+        assert cx.length == length and cx.actions == result.verdicts[inv].counterexample.actions
+        replayed = replay(cx)
+        assert replayed.ok and replayed.model.step == length, (replayed.model.message, replayed.pool_message)
+        first = replay_on_pool(cx.scenario, cx.actions, initial=cx.initial).first_divergence
+        if inv == FO:
+            assert first is not None and first.step == length
+        else:
+            assert first is None or first.step > length       # a discipline breaks before the output does
+    named = f"{scenario.description} {scenario.protocol.description}"
+    missing = [r for r in reports if r not in named]
+    assert not missing, f"{name}'s descriptions do not name {missing}"
+
+
+def test_every_transfer_bug_protocol_has_a_bug_scenario_above():
+    from cowcheck.model.scenario import load_scenario
+    covered = {load_scenario(ROOT / "specs" / "scenarios" / f"{name}.toml").protocol.name for name in BUGS}
+    assert {"free-at-abort", "store-ahead", "load-over-in-flight", "host-key-at-store"} <= covered
+
+
 # -- the transfer model as an override and a sweep axis ------------------------------
 def test_transfer_overrides_the_model_and_names_it_in_the_scenario_and_the_json(tmp_path):
     """`--transfer` beside `--device`: the scenario is renamed with its

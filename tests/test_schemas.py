@@ -145,7 +145,7 @@ def test_committed_counterexamples(validators):
         data = json.loads(path.read_text())
         assert_valid(validators["counterexample"], data, str(path.relative_to(ROOT)))
         kinds.add(data["kind"])
-    assert kinds == {"counterexample", "peak"}
+    assert kinds == {"counterexample", "peak", "host-peak"}
 
 
 # -- check --json: the three engines -----------------------------------------------
@@ -194,6 +194,8 @@ def test_kind_check(validators, tmp_path, monkeypatch):
     ("premature-decrement.peak.json", "numpy"),
     ("premature-decrement.faithful-output.json", "none"),
     ("premature-decrement.peak.json", "none"),
+    ("pd-producer-lease.faithful-output.json", "numpy"),       # a send: the remote reader's row
+    ("offload-load-reuse.host-peak.json", "numpy"),
 ])
 def test_replay_json(validators, name, pool):
     result = invoke("replay", ROOT / "counterexamples" / name, "--json", "--pool", pool)

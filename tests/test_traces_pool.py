@@ -27,13 +27,13 @@ from cowcheck.model.system import ProtocolModel
 
 COUNTEREXAMPLES = sorted((ROOT / "counterexamples").glob("*.json"))
 FAITHFUL = Judge((BY_ID["faithful-output"],))
+#: the correct protocols: their traces match the reference everywhere (a lease that expires is a scenario's bug)
+CORRECT = ("cow", "holds", "kv-connector", "kv-connector-lazy")
 
 
 @pytest.mark.parametrize("path", COUNTEREXAMPLES, ids=lambda p: p.stem)
 def test_committed_counterexample_replays_on_the_pool(path):
     cx = trace.load(path)
-    if cx.scenario.transfers:
-        pytest.skip("the KV pool does not run transfers yet: a transfer trace replays in the model only (docs/semantics.md#transfers)")
     replayed = replay_on_pool(cx.scenario, cx.actions, initial=cx.initial)
     space = TokenSpace(cx.scenario)
     for k in replayed.kernels:
@@ -43,7 +43,7 @@ def test_committed_counterexample_replays_on_the_pool(path):
     first = replayed.first_divergence
     if cx.invariant == "faithful-output":
         assert first is not None and first.step == cx.length
-    elif cx.scenario.allocator is None and cx.scenario.protocol.name in ("cow", "holds"):
+    elif cx.scenario.allocator is None and cx.scenario.protocol.name in CORRECT and not cx.scenario.lease:
         assert first is None, "a correct protocol's trace must match the reference everywhere"
 
 
@@ -206,6 +206,67 @@ def test_pool_follows_the_model_through_the_prefix_cache(walk):
     event(f"{scenario.protocol.name}: " + ("wrong output" if model_step else "faithful"))
     event(("hit " if hits else "") + ("evicted " if evictions else "") + ("prefill" if "prefill" in steps else "no prefill"))
     assert (first.step if first else None) == model_step
+
+
+#: the transfer scenarios of DESIGN.md's table, as data (docs/semantics.md#transfers)
+_X = {"prompt": ["x0", "x1", "x2"], "after": "a"}
+TRANSFER_SCENARIOS = {
+    "S1": dict(pool=2, host_pool=2, branch=[{"prompt": 3}, _X, {"prompt": 3, "after": "b"}]),
+    "S2": dict(pool=2, host_pool=2, branch=[{"prompt": 3}, {**_X, "appends": 1, "may_cancel": True}, {"prompt": 3, "after": "b"}]),
+    "S3": dict(pool=2, branch=[{"prompt": 3, "source": "remote", "may_cancel": True}, {**_X, "appends": 1}]),
+    "S4": dict(pool=2, branch=[{"prompt": 3, "appends": 1, "may_cancel": True},
+                               {"prompt": ["q0", "q1", "q2"], "after": "a", "source": "remote"}]),
+    "S5": dict(pool=2, lease=True, branch=[{"prompt": 3, "sink": "remote"}, _X]),
+    "S7": dict(pool=2, host_pool=2, faults=["store"], branch=[{"prompt": 3}, _X, {"prompt": 3, "after": "b"}]),
+    "S8": dict(pool=2, host_pool=2, faults=["load", "store"], branch=[{"prompt": 3}, _X, {"prompt": 3, "after": "b", "appends": 1}]),
+    "S8-recv": dict(pool=3, faults=["recv", "send"], branch=[{"prompt": 5, "source": "remote", "appends": 1, "may_cancel": True},
+                                                             {"prompt": 3, "after": "a", "sink": "remote"}]),
+}
+TRANSFER_PROTOCOLS = ("kv-connector", "kv-connector-lazy", "free-at-abort", "store-ahead", "load-over-in-flight",
+                      "host-key-at-store")
+
+
+@st.composite
+def transfer_scenarios(draw):
+    """The section's transfer scenarios under any transfer protocol,
+    transfer model and device."""
+    from cowcheck.model.scenario import scenario_from_dict
+    name = draw(st.sampled_from(sorted(TRANSFER_SCENARIOS)))
+    data = {"cache": "prefix", "block_size": 2, "reuse": "lifo", **TRANSFER_SCENARIOS[name],
+            "protocol": draw(st.sampled_from(TRANSFER_PROTOCOLS)), "device": draw(st.sampled_from(DEVICES)),
+            "transfer": draw(st.sampled_from(("stream", "own-stream", "own-stream-fenced", "nic")))}
+    return scenario_from_dict(data, name, ROOT / "specs" / "protocols", name)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(walks(transfer_scenarios()))
+def test_pool_follows_the_model_through_transfers(walk):
+    """The same agreement with a host tier and a remote engine: stores and
+    loads copy between the pool and the host tier when they complete, a
+    recv writes its prompt tokens, a send's read is the remote reader's
+    output, a failure touches nothing; the pool goes wrong exactly where the
+    model's faithful-output breaks, a kernel's or a send's."""
+    scenario, actions, model_step = walk
+    first = replay_on_pool(scenario, actions).first_divergence
+    done = {str(dict(a.binds)["kind"]) + ("" if a.op == "transfer-complete" else " failed")
+            for a in actions if a.op in ("transfer-complete", "transfer-fail")}
+    event(f"{scenario.protocol.name}: " + ("wrong output" if model_step else "faithful"))
+    event(" ".join(sorted(done)) or "no transfer completed")
+    if first is not None:
+        event(f"first divergence: {first.kind}")
+    assert (first.step if first else None) == model_step
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(transfer_scenarios())
+def test_shortest_wrong_output_through_transfers_diverges_at_the_same_step(scenario):
+    """Every transfer model and device: a stale load, a recv over another
+    request's prompt, a send reading a reused block."""
+    verdict = check(scenario, invariants=(BY_ID["faithful-output"],), max_states=20_000, first=True).verdicts["faithful-output"]
+    assume(verdict.holds is False)
+    first = replay_on_pool(scenario, verdict.counterexample.actions).first_divergence
+    event(f"{scenario.name} {scenario.protocol.name}: {first.kind if first else 'none'}")
+    assert first is not None and first.step == verdict.length
 
 
 @pytest.mark.slow

@@ -163,13 +163,67 @@ def test_the_tutorial_pictures(tmp_path):
         ET.parse(tmp_path / f"premature-decrement-{n}.svg")
 
 
-@pytest.mark.parametrize("step", [8, 20, 27])
-def test_committed_tutorial_pictures_are_current(step, tmp_path):
-    """The tutorial (docs/tutorial.md) shows counterexamples/pictures/; they
-    must be what this version draws from the committed trace."""
-    out = tmp_path / f"premature-decrement-{step}.svg"
-    result = invoke("graph", str(ROOT / "counterexamples" / "premature-decrement.faithful-output.json"),
-                    "--step", str(step), "-o", str(out))
+@pytest.mark.parametrize("trace, step", [("premature-decrement.faithful-output", 8), ("premature-decrement.faithful-output", 20),
+                                         ("premature-decrement.faithful-output", 27),
+                                         ("offload-eager-store.host-key-content", 11), ("offload-eager-store.host-key-content", 13)])
+def test_committed_tutorial_pictures_are_current(trace, step, tmp_path):
+    """The tutorial (docs/tutorial.md) and the transfers how-to
+    (docs/how-to/transfers.md) show counterexamples/pictures/; they must be
+    what this version draws from the committed trace."""
+    out = tmp_path / f"{trace.split('.')[0]}-{step}.svg"
+    result = invoke("graph", str(ROOT / "counterexamples" / f"{trace}.json"), "--step", str(step), "-o", str(out))
     assert result.exit_code == 0, result.output
     committed = ROOT / "counterexamples" / "pictures" / out.name
-    assert out.read_text() == committed.read_text(), "regenerate the pictures with the command in docs/tutorial.md"
+    assert out.read_text() == committed.read_text(), "regenerate the pictures with the commands in docs/tutorial.md and docs/how-to/transfers.md"
+
+
+# -- transfer scenarios: the host tier, the remote engine, transfers as arrows ---------
+def _cx(name: str) -> dict:
+    return json.loads((ROOT / "counterexamples" / f"{name}.json").read_text())
+
+
+def test_a_store_in_flight_is_an_arrow_from_its_block_to_its_host_block():
+    """S1 under store-ahead, step 11: a's store of block 0 to h0 launched
+    while a's prefill is in flight; the host tier is a row of its own."""
+    g, _, caption = picture(_cx("offload-eager-store.host-key-content"), 11)
+    assert sorted(n for n, d in g.nodes(data=True) if d["kind"] == "host") == ["host 0", "host 1"]
+    (u, v, d), = edges_of(g, "store")
+    assert (u, v, d["branch"]) == ("block 0", "host 0", "a")
+    assert any(line.startswith("Host tier: h0 unkeyed holding [_ _], pins 1") for line in caption)
+    svg = to_svg(g, "t", caption)
+    ET.fromstring(svg)
+    assert "store 0→h0 (a)" in svg and "host h0" in svg and "store in flight, GPU block → host block" in svg
+    dot = to_dot(g, "t")
+    assert '"block 0" -> "host 0"' in dot and "host h0" in dot
+
+
+def test_the_host_block_a_violation_is_about_is_marked():
+    g, _, caption = picture(_cx("offload-eager-store.host-key-content"), 13)
+    assert g.nodes["host 0"]["mark"]["label"] == "holds _ _ ≠ key" and g.nodes["host 0"]["key"] == ("p0", "p1")
+    assert any("reports pending" not in line and "h0 keyed (p0 p1) holding [_ _]" in line for line in caption)
+    assert "✗ holds _ _ ≠ key" in to_svg(g, "t", caption)
+
+
+def test_sends_go_to_the_remote_engine_and_an_expired_lease_is_marked():
+    g, _, caption = picture(_cx("pd-producer-lease.faithful-output"), 29)
+    sends = edges_of(g, "send")
+    assert [(u, v, d["expired"]) for u, v, d in sends] == [("block 0", "remote engine", True), ("block 1", "remote engine", True)]
+    assert not [n for n, d in g.nodes(data=True) if d["kind"] == "host"]      # a P/D scenario: no host tier
+    assert any("lease expired, still in flight: send of a's block 0" in line for line in caption)
+    assert "send 0 (a): lease expired" in to_svg(g, "t", caption)
+
+
+def test_a_recv_comes_from_the_remote_engine_and_a_report_pending_is_said():
+    cx = _cx("pd-consumer-abort.faithful-output")
+    steps = [s["n"] for s in cx["steps"] if any(q.get("transfer", {}).get("kind") == "recv" for q in s["state"]["queue"])]
+    g, _, _ = picture(cx, steps[0])
+    (u, v, d), = edges_of(g, "recv")
+    assert u == "remote engine" and v.startswith("block ") and d["tokens"] == ("p0", "p1")
+    pending = next(s["n"] for s in cx["steps"] if s["state"].get("reports"))
+    _, _, caption = picture(cx, pending)
+    assert any("reports pending: recv into block" in line for line in caption)
+
+
+def test_a_picture_without_transfers_has_no_host_tier_in_its_legend():
+    g, title, caption = picture(load(), 8)
+    assert not g.graph["transfers"] and "host block" not in to_svg(g, title, caption)

@@ -413,3 +413,43 @@ def test_copy_arrows_cross_no_card_and_their_labels_do_not_overlap(browser, tmp_
                 assert len(seen["paths"]) == 2
                 screenshot(page, f"stepper-{width}-step-8-arrows")
             page.keyboard.press("ArrowRight")
+
+
+# -- transfer scenarios: the host tier beside the pool, transfers as arrows ------------
+def test_a_transfer_page_has_a_host_tier_and_a_remote_engine_where_its_scenario_does():
+    offload = stepper_html(load(CX / "offload-eager-store.host-key-content.json"))
+    lease = stepper_html(load(CX / "pd-producer-lease.faithful-output.json"))
+    plain = stepper_html(load(RACE))
+    assert 'id="host-tier"' in offload and 'id="remote"' not in offload
+    assert 'id="remote"' in lease and 'id="host-tier"' not in lease and 'id="connector"' in lease
+    assert 'id="host-tier"' not in plain and 'id="connector"' not in plain and "transfers" not in stepper_data(load(RACE))
+
+
+def _transfer_page(browser, tmp_path, name: str, step: int):
+    """A transfer counterexample's page, opened at `step`."""
+    page_file = tmp_path / f"{name}.html"
+    page_file.write_text(stepper_html(load(CX / f"{name}.json")))
+    with opened(browser, page_file) as page:
+        for _ in range(step):
+            page.keyboard.press("ArrowRight")
+        yield page
+
+
+def test_a_store_is_an_arrow_to_the_host_tier_and_its_report_is_marked(browser, tmp_path):
+    for page in _transfer_page(browser, tmp_path, "offload-eager-store.host-key-content", 11):
+        assert page.locator("#host-tier .block.host").count() == 2
+        assert page.locator("#arrows path.transfer-store").count() == 1
+        assert page.locator("#arrows text.transfer-label").text_content() == "store 0→h0"
+        page.keyboard.press("ArrowRight")          # the store completes: its report is pending
+        assert "Reports pending" in page.inner_text("#connector")
+        page.click("#goto-violation")
+        host = page.locator('#host-tier .block[data-host="0"].violating')
+        assert "key (p0 p1)" in host.inner_text() and host.locator(".mark-label").inner_text() == "✗ holds _ _ ≠ key"
+        screenshot(page, "stepper-host-tier")
+
+
+def test_an_expired_lease_is_marked_on_its_sends(browser, tmp_path):
+    for page in _transfer_page(browser, tmp_path, "pd-producer-lease.faithful-output", 29):
+        assert page.locator("#arrows path.transfer-send.expired").count() == 2
+        assert "LEASE EXPIRED" in page.inner_text("#connector")
+        screenshot(page, "stepper-lease")

@@ -45,8 +45,6 @@ def replay(file, scenario_path, pool, as_json) -> None:
         console.print(f"[{colour}]{'replays' if result.ok else 'DOES NOT REPLAY'}[/] in the model: {escape(file)}: {escape(result.message)}")
         if on_pool is not None:
             show_pool(on_pool, console)
-        elif cx.scenario.transfers and pool != "none":
-            console.print(f"[dim]{api.POOL_NO_TRANSFERS}[/]")
         if pool_message:
             console.print(f"[bold red]{'pool' if on_pool is None else 'pool and model disagree'}[/]: {escape(pool_message)}")
     sys.exit(0 if ok else 1)

@@ -25,22 +25,25 @@ from cowcheck import atomic
 
 FORMAT = 1
 PEAK = "peak"
+#: a transfer scenario's shortest run to its host peak (the most host blocks allocated)
+HOST_PEAK = "host-peak"
 #: a trace to a call of allocator code that did not return within its deadline
 CALL_DEADLINE = "call-deadline"
 #: every kind of trace a file holds
-KINDS = ("counterexample", PEAK, CALL_DEADLINE)
+KINDS = ("counterexample", PEAK, HOST_PEAK, CALL_DEADLINE)
 
 
 @dataclass
 class Counterexample:
     """A trace from the initial state: a shortest violation of one invariant,
-    a shortest run to the peak, or the run to the state from which a call of
+    a shortest run to the peak (a transfer scenario's: also to its host
+    peak, `host_peak`), or the run to the state from which a call of
     allocator code did not return within its deadline (`call`, `deadline`).
     Built by a check (`from_run`) or read from a file (`load`); `to_json` is
     the file's content, `write` writes it (atomically: a temporary file
     renamed into place)."""
     scenario: Scenario
-    kind: str                    # "counterexample" | "peak" | "call-deadline"
+    kind: str                    # "counterexample" | "peak" | "host-peak" | "call-deadline"
     invariant: Optional[str]     # the violated invariant's id (None for a peak trace)
     length: int
     actions: list[Action]
@@ -48,6 +51,8 @@ class Counterexample:
     initial: dict
     witness: dict
     peak: Optional[int] = None
+    #: a host-peak trace: the most host blocks allocated, reached at its last step
+    host_peak: Optional[int] = None
     origin: str = ""             # the scenario file it was checked from, as recorded
     invariant_kind: Optional[str] = None
     #: allocator code: the engine code its adapter ran when the trace was
@@ -68,10 +73,11 @@ class Counterexample:
                  invariant: Optional[str] = None, invariant_kind: Optional[str] = None,
                  witness: Optional[dict] = None, peak: Optional[int] = None,
                  judged_by: Any = None, allocator_code: Optional[Code] = None,
-                 call: Optional[str] = None, deadline: Optional[float] = None) -> "Counterexample":
+                 call: Optional[str] = None, deadline: Optional[float] = None,
+                 host_peak: Optional[int] = None) -> "Counterexample":
         return cls(
             scenario=scenario,
-            kind="counterexample" if invariant else CALL_DEADLINE if call else PEAK,
+            kind="counterexample" if invariant else CALL_DEADLINE if call else HOST_PEAK if host_peak is not None else PEAK,
             invariant=invariant,
             length=len(run),
             actions=[action for action, _ in run],
@@ -79,6 +85,7 @@ class Counterexample:
             initial=state_to_json(initial, scenario),
             witness=witness or {},
             peak=peak,
+            host_peak=host_peak,
             origin=scenario.source,
             invariant_kind=invariant_kind,
             allocator_code=allocator_code,
@@ -109,6 +116,8 @@ class Counterexample:
             data.update(invariant=self.invariant, invariant_kind=self.invariant_kind, witness=self.witness)
         elif self.kind == CALL_DEADLINE:
             data.update(call=self.call, deadline=self.deadline)
+        elif self.kind == HOST_PEAK:
+            data["host_peak_blocks"] = self.host_peak
         else:
             data["peak_blocks"] = self.peak
         data["length"] = self.length
@@ -201,6 +210,8 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
             raise SpecError(source, "invariant_kind", "must be harm or discipline")
         if kind == PEAK and type(data["peak_blocks"]) is not int:
             raise SpecError(source, "peak_blocks", "must be an integer in a peak trace")
+        if kind == HOST_PEAK and (type(data["host_peak_blocks"]) is not int or not scenario.transfers):
+            raise SpecError(source, "host_peak_blocks", "must be an integer in a host-peak trace, which only a transfer scenario has")
         if kind == CALL_DEADLINE:
             _call_deadline(data, source, scenario)
         version = data.get("allocator_version")
@@ -221,6 +232,7 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
             initial=data["initial"],
             witness=data.get("witness", {}),
             peak=data.get("peak_blocks"),
+            host_peak=data.get("host_peak_blocks"),
             origin=origin,
             invariant_kind=data.get("invariant_kind"),
             allocator_code=code,

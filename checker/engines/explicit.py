@@ -30,7 +30,8 @@ from typing import Callable, Optional, TypeVar
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.state import allocated, host_allocated
+from cowcheck.model.code import Code
+from cowcheck.model.state import State, allocated, host_allocated
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.reduce.symmetry import Symmetry
@@ -109,6 +110,7 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     if peak_state is not None:
         peak = Counterexample.from_run(scenario, init, rebuilt(lambda: staged.peak.path_to(peak_state)), peak=x.peak,
                                        allocator_code=code)
+    host_peak = _host_peak_trace(scenario, staged, x, lambda search, sid: rebuilt(lambda: search.path_to(sid)), init, code)
     hung = None
     where = _hung(staged) if x.stop is not None and x.stop.kind is StopKind.CALL_DEADLINE else None
     if where is not None:
@@ -116,8 +118,22 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
         hung = Counterexample.from_run(scenario, init, rebuilt(lambda: search.path_to(call.state_id)), call=call.call,
                                        deadline=call.seconds, allocator_code=code)
     return ExplicitResult(scenario, verdicts, x.complete, x.stop, x.seconds, allocator_code=code, exploration=x, peak_trace=peak,
-                          deadline_trace=hung, searches=tuple(searches.done), partial_order=options.por_asked,
+                          host_peak_trace=host_peak, deadline_trace=hung, searches=tuple(searches.done), partial_order=options.por_asked,
                           choice=staged.why)
+
+
+def _host_peak_trace(scenario: Scenario, staged: "_Staged", x: Exploration, path_to: Callable[[Explorer, int], list],
+                     init: State, code: Optional[Code]) -> Optional[Counterexample]:
+    """A scenario with a host tier: the trace to its host peak, from the
+    search that reports the peak's trace if it reached the host peak too,
+    else from the one that reports the measures; None without a host tier."""
+    if not scenario.transfers or not scenario.host_pool or x.host_peak is None:
+        return None
+    for search in (staged.peak, staged.main):
+        sid = search.result.host_peak_state
+        if sid is not None and search.result.host_peak == x.host_peak:
+            return Counterexample.from_run(scenario, init, path_to(search, sid), host_peak=x.host_peak, allocator_code=code)
+    return None
 
 
 def _hung(staged: _Staged) -> Optional[tuple[Explorer, Hung]]:

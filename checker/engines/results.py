@@ -268,6 +268,9 @@ class ExplicitResult(Result):
     exploration: Optional["Exploration"] = None
     peak_trace: Optional["Counterexample"] = None
     peak_path: Optional[str] = None
+    #: a scenario with a host tier: the shortest trace to its host peak, and where it was written
+    host_peak_trace: Optional["Counterexample"] = None
+    host_peak_path: Optional[str] = None
     #: the trace to the call a call deadline stopped (kind call-deadline),
     #: and where it was written
     deadline_trace: Optional["Counterexample"] = None
@@ -295,6 +298,7 @@ class ExplicitResult(Result):
             "copies": list(x.cost_range) if x.cost_range else None,
             "hits": list(x.hits_range) if x.hits_range else None,
             "host_peak": x.host_peak,
+            "host_peak_trace": self.host_peak_path,
             "transfers": list(x.transfers_range) if x.transfers_range else None,
             "steady_blocks": x.steady,
             "reductions": list(x.reductions),

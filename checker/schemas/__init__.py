@@ -4,8 +4,9 @@
 - check.schema.json: the file `cowcheck check --json` writes, a list of
   results;
 - result.schema.json: one element of that list (all three engines);
-- counterexample.schema.json: a counterexample or peak trace file
-  (<out>/<scenario>.<invariant>.json, <out>/<scenario>.peak.json);
+- counterexample.schema.json: a counterexample, peak or host-peak trace file
+  (<out>/<scenario>.<invariant>.json, <out>/<scenario>.peak.json,
+  <out>/<scenario>.host-peak.json);
 - replay.schema.json: what `cowcheck replay --json` prints;
 - sweep.schema.json: what `cowcheck sweep --json` writes (each checked
   cell is also a result.schema.json object once its place in the grid,

@@ -326,7 +326,7 @@ def read_folder(folder: Path) -> Run:
             if not _int(length):
                 raise SpecError(source, "length", "must be the trace's length in actions")
             answers.setdefault(name, {})[invariant] = Answer(str(Outcome.VIOLATED), length)
-        elif kind != trace.CALL_DEADLINE:       # the run to a call that did not return: no invariant's answer
+        elif kind not in (trace.CALL_DEADLINE, trace.HOST_PEAK):    # a call that did not return, a host peak: no invariant's answer
             raise SpecError(source, "kind", f"unknown kind {kind!r}; allowed: {', '.join(trace.KINDS)}")
     if not answers:
         raise SpecError(str(folder), "", "no counterexample files (<scenario>.<invariant>.json, <scenario>.peak.json) "

@@ -1,8 +1,9 @@
 """Where a check's evidence goes: each violated invariant's shortest
-counterexample, the peak trace and the trace to a call of allocator code
-that did not return within its deadline, as JSON files in an output folder,
-named `<scenario>.<invariant>.json`, `<scenario>.peak.json` and
-`<scenario>.call-deadline.json`; for engine code whose adapter says which
+counterexample, the peak trace (with a host tier, the host peak's too) and
+the trace to a call of allocator code that did not return within its
+deadline, as JSON files in an output folder, named
+`<scenario>.<invariant>.json`, `<scenario>.peak.json`,
+`<scenario>.host-peak.json` and `<scenario>.call-deadline.json`; for engine code whose adapter says which
 tree it ran (a source folder and a digest of the files loaded),
 `<scenario>+<digest>.<invariant>.json` and so on, so that a changed tree and
 the unchanged release checked into one folder keep their own.
@@ -76,7 +77,7 @@ def _written_for(path: Path, scenario: Scenario, code: Optional[Code]) -> bool:
 
 
 def file_for(out_dir: Path, scenario_name: str, what: str) -> Path:
-    """The file `<scenario>.<what>.json` (what: an invariant id, or peak)
+    """The file `<scenario>.<what>.json` (what: an invariant id, peak or host-peak)
     in `out_dir`, both names made safe; never outside the folder."""
     name = f"{safe_name(scenario_name)}.{safe_name(what)}.json"
     path = Path(out_dir) / name
@@ -98,7 +99,7 @@ def coded_name(scenario_name: str, code: Optional[Code]) -> str:
 
 def write_result(result: Result, out_dir: Path, peak: bool = True) -> None:
     """Write the result's counterexamples (and, unless `peak` is False,
-    its peak trace) and its call-deadline trace into `out_dir`, recording
+    its peak and host-peak traces) and its call-deadline trace into `out_dir`, recording
     each path in its verdict or result; remove this scenario's files of
     invariants that a complete run of the same code found to hold, and its
     call-deadline file after a complete run."""
@@ -114,6 +115,8 @@ def write_result(result: Result, out_dir: Path, peak: bool = True) -> None:
         return
     if peak and result.peak_trace is not None:
         result.peak_path = str(result.peak_trace.write(file_for(out_dir, stem(result), trace.PEAK)))
+    if peak and result.host_peak_trace is not None:
+        result.host_peak_path = str(result.host_peak_trace.write(file_for(out_dir, stem(result), trace.HOST_PEAK)))
     hung = file_for(out_dir, stem(result), trace.CALL_DEADLINE)
     if result.deadline_trace is not None:
         result.deadline_path = str(result.deadline_trace.write(hung))

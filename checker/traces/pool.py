@@ -18,6 +18,16 @@ completes when) comes from the trace. Only device completions touch memory;
 branch steps only move block ids around, and those ids arrive with each
 completion (a copy's source and destination, a kernel's table snapshot).
 
+A transfer scenario keeps a host tier beside the pool, a second array of
+the same shape per block: a store copies a GPU block into its host block
+and a load copies back, each reading its source when it completes (as a
+copy does); a recv writes the reference keys and values of its request's
+prompt tokens (the remote prefill is faithful), and a send reads its
+block's positions and is compared with the producer's sequence when the
+send was launched (the remote reader). A failed transfer reads and writes
+nothing. What a recv carries and what a send expects come from the
+request's own steps (`Sequences`), not from the model's states.
+
 The array module is numpy by default; with CuPy (`--pool cupy`) the same
 replay runs on a GPU, copies on one CUDA stream and kernels on another,
 ordered by events exactly as the trace orders their completions."""
@@ -128,14 +138,14 @@ def reference_output(space: TokenSpace, sequence: tuple[str, ...], pos: int) -> 
 class KernelReplay:
     """One kernel (or check-output) replayed on the pool."""
     step: int
-    kind: str                 # kernel | check-output
+    kind: str                 # kernel | check-output | send (the remote reader)
     branch: str
-    pos: int
+    pos: int                  # a send: the first position it reads
     max_diff: float           # largest |paged - reference|
     decoded: Optional[str]    # the paged output decoded (kernel), or the token read at the first wrong position
     expected: Optional[str]   # the reference decoded, or the reference token there
     diverged: bool
-    position: Optional[int] = None  # check-output: the first position read wrong
+    position: Optional[int] = None  # check-output, send: the first position read wrong
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -185,6 +195,12 @@ class Pool:
         self.B = scenario.block_size
         self.space = space
         memory = np.zeros((scenario.pool, self.B, 2, space.head_dim), np.float32)
+        #: the host tier: host memory, a numpy array on either pool (CuPy copies to and from it)
+        self.host = np.zeros((scenario.host_pool if scenario.transfers else 0, self.B, 2, space.head_dim), np.float32)
+        for hb in (initial or {}).get("host", []):
+            for slot, token in enumerate(hb["slots"]):
+                if token is not None:
+                    self.host[hb["id"], slot] = space.key_value(token)
         if initial is None:
             # the fork: the prompt fills blocks 0 .. in order (a cache scenario starts empty)
             for i in range(0 if scenario.cache else scenario.prompt):
@@ -213,6 +229,26 @@ class Pool:
     def copy(self, src: int, dst: int, n: int) -> None:
         with self._on("copy"):
             self.memory[dst, :n] = self.memory[src, :n]
+
+    def store(self, block: int, host: int) -> None:
+        """GPU block -> host block, all B slots as they are now."""
+        with self._on("copy") as queue:
+            self.host[host] = queue.fetch(self.memory[block])
+
+    def load(self, host: int, block: int) -> None:
+        """Host block -> GPU block, all B slots as they are now."""
+        with self._on("copy"):
+            self.memory[block] = self.xp.asarray(self.host[host])
+
+    def recv(self, block: int, tokens: tuple[str, ...]) -> None:
+        """The remote prefill's keys and values of `tokens` into a GPU block."""
+        with self._on("copy"):
+            self.memory[block, :len(tokens)] = self.xp.asarray(np.stack([self.space.key_value(t) for t in tokens]))
+
+    def send(self, block: int, n: int) -> np.ndarray:
+        """What the remote reader gets: the first n slots of a GPU block."""
+        with self._on("copy") as queue:
+            return np.array(queue.fetch(self.memory[block, :n]))
 
     def kernel(self, token: str, pos: int, snapshot: tuple[int, ...], before: tuple[tuple[int, str], ...] = ()) -> np.ndarray:
         """Write `token` at `pos` (a prefill first writes `before`, its
@@ -303,6 +339,13 @@ class Sequences:
         #: (branch, token) -> its kernel's expected sequence (a token names a
         #: write's kernel; a prefill is named by the prompt's last token)
         self.kernel: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.block_size = scenario.block_size
+        #: a request's table as its admission builds it: its hits, then the blocks it allocates
+        self.table: dict[str, tuple[int, ...]] = {}
+        #: (branch, block) -> the prompt tokens of each recv launched into it, in launch order
+        self.recvs: dict[tuple[str, int], list[tuple[str, ...]]] = {}
+        #: (branch, table entry) -> each send's first position and the tokens it must read, in launch order
+        self.sends: dict[tuple[str, int], list[tuple[int, tuple[str, ...]]]] = {}
 
     def apply(self, action: Action) -> None:
         """Follow one branch action (device completions change no sequence).
@@ -325,13 +368,36 @@ class Sequences:
             rejected = binds["rejected"]
             assert isinstance(rejected, int)
             self.of[who] = self.of[who][:len(self.of[who]) - rejected]
+        elif action.step in ("touch-hits", "alloc-prompt", "recv", "send"):
+            self._transfer_step(who, action.step, binds)
+
+    def _transfer_step(self, who: str, step: str, binds: dict) -> None:
+        """What a request's recvs carry and its sends expect, from its own
+        steps: a recv into a block of its table carries the prompt's tokens
+        of that entry (the table is its hits, then the blocks it allocated);
+        a send of entry i reads positions i * B .. while the sequence (now,
+        at the launch) lasts."""
+        B = self.block_size
+        if step == "touch-hits":
+            self.table[who] = tuple(binds["hits"]) + self.table.get(who, ())
+        elif step == "alloc-prompt":
+            self.table[who] = self.table.get(who, ()) + tuple(binds["blocks"])
+        elif step == "recv":
+            for block in binds.get("blocks", ()):
+                entry = self.table[who].index(block)
+                self.recvs.setdefault((who, block), []).append(self.prompts[who][entry * B:entry * B + B])
+        else:
+            seq = self.of[who]
+            for entry, _ in enumerate(binds.get("blocks", ())):
+                self.sends.setdefault((who, entry), []).append((entry * B, seq[entry * B:entry * B + B]))
 
 
 def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy", head_dim: int = HEAD_DIM,
                    initial: Optional[dict] = None) -> PoolReplay:
     """Apply a trace's device completions (and check-output reads) to a real
     pool and compare each with the reference: a kernel's with its
-    remembered sequence, a check-output's with the branch's sequence then.
+    remembered sequence, a check-output's with the branch's sequence then,
+    a send's with its producer's sequence at the send's launch.
     `initial`: the trace's initial state (JSON), where the prompt's tokens
     lie (default: blocks 0, 1, ... in order, as the protocol model puts them)."""
     xp = array_module(pool)
@@ -345,6 +411,10 @@ def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy
             sequences.apply(action)
         if action.actor == DEVICE and action.op == "copy-complete":
             memory.copy(binds["src"], binds["dst"], binds["n"])
+        elif action.actor == DEVICE and action.op in ("transfer-complete", "transfer-fail"):
+            sent = _transfer(memory, sequences, binds, action.op == "transfer-complete")
+            if sent is not None:
+                result.kernels.append(_sent(space, step, binds["branch"], *sent))
         elif action.actor == DEVICE and action.op == "kernel-complete":
             branch, pos = binds["branch"], binds["pos"]
             expected = sequences.kernel[branch, binds["token"]]
@@ -357,6 +427,38 @@ def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy
         elif action.step == "check-output" or (action.op == "finish" and action.step == "free" and "pos" in binds):
             result.kernels.append(_check_output(memory, space, step, action.actor, sequences.of[action.actor], binds))
     return result
+
+
+def _transfer(memory: Pool, sequences: Sequences, binds: dict, ok: bool) -> Optional[tuple[int, tuple[str, ...], np.ndarray]]:
+    """A transfer leaves the queue: on success it reads and writes the pool,
+    a failure (`ok` False) touches nothing. A send that succeeds returns its
+    first position, the tokens it must read and what it read."""
+    kind, branch, block = binds["kind"], binds["branch"], binds["block"]
+    if kind == "recv":
+        tokens = sequences.recvs[branch, block].pop(0)
+        if ok:
+            memory.recv(block, tokens)
+    elif kind == "send":
+        first, tokens = sequences.sends[branch, binds["index"]].pop(0)
+        if ok:
+            return first, tokens, memory.send(block, len(tokens))
+    elif ok and kind == "store":
+        memory.store(block, binds["host"])
+    elif ok:
+        memory.load(binds["host"], block)
+    return None
+
+
+def _sent(space: TokenSpace, step: int, branch: str, first: int, expected: tuple[str, ...], paged: np.ndarray) -> KernelReplay:
+    """A send's read (the remote reader) against the producer's tokens at
+    the send's launch: positions first .. first + len(expected) - 1."""
+    reference = np.stack([space.key_value(t) for t in expected])
+    diffs = np.abs(paged - reference).reshape(len(expected), -1).max(axis=1)
+    wrong = np.flatnonzero(diffs > TOLERANCE)
+    at = int(wrong[0]) if wrong.size else None
+    return KernelReplay(step, "send", branch, first, float(diffs.max()),
+                        space.nearest(paged[at, VALUE]) if at is not None else None,
+                        expected[at] if at is not None else None, at is not None, first + at if at is not None else None)
 
 
 def _check_output(memory: Pool, space: TokenSpace, step: int, branch: str, expected: tuple[str, ...], binds: dict) -> KernelReplay:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from cowcheck.model.errors import SpecError
-from cowcheck.model.state import State, allocated, state_to_json
+from cowcheck.model.state import State, allocated, host_allocated, state_to_json
 from cowcheck.model.action import Transition
 from cowcheck.model.code import other_code
 from cowcheck.model.harness import CallDeadline, system_for
@@ -151,12 +151,14 @@ def _replay(cx: Counterexample, inv: Optional[Invariant], model: TransitionSyste
 
     if cx.kind == trace.CALL_DEADLINE:
         return _redriven(cx, model, state, out)
-    if inv is None:  # a peak trace
-        reached = allocated(state)
-        out.ok = reached == cx.peak
+    if inv is None:  # a peak trace, or a host peak's
+        host = cx.kind == trace.HOST_PEAK
+        reached, recorded_peak = (host_allocated(state), cx.host_peak) if host else (allocated(state), cx.peak)
+        what = "allocated host blocks" if host else "allocated blocks"
+        out.ok = reached == recorded_peak
         out.step = len(cx.actions)
-        out.message = (f"reaches the peak of {reached} allocated blocks at step {out.step}" if out.ok
-                       else f"ends with {reached} allocated blocks, the file records a peak of {cx.peak}")
+        out.message = (f"reaches the {'host ' if host else ''}peak of {reached} {what} at step {out.step}" if out.ok
+                       else f"ends with {reached} {what}, the file records a {'host ' if host else ''}peak of {recorded_peak}")
         return out
     if found is None:
         out.message = f"{cx.invariant} holds along the whole trace; the file says it breaks at step {cx.length}"

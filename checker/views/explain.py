@@ -117,6 +117,8 @@ def explain(cx: Counterexample, replayed: Replayed, console: Console, holds_when
         what = f"breaks [bold]{escape(cx.invariant)}[/] ({cx.invariant_kind})"
     elif cx.call is not None:
         what = f"reaches a call of the allocator that did not return within {cx.deadline:g} s, [bold]{escape(cx.call)}[/],"
+    elif cx.host_peak is not None:
+        what = f"reaches its host peak of {cx.host_peak} host blocks"
     else:
         what = f"reaches its peak of {cx.peak} blocks"
     branches = "; ".join(f"{name}: {program_summary(spec)}" for name, spec in zip(model.names, definition["branch"]))

@@ -21,7 +21,7 @@ from html import escape
 from importlib import resources
 from typing import Optional
 
-from cowcheck.engines.counterexample import CALL_DEADLINE
+from cowcheck.engines.counterexample import CALL_DEADLINE, HOST_PEAK
 from cowcheck.engines.results import CALL_DID_NOT_RETURN, Summary
 from cowcheck.views.words import (action_words, against_reference, describe, doing, host_calls, initial_words, is_cache, is_harness,
                                   is_plain, key_text, program_summary, reuse_words, token)
@@ -98,6 +98,11 @@ def _marked(witness: dict, block_size: int) -> dict:
         if position // block_size < len(table):
             return {"block": table[position // block_size], "slot": position % block_size,
                     "label": f"expected {token(witness['expected'])}, read {token(witness['read'])}"}
+    if witness.get("via") == "send" and isinstance(witness.get("block"), int):      # the remote reader of a send
+        return {"block": witness["block"], "slot": witness["position"] % block_size,
+                "label": f"sent {token(witness['read'])}, expected {token(witness['expected'])}"}
+    if isinstance(witness.get("host"), int):       # host-key-content: a host block
+        return {"host": witness["host"], "label": f"holds {' '.join(map(token, witness['slots']))} ≠ key"}
     if isinstance(witness.get("block"), int) and isinstance(witness.get("slot"), int) and "key" in witness:   # cache-immutable
         return {"block": witness["block"], "slot": witness["slot"],
                 "label": f"keyed {key_text(witness['key'])}: must keep {token(witness['expected'])}, written {token(witness['written'])}"}
@@ -113,6 +118,9 @@ def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
     if cx["kind"] == CALL_DEADLINE:
         return {"step": cx["length"], "call": cx["call"], "tag": "DID NOT RETURN",
                 "title": f"After step {cx['length']}, the call {cx['call']} did not return within {cx['deadline']:g} s."}
+    if cx["kind"] == HOST_PEAK:
+        return {"step": cx["length"], "peak": cx["host_peak_blocks"], "tag": "HOST PEAK",
+                "title": f"This trace reaches the host peak of {cx['host_peak_blocks']} allocated host blocks at step {cx['length']}."}
     if cx["kind"] != "counterexample":
         return {"step": cx["length"], "peak": cx.get("peak_blocks"),
                 "title": f"This trace reaches the peak of {cx.get('peak_blocks')} allocated blocks at step {cx['length']}."}
@@ -128,7 +136,8 @@ def _violation(cx: dict, holds_when: Optional[str] = None) -> dict:
 def trace_label(violation: dict) -> str:
     """What a page (or picture) of a trace is of, after the scenario's
     name: the invariant, the peak, or the call deadline."""
-    return violation.get("invariant") or (CALL_DEADLINE if "call" in violation else "peak")
+    return violation.get("invariant") or (CALL_DEADLINE if "call" in violation else HOST_PEAK if violation.get("tag") == "HOST PEAK"
+                                          else "peak")
 
 
 def _against(output: dict) -> str:
@@ -167,6 +176,7 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
     return {
         "scenario": {k: scenario[k] for k in ("name", "block_size", "prompt", "pool", "device", "reuse")},
         "cache": is_cache(scenario),     # a prefix cache: keys on blocks, the cache map, requests that wait
+        **_transfers(scenario, cx["initial"]),
         "protocol": ({"name": scenario["allocator"], "description": harness_description(scenario)} if protocol is None else
                      {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())}),
         "subject": "allocator" if harness else "protocol",
@@ -179,6 +189,40 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
         "frames": frames,
         "decoded": {str(k): {**v, "against": _against(v)} for k, v in (decoded or {}).items()},
     }
+
+
+def _transfers(scenario: dict, initial: dict) -> dict:
+    """A transfer scenario's keys of the page data (none elsewhere, so other
+    pages' data stay as they were): `transfers`, its host tier drawn beside
+    the pool, and `remote`, a P/D request's remote engine."""
+    if "host" not in initial:
+        return {}
+    return {"transfers": True, "host_tier": bool(initial["host"]),
+            "remote": any("source" in b or "sink" in b for b in scenario["branch"])}
+
+
+def _host_tier(data: dict) -> str:
+    """A transfer scenario's host tier, under the pool inside its drawing,
+    so one layer of arrows joins them; stepper.js fills it."""
+    if not data.get("host_tier"):
+        return ""
+    return '<h3 class="tier-title">Host tier</h3><div class="pool host-tier" id="host-tier"></div>'
+
+
+def _remote_engine(data: dict) -> str:
+    """A P/D request's remote engine, above the pool: recvs come from it,
+    sends go to it."""
+    if not data.get("remote"):
+        return ""
+    return ('<div class="remote-engine" id="remote" role="group" aria-label="remote engine"><b>remote engine</b>: '
+            "its NIC writes recvs into this device's blocks and reads sends from them; nothing on this device orders it</div>")
+
+
+def _transfers_legend(data: dict) -> str:
+    if not data.get("transfers"):
+        return ""
+    return ("\n · arrows: transfers in flight (store GPU → host, load host → GPU"
+            + (", recv remote → GPU, send GPU → remote" if data.get("remote") else "") + ")")
 
 
 def _tables_legend(data: dict) -> str:
@@ -247,9 +291,9 @@ def _stepper_body(data: dict) -> str:
 <p class="legend"><span class="swatch free-swatch">FREE</span> free block (greyed, hatched)
  · <span class="swatch changed-swatch">changed</span> touched by this step
  · <span class="swatch pending-swatch">← a1</span> write or copy in flight
- · arrows: copies in flight{_cache_legend(cache)}</p>
-<div class="pool-wrap"><div class="pool" id="pool"></div><svg class="arrows" id="arrows" aria-hidden="true"></svg></div>
-<p id="free-list" class="free-list"></p>
+ · arrows: copies in flight{_cache_legend(cache)}{_transfers_legend(data)}</p>
+<div class="pool-wrap">{_remote_engine(data)}<div class="pool" id="pool"></div>{_host_tier(data)}<svg class="arrows" id="arrows" aria-hidden="true"></svg></div>
+<p id="free-list" class="free-list"></p>{'<p id="connector" class="free-list"></p>' if data.get("transfers") else ""}
 </section>{_cache_panel(cache)}
 <section class="panel" aria-labelledby="branches-title">
 <h2 id="branches-title">Branches</h2>
@@ -302,8 +346,12 @@ def _measures(summary: dict, links: dict[str, str]) -> str:
     copies = "n/a" if not summary["copies"] else f"{summary['copies'][0]}-{summary['copies'][1]}"
     steady = "n/a" if summary["steady_blocks"] is None else summary["steady_blocks"]
     peak_link = _link(summary["peak_trace"], links, "watch the peak trace")
+    host = ""
+    if summary.get("host_peak") is not None:       # a transfer scenario
+        host_link = _link(summary.get("host_peak_trace"), links, "watch the host peak trace")
+        host = f' · host peak {summary["host_peak"]} host blocks {host_link}'.rstrip()
     return (f'<p class="measures">peak {summary["peak_blocks"]} blocks / steady {steady} · copies {copies} · '
-            f'{summary["states"]:,} states {peak_link}</p>')
+            f'{summary["states"]:,} states {peak_link}{host}</p>')
 
 
 def _scenario_section(summary: dict, links: dict[str, str]) -> str:

@@ -33,7 +33,7 @@ def page_data(cx: trace.Counterexample, replayed: Replayed) -> dict:
                                           [(t.action, t.state) for t in replayed.transitions],
                                           invariant=cx.invariant, invariant_kind=cx.invariant_kind,
                                           witness=replayed.witness, peak=cx.peak, allocator_code=cx.allocator_code,
-                                          call=cx.call, deadline=cx.deadline)
+                                          call=cx.call, deadline=cx.deadline, host_peak=cx.host_peak)
     drawn.origin = cx.origin       # where it was checked from, not where the file was read
     return json.loads(json.dumps(drawn.to_json()))     # tuples as lists, as in the file
 
@@ -50,9 +50,10 @@ def decoded_on_pool(cx: trace.Counterexample) -> dict:
 
 
 def _pages_for(result) -> list[str]:
-    """The counterexample files one check result wrote (peak and call-deadline traces included)."""
+    """The counterexample files one check result wrote (peak, host-peak and call-deadline traces included)."""
     paths = [v.path for v in result.verdicts.values() if v.path]
-    return paths + [path for path in (getattr(result, "peak_path", None), getattr(result, "deadline_path", None)) if path]
+    return paths + [path for path in (getattr(result, "peak_path", None), getattr(result, "host_peak_path", None),
+                                      getattr(result, "deadline_path", None)) if path]
 
 
 def write_check_pages(results: list, out_dir: Path, skipped: Optional[list[SpecError]] = None) -> list[Path]:

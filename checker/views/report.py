@@ -191,5 +191,6 @@ def show_pool(replay: PoolReplay, console: Console) -> None:
                       f"{first.pos} decodes [bold]{escape(token(first.decoded))}[/]"
                       + escape(against_reference(first.decoded, first.expected, first.max_diff)))
     else:
-        console.print(f"[bold red]first divergence at step {first.step}[/]: branch {first.branch}'s check-output reads "
+        reader = "send (the remote reader)" if first.kind == "send" else first.kind
+        console.print(f"[bold red]first divergence at step {first.step}[/]: branch {first.branch}'s {reader} reads "
                       f"[bold]{first.decoded or '_'}[/] at position {first.position} where its reference has [bold]{first.expected}[/]")

@@ -100,6 +100,32 @@ def cache_words(state: dict) -> str:
                      for key, b in sorted(cache.items(), key=lambda kv: kv[1]))
 
 
+def host_words(state: dict) -> str:
+    """A transfer scenario's host tier and connector (JSON form) in one
+    line: each host block with a key or pins, the host free list, the
+    reports the connector has not processed, and the sends whose lease
+    expired while they are still in flight."""
+    hosts = state.get("host") or []
+    used = [f"h{h['id']} {'keyed ' + key_text(h['key']) if h.get('key') else 'unkeyed'} holding {_slots(h['slots'])}"
+            + (f", pins {h['pins']}" if h["pins"] else "") + (" (free)" if h["free"] else "")
+            for h in hosts if h.get("key") or h["pins"]]
+    text = (f"Host tier: {'; '.join(used) or 'nothing keyed or pinned'}; host free list {state.get('host_free')}"
+            if hosts else "No host tier")
+    reports = state.get("reports") or []
+    if reports:
+        text += "; reports pending: " + "; ".join(_move_text(r) + (" ok" if r["ok"] else " FAILED") for r in reports)
+    expired = [q["transfer"] for q in state["queue"] if "transfer" in q and q["transfer"].get("reported")]
+    if expired:
+        text += "; lease expired, still in flight: " + "; ".join(_move_text(t) for t in expired)
+    return text
+
+
+def _move_text(t: dict) -> str:
+    """A transfer (in flight or reported) in a few words."""
+    return {"store": f"store of block {t['block']} to h{t['host']}", "load": f"load of h{t['host']} into block {t['block']}",
+            "recv": f"recv into block {t['block']}", "send": f"send of {t['branch']}'s block {t['block']}"}[t["kind"]]
+
+
 def _lookup(cache: dict, prompt: list, B: int) -> list[int]:
     """The blocks `lookup` finds for a prompt (the model's rule: whole
     blocks while each is a key, never the block of the last token)."""
@@ -475,12 +501,72 @@ def _transfer_step_words(who: str, op: str, binds: dict) -> str:
 
 
 def _transfer_words(op: str, binds: dict, before: dict, after: dict) -> str:
-    """What a transfer's completion or failure did, in one sentence."""
-    kind, who, block, host = binds["kind"], binds.get("branch"), binds.get("block"), binds.get("host")
+    """What a transfer's completion or failure did, in one sentence, and
+    then what makes it wrong where something does, in the engine's words: a
+    store that copies a block before the kernel filling it lands, a load of
+    a host block whose key names tokens it does not hold, a recv into a
+    block another request owns now, a send that reads other tokens than its
+    producer had (docs/semantics.md#transfers)."""
+    kind, who, block, host = binds["kind"], binds.get("branch"), int(binds["block"]), binds.get("host")
     if op == "transfer-fail":
-        return f"The {kind} of {who}'s block {block} fails: it reads and writes nothing; the connector will report the failure."
-    return _TRANSFER_DONE[kind].format(who=who, block=block, host=host, read=_slots(before['blocks'][block]['slots']),
-                                       wrote=_slots(after['blocks'][block]['slots']))
+        text = f"The {kind} of {who}'s block {block} fails: it reads and writes nothing; the connector will report the failure."
+        hb = (after.get("host") or [])[host] if kind == "store" and isinstance(host, int) else None
+        if hb and hb.get("key"):    # keyed at launch (store-keyed): the key stays, the data never came
+            text += (f" h{host} keeps the key {key_text(hb['key'])} it was given at launch, "
+                     f"holding {_slots(hb['slots'])}{_mismatch(hb, _block_size(after))}.")
+        return text
+    read, wrote = _slots(before['blocks'][block]['slots']), _slots(after['blocks'][block]['slots'])
+    if kind == "store":
+        landing = _unlanded(before, block)
+        if landing:
+            return (f"The store of block {block} to h{host} completes before {landing} lands: it copied block {block} as it "
+                    f"is now, {read}, into h{host}.")
+        return _TRANSFER_DONE[kind].format(who=who, block=block, host=host, read=read, wrote=wrote)
+    text = _TRANSFER_DONE[kind].format(who=who, block=block, host=host, read=read, wrote=wrote)
+    if kind == "load":
+        hb = before["host"][host]
+        if hb.get("key") and _mismatch(hb, _block_size(before)):
+            text += f" h{host} is keyed {key_text(hb['key'])} but held {_slots(hb['slots'])}: a stale load."
+    elif kind == "recv":
+        owners = [name for name, br in before["branches"].items() if name != who and block in br["working"]]
+        if owners:
+            text += (f" Block {block} is {_names(owners)}'s now ({who} freed it before its recv landed): the remote "
+                     f"prefill's tokens overwrite {read}.")
+    if kind in ("load", "recv"):
+        readers = [f"{k['branch']}'s kernel for position {k['pos']}" for q in before["queue"] if (k := q.get("kernel"))
+                   and block in k["snapshot"]]
+        if readers:
+            text += f" Still in flight and reading block {block}: {_names(readers)}, which will read these tokens."
+    elif kind == "send":
+        sent = next((q["transfer"] for q in before["queue"] if "transfer" in q and q["transfer"]["kind"] == "send"
+                     and q["transfer"]["branch"] == who and q["transfer"]["block"] == block), None)
+        if sent is not None and list(sent["tokens"]) != list(before["blocks"][block]["slots"][:len(sent["tokens"])]):
+            lease = f" ({who}'s lease expired before the send completed)" if sent.get("reported") else ""
+            text += (f" {who} had {_tokens(sent['tokens'])} there when the send was launched: block {block} was reused{lease}.")
+    return text
+
+
+def _mismatch(host_block: dict, block_size: int) -> str:
+    """' but holds ...' where a keyed host block does not hold its key's
+    last B tokens (what host-key-content judges), else ''."""
+    key = host_block.get("key")
+    if not key or list(key[-block_size:]) == list(host_block["slots"]):
+        return ""
+    return " (its key names tokens it does not hold)"
+
+
+def _unlanded(state: dict, block: int) -> Optional[str]:
+    """The kernel in flight that will still write `block`, in words ("a's
+    prefill", "a's kernel for position 3"), or None."""
+    B = _block_size(state)
+    for q in state["queue"]:
+        k = q.get("kernel")
+        if k is None:
+            continue
+        first = k.get("from", k["pos"])
+        if any(k["snapshot"][p // B] == block for p in range(first, k["pos"] + 1)):
+            return f"{k['branch']}'s prefill" if "from" in k else f"{k['branch']}'s kernel for position {k['pos']}"
+    return None
 
 
 #: a transfer's completion by its kind: `read` the GPU block before it,
@@ -503,7 +589,11 @@ def _connector_words(action: dict, binds: dict, before: dict, after: dict) -> st
     keyed = [h for h, hb in enumerate(after.get("host") or []) if hb.get("key") and not (before.get("host") or [])[h].get("key")]
     text = f"The connector reports the completed transfers ({done or 'none'})."
     for h in keyed:
-        text += f" h{h} is now keyed {key_text(after['host'][h]['key'])}, holding {_slots(after['host'][h]['slots'])}."
+        hb = after["host"][h]
+        if _mismatch(hb, _block_size(after)):
+            text += f" h{h} is now keyed {key_text(hb['key'])} but holds {_slots(hb['slots'])}: its key names tokens it does not hold."
+        else:
+            text += f" h{h} is now keyed {key_text(hb['key'])}, holding {_slots(hb['slots'])}."
     return text
 
 
@@ -794,8 +884,10 @@ def action_words(action: dict, before: dict, after: Optional[dict], scenario: Op
 def describe(witness: dict) -> str:
     """What the invariant expected and what happened, in one sentence."""
     if "expected_sequence" in witness:      # faithful-output (cache-immutable's witness has an `expected` too)
+        via = witness.get("via")
         where = (f"branch {witness['branch']}'s kernel for position {witness['pos']} read through snapshot {witness['snapshot']}"
-                 if witness.get("via") == "kernel" else
+                 if via == "kernel" else
+                 f"the remote reader of branch {witness['branch']}'s send of block {witness.get('block')}" if via == "send" else
                  f"branch {witness['branch']}'s check-output read through its working table {witness.get('table')}")
         return (f"{where}: at position {witness['position']} it expected {token(witness['expected'])} and read {token(witness['read'])}"
                 f" (expected {' '.join(map(token, witness['expected_sequence']))}, read {' '.join(map(token, witness['read_sequence']))})")

@@ -72,7 +72,7 @@ def broken(name: str) -> tuple[list[tuple[str, str, int]], int | None]:
         data = json.loads(path.read_text())
         if data.get("kind") == "peak":
             peak = data.get("peak_blocks")
-        else:
+        elif data.get("kind") == "counterexample":     # not a host peak's trace
             found.append((data["invariant"], data["invariant_kind"], data["length"]))
     order = {inv: n for n, inv in enumerate(IDS)}
     return sorted(found, key=lambda f: (order.get(f[0], len(order)), f[0])), peak

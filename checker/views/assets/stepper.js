@@ -28,7 +28,7 @@
         note(c.dst, "copy in flight ← block " + c.src);
         incoming[c.dst] = Math.max(incoming[c.dst] || 0, c.n);
       } else if (op.transfer) {
-        note(op.transfer.block, transferWords(op.transfer) + " in flight");
+        note(op.transfer.block, transferWords(op.transfer) + " in flight" + (op.transfer.reported ? " (LEASE EXPIRED: reported already)" : ""));
       } else {
         const k = op.kernel;
         /* a prefill writes positions from .. pos (its tokens are the expected sequence's) */
@@ -41,6 +41,9 @@
             " in flight: will write " + written + " into slot " + (p % B));
         }
       }
+    });
+    (state.reports || []).forEach(function (r) {
+      note(r.block, "report pending: " + transferWords(r) + (r.ok ? " ok" : " FAILED"));
     });
     return { notes: notes, pending: pending, incoming: incoming };
   }
@@ -118,7 +121,58 @@
           " (a request may hit " + (cached.length === 1 ? "it" : "them") + " until an allocation evicts " + (cached.length === 1 ? "it" : "them") + ").";
       }
     }
+    renderHost(frame);
     drawArrows(frame.state);
+  }
+
+  /* -- the host tier and the connector (transfer scenarios) ------------- */
+  function hostCard(h, frame) {
+    const mark = current === violation.step && violation.mark && violation.mark.host === h.id ? violation.mark : null;
+    const notes = el("ul", { class: "notes" });
+    frame.state.queue.forEach(function (op) {
+      if (op.transfer && op.transfer.host === h.id) notes.appendChild(el("li", {}, transferWords(op.transfer) + " in flight"));
+    });
+    (frame.state.reports || []).forEach(function (r) {
+      if (r.host === h.id) notes.appendChild(el("li", {}, "report pending: " + transferWords(r) + (r.ok ? " ok" : " FAILED")));
+    });
+    const slots = el("div", { class: "slots" });
+    h.slots.forEach(function (t, i) {
+      slots.appendChild(el("span", { class: "slot" + (t === null ? " empty" : "") + (mark ? " marked" : ""), title: "slot " + i }, t === null ? "_" : t));
+    });
+    return el("div", {
+      class: "block host" + (h.free ? " free" : "") + (h.key ? " keyed" : "") + (mark ? " violating" : ""),
+      "data-host": h.id, role: "group", "aria-label": "host block h" + h.id,
+    },
+      el("div", { class: "block-head" }, el("span", { class: "name" }, "host h" + h.id),
+        h.free ? el("span", { class: "tag free-tag" }, "FREE") : null,
+        h.key ? el("span", { class: "tag keyed-tag" }, "KEYED") : null,
+        mark ? el("span", { class: "tag bad-tag" }, "✗ VIOLATION") : null),
+      slots,
+      h.key ? el("p", { class: "key" }, "key (" + h.key.join(" ") + ")") : null,
+      mark ? el("p", { class: "mark-label" }, "✗ " + mark.label) : null,
+      el("div", { class: "counts" }, el("span", { class: "pins" }, "pins " + h.pins)),
+      notes);
+  }
+
+  function renderHost(frame) {
+    if (!data.transfers) return;
+    const state = frame.state;
+    if (state.host.length) $("host-tier").replaceChildren.apply($("host-tier"), state.host.map(function (h) { return hostCard(h, frame); }));
+    const parts = [];
+    if (state.host.length) {
+      parts.push(state.host_free.length ? "Host free list (front first): " + state.host_free.map(function (h) { return "h" + h; }).join(" → ") + "."
+        : "Host free list: empty — a store launches nothing more.");
+    }
+    const reports = state.reports || [];
+    parts.push(reports.length ? "Reports pending (the connector has not processed them): " + reports.map(function (r) {
+      return transferWords(r) + (r.ok ? " ok" : " FAILED");
+    }).join("; ") + "." : "No report pending.");
+    const expired = state.queue.filter(function (op) { return op.transfer && op.transfer.reported; });
+    if (expired.length) {
+      parts.push("LEASE EXPIRED: " + expired.map(function (op) { return transferWords(op.transfer); }).join("; ") +
+        " reported as done, still in flight: the block may be reused before the remote reader reads it.");
+    }
+    $("connector").textContent = parts.join(" ");
   }
 
   /* Copy arrows, drawn only through the space between cards so that they
@@ -150,6 +204,11 @@
     marker.appendChild(svgEl("path", { d: "M0,0 L10,5 L0,10 z", class: "copy-head" }));
     const defs = svgEl("defs", {});
     defs.appendChild(marker);
+    if (data.transfers) {      // the transfers' arrowhead, in their colour
+      const head = svgEl("marker", { id: "transfer-head", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "6", markerHeight: "6", orient: "auto-start-reverse" });
+      head.appendChild(svgEl("path", { d: "M0,0 L10,5 L0,10 z", class: "transfer-head" }));
+      defs.appendChild(head);
+    }
     const items = [defs];
     const labels = [], paths = [];
     let drawn = 0, lanes = 0;
@@ -177,6 +236,39 @@
       paths.push(path);
       const label = svgEl("text", { x: lx, y: ly, "text-anchor": "middle", class: "copy-label" });
       label.textContent = "copy " + op.copy.src + "→" + op.copy.dst;
+      items.push(label);
+      labels.push(label);
+    });
+    /* transfers: a straight arrow between a GPU block's card and a host
+       block's (store down, load up), or the remote engine's (recv in, send out) */
+    function edge(selector) {
+      const node = document.querySelector(selector);
+      if (!node) return null;
+      const r = node.getBoundingClientRect();
+      return { x: r.left + r.width / 2 - box.left, top: r.top - box.top, bottom: r.bottom - box.top };
+    }
+    state.queue.forEach(function (op, i) {
+      const t = op.transfer;
+      if (!t) return;
+      const block = edge('#pool .block[data-block="' + t.block + '"]');
+      const other = t.kind === "store" || t.kind === "load" ? edge('#host-tier .block[data-host="' + t.host + '"]') : edge("#remote");
+      if (!block || !other) return;
+      const shift = t.kind === "load" || t.kind === "send" ? 14 : -14;
+      let from, to;
+      if (t.kind === "store") { from = { x: block.x + shift, y: block.bottom }; to = { x: other.x + shift, y: other.top }; }
+      else if (t.kind === "load") { from = { x: other.x + shift, y: other.top }; to = { x: block.x + shift, y: block.bottom }; }
+      else if (t.kind === "recv") { from = { x: other.x + shift, y: other.bottom }; to = { x: block.x + shift, y: block.top }; }
+      else { from = { x: block.x + shift, y: block.top }; to = { x: other.x + shift, y: other.bottom }; }
+      const path = svgEl("path", { d: "M" + from.x + "," + from.y + " L" + to.x + "," + to.y,
+        class: "transfer-arrow transfer-" + t.kind + (t.reported ? " expired" : ""), "marker-end": "url(#transfer-head)", "data-transfer": i });
+      items.push(path);
+      paths.push(path);
+      const at = t.kind === "recv" || t.kind === "send" ? 0.75 : 0.5;      // a remote arrow's label near its block
+      const near = t.kind === "recv" ? at : 1 - at;
+      const label = svgEl("text", { x: from.x + near * (to.x - from.x) + 4, y: from.y + near * (to.y - from.y), "text-anchor": "start",
+        class: "copy-label transfer-label" });
+      label.textContent = t.kind + " " + (t.kind === "store" ? t.block + "→h" + t.host : t.kind === "load" ? "h" + t.host + "→" + t.block : t.block) +
+        (t.reported ? " (lease expired)" : "");
       items.push(label);
       labels.push(label);
     });
@@ -280,7 +372,8 @@
         return el("li", { class: "copy-op" }, "copy block " + c.src + " → block " + c.dst + " (" + plural(c.n, "slot") + "), not yet complete");
       }
       if (op.transfer) {
-        return el("li", { class: "copy-op" }, transferWords(op.transfer) + ", not yet complete");
+        return el("li", { class: "copy-op" }, transferWords(op.transfer) + ", not yet complete" +
+          (op.transfer.reported ? " (LEASE EXPIRED: the connector reported it already)" : ""));
       }
       const k = op.kernel;
       const target = k.snapshot[Math.floor(k.pos / B)];
@@ -303,7 +396,8 @@
     const d = data.decoded[String(n)];
     if (!d) return null;
     const differs = d.diverged !== undefined ? d.diverged : d.decoded !== d.expected;
-    const what = d.kind === "check-output" ? "'s check-output read at position " : "'s kernel for position ";
+    const what = d.kind === "check-output" ? "'s check-output read at position " :
+      d.kind === "send" ? "'s send, read by the remote reader at position " : "'s kernel for position ";
     return el("p", { class: "decoded " + (differs ? "bad" : "good") },
       el("span", { class: "tag" }, differs ? "DIFFERS" : "MATCH"),
       " on a real pool, branch " + d.branch + what + d.pos + " gave ", el("b", { class: "decoded-token" }, d.decoded),

@@ -95,6 +95,7 @@ class Counterexample:
             "scenario": scenario.definition(),
             "protocol": scenario.subject,
             **({"allocator": scenario.allocator} if scenario.allocator is not None else {}),
+            **({"scheduler": scenario.scheduler} if scenario.scheduler is not None else {}),
             "device": scenario.device,
         }
         data["scenario"] = as_recorded(data["scenario"])
@@ -137,7 +138,8 @@ def as_recorded(definition: dict[str, Any]) -> dict[str, Any]:
     free blocks in its own order, so its `reuse` is null, as in `check
     --json` and the text (files written before said "lifo", the model's
     unused default; they still load)."""
-    return {**definition, "reuse": None} if definition.get("allocator") is not None else definition
+    code = definition.get("allocator") is not None or definition.get("scheduler") is not None
+    return {**definition, "reuse": None} if code else definition
 
 
 def allocator_base(scenario: Scenario, origin: str = "") -> Optional[str]:
@@ -145,10 +147,11 @@ def allocator_base(scenario: Scenario, origin: str = "") -> Optional[str]:
     file: the reference stays as the user wrote it (so it compares equal to
     the scenario's), and the file reopens from any working folder. None
     when there is no allocator code, or it is a module (imported by name)."""
-    if scenario.allocator is None:
+    ref = scenario.code_ref
+    if ref is None:
         return None
     base = Path(scenario.allocator_base or Path(origin or scenario.source).parent).resolve()
-    return str(base) if allocator_file(scenario.allocator, base) is not None else None
+    return str(base) if allocator_file(ref, base) is not None else None
 
 
 def write(path: Path, data: dict) -> Path:
@@ -183,7 +186,7 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
     try:
         sc = dict(data["scenario"])
         name, origin = sc.pop("name"), sc.pop("source")
-        if sc.get("allocator") is not None and sc.get("reuse") is None:
+        if (sc.get("allocator") is not None or sc.get("scheduler") is not None) and sc.get("reuse") is None:
             sc.pop("reuse", None)        # allocator code's own order (as_recorded): the model's default stands in
         for key, value in (("name", name), ("source", origin)):
             if not isinstance(value, str) or not value:

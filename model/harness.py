@@ -333,14 +333,19 @@ class HarnessModel(TransitionSystem):
             blob = pickle.dumps(adapter, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
             raise self._bad("snapshot", f"the adapter cannot be pickled, so states cannot be copied ({type(err).__name__}: {err})") from None
-        key: Hashable = blob
-        if self.coarse:
-            key = adapter.snapshot()
-            try:
-                hash(key)
-            except TypeError:
-                raise self._bad("snapshot", f"must return a hashable value, got {type(key).__name__}") from None
-        return Snapshot(key, blob, tags, pending)
+        return Snapshot(self._key(adapter, blob), blob, tags, pending)
+
+    def _key(self, adapter: Any, blob: bytes) -> Hashable:
+        """What makes two states one: the pickle itself, or the adapter's
+        coarser `snapshot()`, for which the adapter answers."""
+        if not self.coarse:
+            return blob
+        key = adapter.snapshot()
+        try:
+            hash(key)
+        except TypeError:
+            raise self._bad("snapshot", f"must return a hashable value, got {type(key).__name__}") from None
+        return key
 
     @staticmethod
     def _thaw(state: State) -> Any:

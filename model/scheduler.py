@@ -143,7 +143,8 @@ class SchedulerModel(HarnessModel):
             assert scenario.scheduler is not None, "a scheduler harness needs scheduler code"
             factory = load_factory(scenario.scheduler, Path(scenario.allocator_base or Path(scenario.source).parent),
                                    scenario.source, "scheduler")
-        self.factory = factory
+        #: the factory, called with (P, B, H)
+        self.make_adapter: Callable[..., Any] = factory
         #: the transfer scenario's host tier (none without host_pool, source or sink)
         self.tiered = scenario.transfers
         adapter = self._make()
@@ -168,7 +169,7 @@ class SchedulerModel(HarnessModel):
     def _make(self) -> Any:
         try:
             with self.guard(f"factory({self.P}, {self.B}, {self.H})"):
-                adapter = self.factory(self.P, self.B, self.H)
+                adapter = self.make_adapter(self.P, self.B, self.H)
         except TypeError as err:
             raise self._bad("factory", f"must accept (pool, block_size, host_pool) and return the adapter ({err})") from None
         missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
@@ -185,14 +186,7 @@ class SchedulerModel(HarnessModel):
         except Exception as err:
             raise self._bad("snapshot", f"the scheduler or a plan cannot be pickled, so states cannot be copied "
                             f"({type(err).__name__}: {err})") from None
-        key: Hashable = blob
-        if self.coarse:
-            key = adapter.snapshot()
-            try:
-                hash(key)
-            except TypeError:
-                raise self._bad("snapshot", f"must return a hashable value, got {type(key).__name__}") from None
-        return Scheduled(key, blob, books=books)
+        return Scheduled(self._key(adapter, blob), blob, books=books)
 
     @staticmethod
     def _unpack(state: State) -> tuple[Any, tuple[Any, ...]]:
@@ -272,7 +266,7 @@ class SchedulerModel(HarnessModel):
     def _tokens(self, i: int, n: int) -> tuple[str, ...]:
         return tuple(self._token(i, p) for p in range(n))
 
-    def _observe(self, adapter: Any, before: State, branches: list[Branch], d: Draft, tag: Any = None,  # type: ignore[override]
+    def _observe(self, adapter: Any, before: State, branches: list[Branch], d: Draft, tag: Any = None,
                  told: Optional[int] = None, *, plans: tuple[Any, ...] = (), books: Optional[Books] = None) -> State:
         """The state after a call: each added request's status and table,
         the pool and host tier the observers show, the harness's slots and
@@ -380,9 +374,9 @@ class SchedulerModel(HarnessModel):
             if not books.added[i]:
                 after = self.after_of[i]
                 if after is None or (books.added[after] and state.branches[after].status in (Status.FINISHED, Status.CANCELLED)):
-                    self._call(state, i, "add", out)
+                    self._request_call(state, i, "add", out)
             elif self.scenario.branches[i].may_cancel and br.status in (Status.WAITING, Status.RUNNING):
-                self._call(state, i, "abort", out)
+                self._request_call(state, i, "abort", out)
         if books.plans < self.in_flight:
             self._schedule(state, out)
         if books.plans and not any(type(op) is Kernel and tag[0] == 0 for op, tag in zip(state.queue, books.tags)):
@@ -425,7 +419,7 @@ class SchedulerModel(HarnessModel):
         d.facts.append(AllocatorRaised(branch, call, raised, self.user_frames(err)))
         out.append(Transition(Action(actor, op, step, (("call", call), ("raised", raised))), None, tuple(d.facts)))
 
-    def _call(self, state: State, i: int, method: str, out: list[Transition]) -> None:
+    def _request_call(self, state: State, i: int, method: str, out: list[Transition]) -> None:
         """`add` or `abort` of request i: one host call."""
         adapter, plans = self._unpack(state)
         name, spec = self.names[i], self.scenario.branches[i]

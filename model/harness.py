@@ -345,7 +345,7 @@ class HarnessModel(TransitionSystem):
             hash(key)
         except TypeError:
             raise self._bad("snapshot", f"must return a hashable value, got {type(key).__name__}") from None
-        return key
+        return cast(Hashable, key)
 
     @staticmethod
     def _thaw(state: State) -> Any:

@@ -49,6 +49,7 @@ have to list in full."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import inspect
 import types
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from typing import Any, Optional
 
 from cowcheck.adapters.sources import dumps, restore
 from cowcheck.adapters.vllm_v1 import (STAND_INS, KVCacheEvent, Placeholder, SamplingParams, VllmV1, _ANY, _Real, _StandIn,
-                                      DType, _call, _cbor_refused, _mods, _request, engine, source)
+                                      DType, ENV, _call, _cbor_refused, _mods, _request, engine, source)
 from cowcheck.model.errors import SpecError
 
 REF = "cowcheck.adapters.vllm_v1:scheduler"
@@ -130,6 +131,31 @@ STAND_INS_SCHEDULER: dict[str, _StandIn] = {
         "vllm.multimodal", "vllm.multimodal.encoder_budget", "vllm.outputs", "vllm.v1.metrics.perf",
         "vllm.v1.spec_decode.dynamic.utils", "vllm.v1.spec_decode.metrics", "vllm.v1.structured_output")},
 }
+
+
+#: the folder of vLLM's sources the tests fetch, relative to a checkout's
+#: root: the scheduler's folder where COWCHECK_VLLM_SOURCE is unset
+DEFAULT = Path("build") / "engines" / f"vllm-{TESTED[-1]}"
+
+
+def folder() -> Optional[str]:
+    """The folder the adapter loads vLLM from: $COWCHECK_VLLM_SOURCE (or a
+    replayed counterexample's), else build/engines/vllm-0.34.0 where the
+    working folder has it (a checkout whose tests fetched it: the shipped
+    sched-vllm-* scenarios run there), else None (the installed vLLM)."""
+    given = source()
+    if given is None and (DEFAULT / "vllm").is_dir():
+        return str(DEFAULT)
+    return given
+
+
+def unavailable() -> Optional[str]:
+    """Why no vLLM can be loaded here (None: one can): `cowcheck check`
+    skips a folder's scenarios of this adapter then, and counts them."""
+    if folder() is not None or importlib.util.find_spec("vllm") is not None:
+        return None
+    return (f"no vLLM sources: set {ENV} to a folder of vLLM's Python sources, or fetch {DEFAULT} "
+            f"(python -c 'from cowcheck.adapters.sources import fetch; fetch(\"vllm\", \"{TESTED[-1]}\")')")
 
 
 def load(source: Optional[str]) -> Any:
@@ -373,6 +399,12 @@ class VllmScheduler(VllmV1):
         """The requests the scheduler holds (VllmV1's observers read these)."""
         return self.sched.requests
 
+    def code(self) -> dict[str, Optional[str]]:
+        """As VllmV1's, but the default folder stays relative to the
+        checkout (the shipped scenarios' counterexamples name no machine's path)."""
+        code = super().code()
+        return {**code, "source": str(DEFAULT)} if self.source == str(DEFAULT) else code
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (restore, (load, VllmScheduler, self.source, dumps(self.__dict__)))
 
@@ -467,7 +499,7 @@ def _construct(cls: Any, base: Any, known: dict[str, Any]) -> Any:
 
 
 def _make(pool: int, block_size: int, host_pool: int, **kwargs: Any) -> VllmScheduler:
-    return VllmScheduler(pool, block_size, source(), **kwargs)
+    return VllmScheduler(pool, block_size, folder(), **kwargs)
 
 
 def scheduler(pool: int, block_size: int, host_pool: int) -> VllmScheduler:

@@ -636,3 +636,9 @@ def scheduler(pool: int, block_size: int, host_pool: int) -> Any:
     configurations)."""
     from cowcheck.adapters.vllm_scheduler import scheduler as make_scheduler
     return make_scheduler(pool, block_size, host_pool)
+
+
+def unavailable() -> Optional[str]:
+    """Why `scheduler` cannot load a vLLM here, or None (cowcheck check skips a folder's scenarios then)."""
+    from cowcheck.adapters.vllm_scheduler import unavailable as why
+    return why()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import sys
 import threading
 import time
@@ -98,6 +100,18 @@ KINDS = ("fork", "cache")
 
 def kind_of(scenario: Scenario) -> str:
     return "cache" if scenario.cache else "fork"
+
+
+def engine_unavailable(scenario: Scenario) -> Optional[str]:
+    """Why the engine a scenario's shipped scheduler adapter drives
+    (`cowcheck.adapters.*`, whose module says in `unavailable()`) cannot be
+    loaded here, or None: a folder's such scenarios are then skipped and
+    counted, as where no vLLM sources were fetched."""
+    ref = scenario.scheduler
+    if ref is None or not ref.startswith("cowcheck.adapters."):
+        return None
+    why = getattr(importlib.import_module(ref.partition(":")[0]), "unavailable", None)
+    return why() if callable(why) else None
 
 
 class Skipped:
@@ -209,6 +223,10 @@ def check(paths, device, reuse, transfer, protocol, allocator, scheduler, kind, 
                 if path in named:
                     raise
                 skipped.add(mismatch.scenario_kind, mismatch.why)
+                continue
+            gone = engine_unavailable(scenario) if path not in named else None
+            if gone is not None:
+                skipped.add(kind_of(loaded), gone)
                 continue
             invs.validate_expect(scenario, scenario.code_ref is not None)
             scenarios.append(scenario)

@@ -207,9 +207,9 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
         if kind == CALL_DEADLINE:
             _call_deadline(data, source, scenario)
         version = data.get("allocator_version")
-        if version is not None and (not isinstance(version, str) or not version or scenario.allocator is None):
+        if version is not None and (not isinstance(version, str) or not version or scenario.code_ref is None):
             raise SpecError(source, "allocator_version", "must be the engine code's release, a non-empty string, "
-                            "and only in a counterexample of allocator code")
+                            "and only in a counterexample of allocator or scheduler code")
         code = code_from_json(version, data.get("allocator_code"), source)
         steps = data["steps"]
         actions = [Action.from_json(s["action"]) for s in steps]

@@ -1,0 +1,134 @@
+"""vLLM 0.34.0's real Scheduler and AsyncScheduler through the scheduler
+harness (cowcheck.adapters.vllm_scheduler, docs/how-to/scheduler-code.md):
+the verdicts of the section's P/D scenarios on the real code, agreement
+with the protocol file that describes the same orders, the shipped
+sched-vllm-* scenarios, replay of a counterexample, and the skip where no
+vLLM can be loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from cowcheck import api
+from cowcheck.adapters import vllm_scheduler, vllm_v1
+from cowcheck.adapters.sources import CACHE
+from cowcheck.cli.check import engine_unavailable
+from cowcheck.engines import explicit
+from cowcheck.engines.options import SearchOptions
+from cowcheck.traces.replay import replay
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "specs" / "scenarios"
+VLLM = CACHE / "vllm-0.34.0"
+
+pytestmark = pytest.mark.skipif(not (VLLM / ".complete").is_file(), reason=f"{VLLM.name}'s sources are not in build/engines")
+
+SYNC = "cowcheck.adapters.vllm_v1:scheduler"
+ASYNC = "cowcheck.adapters.vllm_scheduler:async_scheduler"
+NO_DEFER = "cowcheck.adapters.vllm_scheduler:async_scheduler_no_defer"
+
+
+@pytest.fixture(autouse=True)
+def _source(monkeypatch):
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM))
+
+
+def run(name: str, ref: str, **changes):
+    scenario = api.as_scenario(SCENARIOS / f"{name}.toml")
+    scenario = dataclasses.replace(scenario, protocol=None, scheduler=ref, expect=(), **changes)
+    return explicit.explore(scenario, SearchOptions())
+
+
+def broken(result) -> dict[str, int]:
+    return {i: v.length for i, v in result.verdicts.items() if str(v.outcome) == "violated"}
+
+
+def checked(result) -> set[str]:
+    return {i for i, v in result.verdicts.items() if str(v.outcome) in ("holds", "violated")}
+
+
+def protocol_broken(name: str, protocol: str, **changes) -> set[str]:
+    scenario = api.with_overrides(api.as_scenario(SCENARIOS / f"{name}.toml"), protocol)
+    scenario = dataclasses.replace(scenario, **changes)
+    return set(broken(explicit.explore(scenario, SearchOptions())))
+
+
+def test_s3_holds_0_34_keeps_an_aborted_consumers_blocks_until_finished_recving():
+    """vLLM 32255's fix: finish_requests delays the free of a request in
+    WAITING_FOR_REMOTE_KVS; b is never given a block a recv still writes."""
+    result = run("pd-consumer-abort", SYNC)
+    assert str(result.summary) == "safe and disciplined"
+    assert broken(result) == {} and protocol_broken("pd-consumer-abort", "kv-connector") & checked(result) == set()
+
+
+def test_s4_with_the_deferral_is_safe_and_undisciplined_only_by_the_pipeline():
+    """defer_block_free (45357's deferred frees) keeps a's blocks past its
+    in-flight step; the one broken discipline is the pipeline's own: a's
+    next kernel, in flight, reads the block its previous kernel writes
+    (docs/semantics.md: pipelined paths break exclusive-write even on one stream)."""
+    result = run("pd-consumer-ahead", ASYNC)
+    assert str(result.summary) == "safe but undisciplined"
+    assert broken(result) == {"exclusive-write": 4}
+    assert "branch a's in-flight kernel for position 3" in result.verdicts["exclusive-write"].witness["message"]
+
+
+def test_s4_without_the_deferral_breaks_faithful_output_as_load_over_in_flight():
+    """defer_block_free off (vLLM before 45357): a's abort frees its blocks
+    under its in-flight kernel; b's recv lands there and a's next kernel
+    reads q0 where p2 was."""
+    result = run("pd-consumer-ahead", NO_DEFER)
+    assert broken(result) == {"no-use-after-free": 3, "refcount-write": 4, "exclusive-write": 4, "copy-before-use": 6,
+                              "faithful-output": 10}
+    assert set(broken(result)) == protocol_broken("pd-consumer-ahead", "load-over-in-flight") & checked(result)
+    witness = result.verdicts["faithful-output"].witness
+    assert (witness["branch"], witness["position"], witness["expected"], witness["read"]) == ("a", 2, "p2", "q0")
+    assert replay(result.verdicts["faithful-output"].counterexample).ok
+
+
+def test_s4_local_without_the_deferral_is_safe_and_v1s_early_key_adds_cache_immutable():
+    """With a local prefill the stream orders b's kernel after a's: safe,
+    as load-over-in-flight's S4-local; V1 keys b's prompt at allocation,
+    before a's in-flight kernel lands in that block, so the real code also
+    breaks cache-immutable, which the protocol file (no early keys) does not."""
+    result = run("pd-consumer-ahead-local", NO_DEFER)
+    assert str(result.summary) == "safe but undisciplined"
+    assert set(broken(result)) - {"cache-immutable"} == protocol_broken("pd-consumer-ahead-local", "load-over-in-flight")
+    assert "cache-immutable" in broken(result)
+
+
+def test_s5_breaks_faithful_output_under_the_lease_and_holds_without():
+    """request_finished delays the producer's free until finished_sending;
+    a lease reports the sends done while they read, b gets the blocks."""
+    result = run("pd-producer-lease", SYNC)
+    assert broken(result) == {"no-use-after-free": 6, "exclusive-write": 9, "faithful-output": 10}
+    assert set(broken(result)) == protocol_broken("pd-producer-lease", "kv-connector") & checked(result)
+    assert "remote reader" in result.verdicts["faithful-output"].witness["message"]
+    assert str(run("pd-producer-lease", SYNC, lease=False).summary) == "safe and disciplined"
+
+
+def test_a_synchronous_engines_abort_waits_for_the_steps_output():
+    """EngineCore.step processes the aborts that arrive during the model's
+    run just before update_from_output: with one batch, S4 holds."""
+    assert str(run("pd-consumer-ahead", SYNC).summary) == "safe and disciplined"
+
+
+def test_the_shipped_scenarios_meet_their_expect():
+    results = [api.check(path) for path in sorted(SCENARIOS.glob("sched-vllm-*.toml"))]
+    assert len(results) == 4
+    for result in results:
+        assert result.expect_met, result.scenario.name
+
+
+def test_the_default_folder_and_the_skip(monkeypatch, tmp_path):
+    monkeypatch.delenv(vllm_v1.ENV)
+    monkeypatch.chdir(ROOT)
+    assert vllm_scheduler.folder() == str(vllm_scheduler.DEFAULT) and vllm_v1.unavailable() is None
+    monkeypatch.chdir(tmp_path)
+    scenario = api.as_scenario(SCENARIOS / "sched-vllm-pd-consumer-abort.toml")
+    why = engine_unavailable(scenario)
+    assert (why is None) == (vllm_scheduler.importlib.util.find_spec("vllm") is not None)
+    if why is not None:
+        assert "COWCHECK_VLLM_SOURCE" in why and "\n" not in why

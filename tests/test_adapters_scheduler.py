@@ -18,6 +18,7 @@ from cowcheck.adapters.sources import CACHE
 from cowcheck.cli.check import engine_unavailable
 from cowcheck.engines import explicit
 from cowcheck.engines.options import SearchOptions
+from cowcheck.model.scheduler import SchedulerModel
 from cowcheck.traces.replay import replay
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,11 @@ NO_DEFER = "cowcheck.adapters.vllm_scheduler:async_scheduler_no_defer"
 @pytest.fixture(autouse=True)
 def _source(monkeypatch):
     monkeypatch.setenv(vllm_v1.ENV, str(VLLM))
+
+
+EAGER_ASYNC = "cowcheck.adapters.vllm_scheduler:offload_eager_async"
+LAZY = "cowcheck.adapters.vllm_scheduler:offload_lazy"
+LAZY_ASYNC = "cowcheck.adapters.vllm_scheduler:offload_lazy_async"
 
 
 def run(name: str, ref: str, **changes):
@@ -117,9 +123,52 @@ def test_a_synchronous_engines_abort_waits_for_the_steps_output():
 
 def test_the_shipped_scenarios_meet_their_expect():
     results = [api.check(path) for path in sorted(SCENARIOS.glob("sched-vllm-*.toml"))]
-    assert len(results) == 4
+    assert len(results) == 6
     for result in results:
         assert result.expect_met, result.scenario.name
+
+
+def launched(name: str, ref: str, **changes) -> set[str]:
+    """The transfer kinds some reachable schedule() launches."""
+    scenario = dataclasses.replace(api.as_scenario(SCENARIOS / f"{name}.toml"), protocol=None, scheduler=ref, expect=(),
+                                   **changes)
+    model = SchedulerModel(scenario)
+    kinds, seen, todo = set(), set(), [model.init_state()]
+    while todo:
+        for tr in model.successors(todo.pop()):
+            kinds |= {t.split()[0] for t in dict(tr.action.binds).get("transfers", ())}
+            if tr.state is not None and tr.state not in seen:
+                seen.add(tr.state)
+                todo.append(tr.state)
+    return kinds
+
+
+@pytest.mark.parametrize("transfer", ["own-stream", "own-stream-fenced"])
+def test_s1_holds_0_34_stores_only_blocks_whose_step_is_output(transfer):
+    """DESIGN expected S1 to break faithful-output on own-stream with the
+    real SimpleCPUOffloadScheduler; 0.34.0's eager mode stores only blocks
+    "confirmed computed" (a later step's, or the finish-time flush), so no
+    store is launched while the prefill that fills its block is in flight,
+    whatever the transfer model. The stores and c's host load do run."""
+    result = run("offload-eager-store", EAGER_ASYNC, transfer=transfer)
+    assert str(result.summary) == "safe and disciplined"
+    assert launched("offload-eager-store", EAGER_ASYNC, transfer=transfer) == {"store", "load"}
+
+
+def test_s6_holds_with_one_batch_lazy_offloading():
+    """The abort of a request whose block V1 keyed early waits for its
+    step's output with one batch: nothing is freed under the kernel."""
+    assert str(run("early-key-lazy-offload", LAZY).summary) == "safe and disciplined"
+    assert launched("early-key-lazy-offload", LAZY) == {"store", "load"}
+
+
+@pytest.mark.slow
+def test_s6_with_two_batches_is_safe_and_undisciplined_only_by_the_pipeline():
+    """Under the AsyncScheduler the abort lands while a's next step runs;
+    defer_block_free (on: SimpleCPUOffload runs as kv_both) keeps the
+    blocks until that step's output. About 40 s."""
+    result = run("early-key-lazy-offload", LAZY_ASYNC)
+    assert broken(result) == {"exclusive-write": 4}
 
 
 def test_the_default_folder_and_the_skip(monkeypatch, tmp_path):

@@ -66,6 +66,8 @@ REF = "cowcheck.adapters.vllm_v1:scheduler"
 SCHEDULER = ("vllm.v1.core.sched.scheduler", "vllm.v1.core.sched.async_scheduler", "vllm.v1.core.sched.interface",
              "vllm.v1.core.sched.output", "vllm.v1.core.sched.request_queue", "vllm.v1.core.sched.utils",
              "vllm.v1.core.encoder_cache_manager")
+#: SimpleCPUOffloadScheduler's modules, where the release has them
+OFFLOAD = ("vllm.v1.simple_kv_offload.manager", "vllm.v1.simple_kv_offload.metadata")
 #: the releases whose scheduler this adapter drives (tests/test_adapters_scheduler.py)
 TESTED = ("0.34.0",)
 
@@ -97,19 +99,31 @@ class KVConnectorFactory:
         return config.kv_transfer_config.connector
 
 
+class SupportsHMA:
+    """vLLM's marker for a connector that takes every KV cache group's
+    blocks (request_finished_all_groups): SimpleCPUOffload's is one."""
+
+
 _PLACES = _StandIn(placeholders=_ANY)
 STAND_INS_SCHEDULER: dict[str, _StandIn] = {
     **STAND_INS,
     "vllm.distributed.kv_events": _StandIn(dict(KVCacheEvent=KVCacheEvent, BlockStored=KVCacheEvent, BlockRemoved=KVCacheEvent,
                                                 AllBlocksCleared=KVCacheEvent, KVEventBatch=KVCacheEvent,
-                                                EventPublisherFactory=EventPublisherFactory)),
+                                                EventPublisherFactory=EventPublisherFactory, MEDIUM_CPU="CPU",
+                                                MEDIUM_STORAGE="STORAGE")),
+    # SimpleCPUOffloadScheduler's: the release's own small pieces, its stats for log_stats only
+    "vllm.distributed.kv_transfer.kv_connector.utils": _StandIn(),
+    "vllm.v1.simple_kv_offload.sizing": _StandIn(),
+    "vllm.v1.simple_kv_offload.metrics": _StandIn(placeholders=frozenset({"SimpleCPUOffloadStats"})),
     "vllm.distributed.kv_transfer.kv_connector.factory": _StandIn(dict(KVConnectorFactory=KVConnectorFactory)),
     # KVConnectorRole is the release's enum; the base class (it imports torch) is not needed: PDConnector keeps its contract
     "vllm.distributed.kv_transfer.kv_connector.v1": _StandIn(
-        dict(KVConnectorRole=_Real("vllm.distributed.kv_transfer.kv_connector.v1.base", "KVConnectorRole")),
-        frozenset({"KVConnectorBase_V1", "SupportsHMA"})),
+        dict(KVConnectorRole=_Real("vllm.distributed.kv_transfer.kv_connector.v1.base", "KVConnectorRole"),
+             SupportsHMA=SupportsHMA), frozenset({"KVConnectorBase_V1"})),
     "vllm.distributed.kv_transfer.kv_connector.v1.base": _StandIn(
-        placeholders=frozenset({"KVConnectorMetadata", "KVConnectorBase_V1", "SupportsHMA"}), also=("KVConnectorRole",)),
+        dict(SupportsHMA=SupportsHMA),
+        placeholders=frozenset({"KVConnectorMetadata", "KVConnectorWorkerMetadata", "KVConnectorBase_V1"}),
+        also=("KVConnectorRole",)),
     # the release's KVConnectorOutput and ModelRunnerOutput, without numpy and torch (annotations only)
     "vllm.v1.outputs": _StandIn(dict(np=types.SimpleNamespace(ndarray=object), torch=types.SimpleNamespace(Tensor=object)),
                                 frozenset({"DraftTokenIds"})),
@@ -160,7 +174,9 @@ def unavailable() -> Optional[str]:
 
 def load(source: Optional[str]) -> Any:
     """V1's core and its scheduler, from `source` (None: the installed vLLM)."""
-    return engine(source, SCHEDULER, STAND_INS_SCHEDULER)
+    has = (lambda m: (Path(source).joinpath(*m.split(".")).with_suffix(".py")).is_file()) if source else \
+        (lambda m: importlib.util.find_spec(m.rpartition(".")[0]) is not None)
+    return engine(source, SCHEDULER + tuple(m for m in OFFLOAD if has(m)), STAND_INS_SCHEDULER)
 
 
 @dataclass
@@ -216,8 +232,9 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
                                   disable_chunked_mm_input=False, max_num_inflight_kv_loads=None,
                                   async_scheduling=batches > 1, watermark=0.0),
         cache_config=Settings(num_gpu_blocks=blocks, enable_prefix_caching=True, block_size=block_size,
-                              mamba_cache_mode="none", enable_mamba_shared_prefix_checkpoint=False),
-        parallel_config=Settings(pipeline_parallel_size=1, data_parallel_size=1, data_parallel_index=0,
+                              mamba_cache_mode="none", enable_mamba_shared_prefix_checkpoint=False,
+                              simple_cpu_offload_num_blocks=None),
+        parallel_config=Settings(pipeline_parallel_size=1, world_size=1, data_parallel_size=1, data_parallel_index=0,
                                  decode_context_parallel_size=1, prefill_context_parallel_size=1),
         observability_config=Settings(per_request_spec_decode_metrics="none", kv_cache_metrics=False,
                                       kv_cache_metrics_sample=0.0, enable_mfu_metrics=False,
@@ -331,7 +348,12 @@ class PDConnector:
     def has_pending_push_work(self) -> bool:
         return False
 
-    # the worker's side, played by cowcheck: what it reports
+    # the worker's side, played by cowcheck: what it launches and reports
+    def transfers(self, meta: Any, adapter: "VllmScheduler") -> list[tuple[str, str, str, int, Optional[int], int, bool]]:
+        """The step's transfers in the harness's shape."""
+        return [(tid, kind, rid, adapter._block(bid, f"the {kind} {tid}"), None, index, False)
+                for tid, kind, rid, bid, index in meta.transfers]
+
     def _launch(self, kind: str, rid: str, bid: int, index: int) -> None:
         tid = f"{rid}-{kind}{index}"
         self.pending.append((tid, kind, rid, bid, index))
@@ -356,6 +378,91 @@ class PDConnector:
                            invalid_block_ids=invalid)
 
 
+class OffloadConnector(SupportsHMA):
+    """vLLM's SimpleCPUOffloadConnector on the scheduler's side: what its
+    connector class does there is delegate each call to the real
+    `SimpleCPUOffloadScheduler` (vllm/v1/simple_kv_offload/manager.py),
+    which keeps its own host BlockPool; the connector class itself
+    imports torch, so this is that delegation. The worker's side is
+    cowcheck's: each load and store of the step's metadata is one
+    transfer; a load event's requests are reported in finished_recving
+    once all its loads are done, a store event in the worker metadata's
+    completed_store_events once all its stores are."""
+
+    supports_divergent_local_hybrid_hits = False
+    requires_kv_delivery = False        # the connector's own: a best-effort cache
+
+    def __init__(self, manager: Any):
+        self.manager = manager
+        #: per (kind, event), the transfer ids not yet reported
+        self.unreported: dict[tuple[str, int], set[str]] = {}
+        self.load_reqs: dict[int, list[str]] = {}
+
+    def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
+        self.manager.bind_gpu_block_pool(kv_cache_manager.block_pool)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
+                    "update_connector_output", "request_finished", "request_finished_all_groups", "take_events"):
+            return getattr(self.__dict__["manager"], name)
+        raise AttributeError(name)
+
+    def on_new_request(self, request: Any) -> None:
+        return None
+
+    def may_load_async(self, request: Any) -> bool:
+        return False
+
+    def get_loaded_kv_cache_group_ids(self, request: Any) -> tuple[int, ...]:
+        return tuple(self.manager.prefix_cacheable_group_ids)
+
+    def get_external_cache_hit_sources(self, request: Any, num_external_tokens: int) -> dict[Any, int]:
+        return {}
+
+    def register_finished_partial_tail(self, request: Any, block_ids: Any, partial_tail_offloads: Any) -> bool:
+        return False
+
+    def get_kv_connector_stats(self) -> None:
+        return None
+
+    def has_pending_block_frees(self) -> bool:
+        return False
+
+    def has_pending_push_work(self) -> bool:
+        return bool(self.manager.has_pending_stores())
+
+    def transfers(self, meta: Any, adapter: "VllmScheduler") -> list[tuple[str, str, str, int, Optional[int], int, bool]]:
+        out: list[tuple[str, str, str, int, Optional[int], int, bool]] = []
+        for kind, event, gpu, cpu in (("load", meta.load_event, meta.load_gpu_blocks, meta.load_cpu_blocks),
+                                      ("store", meta.store_event, meta.store_gpu_blocks, meta.store_cpu_blocks)):
+            if event < 0:
+                continue
+            owners = meta.load_event_to_reqs.get(event, []) if kind == "load" else list(adapter.added)
+            if kind == "load":
+                self.load_reqs[event] = list(owners)
+            for i, (g, c) in enumerate(zip(gpu, cpu)):
+                tid = f"{kind}{event}.{i}"
+                self.unreported.setdefault((kind, event), set()).add(tid)
+                owner, index = adapter.owner_of(g, owners)
+                out.append((tid, kind, owner, adapter._block(g, f"the {kind} {tid}"), adapter.host(c), index, False))
+        return out
+
+    def report(self, done: list[tuple[str, bool]], output_type: Any) -> Any:
+        finished, stored = set(), {}
+        for tid, _ in done:      # a failed load or store is reported as done: the scenarios here have no faults
+            kind, event = next(key for key, ids in self.unreported.items() if tid in ids)
+            self.unreported[(kind, event)].discard(tid)
+            if not self.unreported[(kind, event)]:
+                del self.unreported[(kind, event)]
+                if kind == "load":
+                    finished |= set(self.load_reqs.pop(event))
+                else:
+                    stored[event] = 1
+        worker = _mods()["vllm.v1.simple_kv_offload.metadata"].SimpleCPUOffloadWorkerMetadata(completed_store_events=stored) \
+            if stored else None
+        return output_type(finished_recving=finished or None, kv_connector_worker_meta=worker)
+
+
 # -- the adapter ------------------------------------------------------------------------
 
 class VllmScheduler(VllmV1):
@@ -366,7 +473,8 @@ class VllmScheduler(VllmV1):
     #: states are keyed by the exact pickle (see the module's docstring)
     snapshot = None  # type: ignore[assignment]
 
-    def __init__(self, pool: int, block_size: int, source: Optional[str], *, batches: int = 1, defer: bool = True):
+    def __init__(self, pool: int, block_size: int, source: Optional[str], *, batches: int = 1, defer: bool = True,
+                 offload: Optional[str] = None, host_pool: int = 0):
         self.source = source
         self.B = block_size
         self.plans_in_flight = batches
@@ -375,12 +483,23 @@ class VllmScheduler(VllmV1):
         iface = mods["vllm.v1.kv_cache_interface"]
         spec = _call(iface.FullAttentionSpec, dict(block_size=block_size, num_kv_heads=1, head_size=1,
                                                    dtype=DType("float16", 2), use_mla=False))
-        kv_config = _call(iface.KVCacheConfig, dict(num_blocks=pool + 1, kv_cache_tensors=[],
+        tensors = [_call(iface.KVCacheTensor, dict(size=pool + 1, layers=["layer.0"], shared_by=["layer.0"], layer_stride=0,
+                                                   block_stride=1, offset=0))] if offload else []
+        kv_config = _call(iface.KVCacheConfig, dict(num_blocks=pool + 1, kv_cache_tensors=tensors,
                                                     kv_cache_groups=[iface.KVCacheGroupSpec(["layer.0"], spec)]))
-        self.connector = PDConnector(block_size)
+        self.H = host_pool
+        self.connector: Any = PDConnector(block_size)
+        config = _config(pool + 1, block_size, batches, None)
+        if offload:
+            # one byte a block: the host pool holds host_pool + 1 blocks (its own null block 0 renumbered away)
+            manager = mods["vllm.v1.simple_kv_offload.manager"].SimpleCPUOffloadScheduler(
+                config, kv_config, host_pool + 1, scheduler_block_size=block_size, hash_block_size=block_size,
+                lazy_offload=offload == "lazy", num_cpu_blocks=host_pool + 1)
+            self.connector = OffloadConnector(manager)
+        config.kv_transfer_config.connector = self.connector
         sched = mods["vllm.v1.core.sched.async_scheduler"].AsyncScheduler if batches > 1 else \
             mods["vllm.v1.core.sched.scheduler"].Scheduler
-        self.sched = _construct(sched, mods["vllm.v1.core.sched.scheduler"].Scheduler, dict(vllm_config=_config(pool + 1, block_size, batches, self.connector),
+        self.sched = _construct(sched, mods["vllm.v1.core.sched.scheduler"].Scheduler, dict(vllm_config=config,
                                        kv_cache_config=kv_config, structured_output_manager=NoGrammar(), block_size=block_size,
                                        hash_block_size=block_size, log_stats=False))
         if not defer:
@@ -432,8 +551,7 @@ class VllmScheduler(VllmV1):
             done = req.num_computed_tokens
             kernels.append((rid, done - n, done - 1))
         meta = out.kv_connector_metadata
-        transfers = [(tid, kind, rid, self._block(bid, "a transfer"), None, index, False)
-                     for tid, kind, rid, bid, index in (meta.transfers if meta is not None else ())]
+        transfers = self.connector.transfers(meta, self) if meta is not None else []
         self._learn()
         return {"kernels": kernels, "copies": [], "transfers": transfers, "output": out}
 
@@ -479,6 +597,29 @@ class VllmScheduler(VllmV1):
             return []
         return [self._block(b.block_id, f"request {request!r}'s table") for b in single.req_to_blocks[request]]
 
+    # the host tier (SimpleCPUOffload's own BlockPool; its null block 0 renumbered away)
+    def owner_of(self, block: int, candidates: list[str]) -> tuple[str, int]:
+        """The request (of `candidates` first) whose table has V1 block
+        `block`, and the entry: a store or load names one."""
+        single = self.manager.coordinator.single_type_managers[0]
+        for rid in [*candidates, *self.added]:
+            ids = [b.block_id for b in single.req_to_blocks.get(rid, ())]
+            if block in ids:
+                return rid, ids.index(block)
+        return next(iter(self.added)), 0
+
+    def host(self, cpu_id: int) -> int:
+        if not 1 <= cpu_id <= self.H:
+            raise AssertionError(f"SimpleCPUOffload named host block {cpu_id}, not one of its pool's blocks 1 to {self.H}")
+        return cpu_id - 1
+
+    def _host_pool(self) -> Any:
+        return self.connector.manager.cpu_block_pool
+
+    def _pools(self) -> list[Any]:
+        pools = super()._pools()
+        return pools + [self._host_pool()] if isinstance(self.connector, OffloadConnector) else pools
+
     def holds(self, block: int) -> int:
         """The connector's: the blocks of a finished request the scheduler
         keeps for its transfers (delay_free_blocks)."""
@@ -486,6 +627,31 @@ class VllmScheduler(VllmV1):
         return sum(any(b.block_id == block + 1 for b in single.req_to_blocks.get(rid, ()))
                    for rid, req in self.sched.requests.items() if req.is_finished())
 
+
+
+class VllmOffloadScheduler(VllmScheduler):
+    """The Scheduler with SimpleCPUOffload: the host observers too."""
+
+    def holds(self, block: int) -> int:
+        """Besides a finished request's delayed blocks, the pins (`touch`)
+        SimpleCPUOffload takes on a GPU block for each store that reads it,
+        queued or in flight, until the store's completion releases them."""
+        m = self.connector.manager
+        stores = [*m._pending_finished_stores, *m._store_event_to_blocks.values(), *m._abandoned_store_event_to_blocks.values()]
+        return super().holds(block) + sum(t.gpu_block_ids.count(block + 1) for t in stores)
+
+    def host_refcount(self, h: int) -> int:
+        return int(self._host_pool().blocks[h + 1].ref_cnt)
+
+    def host_free_blocks(self) -> list[int]:
+        return [self.host(b.block_id) for b in self._host_pool().free_block_queue.get_all_free_blocks()]
+
+    def host_cached(self) -> dict[int, tuple[str, ...]]:
+        from cowcheck.adapters.vllm_v1 import _cached_keys
+        return {self.host(bid): tuple(self._name(t) for t in self._key_ids(key)) for key, bid in _cached_keys(self._host_pool())}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (restore, (load, VllmOffloadScheduler, self.source, dumps(self.__dict__)))
 
 
 def _construct(cls: Any, base: Any, known: dict[str, Any]) -> Any:
@@ -499,6 +665,8 @@ def _construct(cls: Any, base: Any, known: dict[str, Any]) -> Any:
 
 
 def _make(pool: int, block_size: int, host_pool: int, **kwargs: Any) -> VllmScheduler:
+    if kwargs.get("offload"):
+        return VllmOffloadScheduler(pool, block_size, folder(), host_pool=host_pool, **kwargs)
     return VllmScheduler(pool, block_size, folder(), **kwargs)
 
 
@@ -515,3 +683,23 @@ def async_scheduler(pool: int, block_size: int, host_pool: int) -> VllmScheduler
 def async_scheduler_no_defer(pool: int, block_size: int, host_pool: int) -> VllmScheduler:
     """The AsyncScheduler with `defer_block_free` off: vLLM before 45357's deferred frees."""
     return _make(pool, block_size, host_pool, batches=2, defer=False)
+
+
+def offload_eager(pool: int, block_size: int, host_pool: int) -> VllmScheduler:
+    """The Scheduler with vLLM's SimpleCPUOffloadScheduler, eager mode (stores as blocks fill)."""
+    return _make(pool, block_size, host_pool, offload="eager")
+
+
+def offload_lazy(pool: int, block_size: int, host_pool: int) -> VllmScheduler:
+    """The Scheduler with vLLM's SimpleCPUOffloadScheduler, lazy mode (stores blocks about to be evicted)."""
+    return _make(pool, block_size, host_pool, offload="lazy")
+
+
+def offload_eager_async(pool: int, block_size: int, host_pool: int) -> VllmScheduler:
+    """The AsyncScheduler (two batches in flight) with SimpleCPUOffload, eager mode."""
+    return _make(pool, block_size, host_pool, offload="eager", batches=2)
+
+
+def offload_lazy_async(pool: int, block_size: int, host_pool: int) -> VllmScheduler:
+    """The AsyncScheduler (two batches in flight) with SimpleCPUOffload, lazy mode."""
+    return _make(pool, block_size, host_pool, offload="lazy", batches=2)

@@ -300,9 +300,9 @@ def engine(source: Optional[str], extra: tuple[str, ...] = (), stand_ins: Option
     """Load vLLM V1's core, and the `extra` modules (with `stand_ins` for
     what they import: cowcheck.adapters.vllm_scheduler's), from `source`
     (a folder; None: the installed vLLM), unless they are loaded now."""
-    if _engine.mods is not None and _engine.source == source and set(extra) <= set(_engine.extra) \
+    if _engine.mods is not None and _engine.source == source and extra == _engine.extra \
             and all(sys.modules.get(n) is m for n, m in _engine.mods.items()):
-        return _engine  # loaded, and still the modules that own the names
+        return _engine  # loaded, and still the modules that own the names (the same set: the digest is of what ran)
     if source is None:
         unload("vllm")
         try:
@@ -504,9 +504,14 @@ class VllmV1:
                 if not hasattr(h, "token_ids"):
                     self.key_tokens.setdefault(h, tuple(ids[i * self.B:(i + 1) * self.B]))
         if self.key_tokens:
-            live = {bytes(_block_hash(key)) for key, _ in _cached_keys(self.manager.block_pool)}
+            live = {bytes(_block_hash(key)) for pool in self._pools() for key, _ in _cached_keys(pool)}
             live |= {h for r in self.requests.values() for h in _request_hashes(r)}
             self.key_tokens = {h: t for h, t in self.key_tokens.items() if h in live}
+
+    def _pools(self) -> list[Any]:
+        """The block pools whose cache keys the adapter describes (the
+        scheduler adapter's host pool besides)."""
+        return [self.manager.block_pool]
 
     # the harness's calls
     def admit(self, branch: str, tokens: list[str]) -> int:

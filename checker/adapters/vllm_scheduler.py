@@ -36,11 +36,20 @@ per block launched by the step that allocated them
 (`request_finished` returns `delay_free_blocks`), one send per block
 launched by the next step, freed by the scheduler at `finished_sending`.
 
+`OffloadConnector` is vLLM's SimpleCPUOffloadConnector on the
+scheduler's side: each call delegated to the real
+`SimpleCPUOffloadScheduler` (vllm/v1/simple_kv_offload/manager.py, eager
+or lazy), whose own host BlockPool the host observers read; its loads and
+stores are the step's transfers, a load event reported in
+`finished_recving`, a store event in the worker metadata's
+`completed_store_events`.
+
 Configurations (factories): `scheduler`, the Scheduler (one plan in
 flight); `async_scheduler`, the AsyncScheduler (two: vLLM sets
 `defer_block_free` for a consumer with two batches in flight);
 `async_scheduler_no_defer`, the same with `defer_block_free` off (vLLM
-before 45357's deferred frees).
+before 45357's deferred frees); `offload_eager`, `offload_lazy` and their
+`_async` forms, SimpleCPUOffload in place of the P/D connector.
 
 States are keyed by the exact pickle of the scheduler (no canonical
 snapshot): vLLM's scheduler keeps counters and queues a snapshot would

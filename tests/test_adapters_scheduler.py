@@ -171,6 +171,22 @@ def test_s6_with_two_batches_is_safe_and_undisciplined_only_by_the_pipeline():
     assert broken(result) == {"exclusive-write": 4}
 
 
+OLDER = CACHE / "vllm-0.33.0"
+
+
+@pytest.mark.skipif(not (OLDER / ".complete").is_file(), reason=f"{OLDER.name}'s sources are not in build/engines")
+def test_0_33_gives_0_34s_pd_verdicts(monkeypatch):
+    """0.33.0 has both fixes too (32255's delayed free, 45357's
+    defer_block_free): the same verdicts and lengths as 0.34.0."""
+    monkeypatch.setenv(vllm_v1.ENV, str(OLDER))
+    assert str(run("pd-consumer-abort", SYNC).summary) == "safe and disciplined"
+    assert broken(run("pd-consumer-ahead", ASYNC)) == {"exclusive-write": 4}
+    assert broken(run("pd-consumer-ahead", NO_DEFER)) == {"no-use-after-free": 3, "refcount-write": 4, "exclusive-write": 4,
+                                                          "copy-before-use": 6, "faithful-output": 10}
+    assert broken(run("pd-producer-lease", SYNC)) == {"no-use-after-free": 6, "exclusive-write": 9, "faithful-output": 10}
+    assert str(run("offload-eager-store", EAGER_ASYNC).summary) == "safe and disciplined"
+
+
 def test_the_default_folder_and_the_skip(monkeypatch, tmp_path):
     monkeypatch.delenv(vllm_v1.ENV)
     monkeypatch.chdir(ROOT)

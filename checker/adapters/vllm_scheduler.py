@@ -78,7 +78,7 @@ SCHEDULER = ("vllm.v1.core.sched.scheduler", "vllm.v1.core.sched.async_scheduler
 #: SimpleCPUOffloadScheduler's modules, where the release has them
 OFFLOAD = ("vllm.v1.simple_kv_offload.manager", "vllm.v1.simple_kv_offload.metadata")
 #: the releases whose scheduler this adapter drives (tests/test_adapters_scheduler.py)
-TESTED = ("0.34.0",)
+TESTED = ("0.33.0", "0.34.0")
 
 
 # -- stand-ins for what the scheduler imports beyond V1's core -------------------
@@ -148,7 +148,7 @@ STAND_INS_SCHEDULER: dict[str, _StandIn] = {
                                                        "EngineCoreOutput", "EngineCoreOutputs"})),
     # for annotations, isinstance, stats and features the config leaves off
     **{name: _PLACES for name in (
-        "vllm.compilation.cuda_graph", "vllm.distributed.aux_output_connector.connector",
+        "vllm.compilation.cuda_graph", "vllm.config.ec_manager_config", "vllm.v1.structured_output.utils", "vllm.distributed.aux_output_connector.connector",
         "vllm.distributed.ec_transfer.ec_connector.base", "vllm.distributed.ec_transfer.ec_connector.factory",
         "vllm.distributed.ec_transfer.ec_connector.metrics", "vllm.distributed.kv_transfer.kv_connector.v1.metrics",
         "vllm.multimodal", "vllm.multimodal.encoder_budget", "vllm.outputs", "vllm.v1.metrics.perf",
@@ -185,7 +185,7 @@ def load(source: Optional[str]) -> Any:
     """V1's core and its scheduler, from `source` (None: the installed vLLM)."""
     has = (lambda m: (Path(source).joinpath(*m.split(".")).with_suffix(".py")).is_file()) if source else \
         (lambda m: importlib.util.find_spec(m.rpartition(".")[0]) is not None)
-    return engine(source, SCHEDULER + tuple(m for m in OFFLOAD if has(m)), STAND_INS_SCHEDULER)
+    return engine(source, SCHEDULER + tuple(m for m in OFFLOAD if has(m)), STAND_INS_SCHEDULER, REF)
 
 
 @dataclass
@@ -252,7 +252,8 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
         lora_config=None, kv_events_config=None, ec_transfer_config=None, speculative_config=None,
         ec_manager_config=_NoEncoderCacheManager(), aux_output_config=Settings(enabled=False), watermark_config=None,
         is_mm_encoder_only=False, max_concurrent_batches=batches, max_in_flight_tokens=None, num_speculative_tokens=0,
-        num_lookahead_tokens=0, num_prefill_lookahead_tokens=0, num_hash_lookahead_tokens=0)
+        num_lookahead_tokens=0, num_prefill_lookahead_tokens=0, num_hash_lookahead_tokens=0,
+        use_v2_model_runner=False)
 
 
 # -- the harness's P/D connector -----------------------------------------------------
@@ -572,9 +573,10 @@ class VllmScheduler(VllmV1):
             self.sched.finish_requests(aborts, _mods()["vllm.v1.request"].RequestStatus.FINISHED_ABORTED)
         out = plan["output"]
         ids = list(out.num_scheduled_tokens)
-        runner = outputs.ModelRunnerOutput(
-            req_ids=ids, sampled_token_ids=[[self._id(sampled[r])] if r in sampled else [] for r in ids],
-            kv_connector_output=self.connector.report(done, outputs.KVConnectorOutput))
+        runner = _call(outputs.ModelRunnerOutput, dict(     # req_id_to_index: up to 0.33
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=[[self._id(sampled[r])] if r in sampled else [] for r in ids],
+            kv_connector_output=self.connector.report(done, outputs.KVConnectorOutput)))
         self.sched.update_from_output(out, runner)
         self._learn()
 

@@ -296,10 +296,12 @@ def _seeded(mods: dict[str, types.ModuleType], sha256: Any) -> None:
             kv.init_none_hash(sha256)
 
 
-def engine(source: Optional[str], extra: tuple[str, ...] = (), stand_ins: Optional[dict[str, _StandIn]] = None) -> _Engine:
+def engine(source: Optional[str], extra: tuple[str, ...] = (), stand_ins: Optional[dict[str, _StandIn]] = None,
+           ref: str = REF) -> _Engine:
     """Load vLLM V1's core, and the `extra` modules (with `stand_ins` for
     what they import: cowcheck.adapters.vllm_scheduler's), from `source`
-    (a folder; None: the installed vLLM), unless they are loaded now."""
+    (a folder; None: the installed vLLM), unless they are loaded now;
+    errors name the adapter `ref`."""
     if _engine.mods is not None and _engine.source == source and extra == _engine.extra \
             and all(sys.modules.get(n) is m for n, m in _engine.mods.items()):
         return _engine  # loaded, and still the modules that own the names (the same set: the digest is of what ran)
@@ -308,7 +310,7 @@ def engine(source: Optional[str], extra: tuple[str, ...] = (), stand_ins: Option
         try:
             import vllm  # noqa: F401
         except ImportError:
-            raise SpecError(REF, "factory", f"vLLM is not importable: pip install vllm (one of {', '.join(TESTED)}), "
+            raise SpecError(ref, "factory", f"vLLM is not importable: pip install vllm (one of {', '.join(TESTED)}), "
                             f"or set {ENV} to a folder of vLLM's Python sources (an unpacked wheel or a checkout)") from None
         mods = {name: importlib.import_module(name) for name in CORE + extra}
         try:
@@ -322,7 +324,7 @@ def engine(source: Optional[str], extra: tuple[str, ...] = (), stand_ins: Option
         return _engine
     root = Path(source)
     if not (root / "vllm/v1/core/block_pool.py").is_file():
-        raise SpecError(REF, "factory", f"{ENV}={source!r} holds no vllm/v1/core/block_pool.py: point it at the folder "
+        raise SpecError(ref, "factory", f"{ENV}={source!r} holds no vllm/v1/core/block_pool.py: point it at the folder "
                         "that contains vllm/ (an unpacked wheel or a vLLM checkout)")
     read: set[Path] = set()
     try:
@@ -332,7 +334,7 @@ def engine(source: Optional[str], extra: tuple[str, ...] = (), stand_ins: Option
         sha256 = mods[hashing].sha256
         _seeded(mods, sha256)
     except SourceError as err:
-        raise SpecError(REF, "factory", f"vLLM {release(root, 'vllm')} from {source}: {err}") from None
+        raise SpecError(ref, "factory", f"vLLM {release(root, 'vllm')} from {source}: {err}") from None
     _engine.__init__(source, extra, release(root, "vllm"), mods, sha256, digest(root, read))  # type: ignore[misc]
     return _engine
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace as _replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from cowcheck.model.errors import SpecError
+from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.protocol import Protocol, load_builtin, load_protocol, protocol_from_dict
 from cowcheck.model.protocol import load_builtin as builtin_protocol
 from cowcheck.model.harness import HarnessModel, OutOfBlocks, allocator_label
@@ -62,7 +62,7 @@ def resolve_protocol(ref: Union[Protocol, str, Path], source: str = "--protocol"
 
 def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None] = None,
                    device: Optional[str] = None, reuse: Optional[str] = None, allocator: Optional[str] = None,
-                   transfer: Optional[str] = None) -> Scenario:
+                   transfer: Optional[str] = None, scheduler: Optional[str] = None) -> Scenario:
     """The scenario under another protocol (or allocator code, a
     "module:factory" reference, a path resolved from the working folder),
     device model, reuse order or transfer model (cache scenarios only). It
@@ -72,11 +72,17 @@ def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None
     written, and its `expect` is dropped: it was written for what the file
     checks, not for the override. A reuse order for allocator code is
     refused: the code takes free blocks in its own order."""
-    if protocol is None and device is None and reuse is None and allocator is None and transfer is None:
+    if protocol is None and device is None and reuse is None and allocator is None and transfer is None and scheduler is None:
         return scenario
     changed = scenario.with_overrides(resolve_protocol(protocol) if protocol is not None else None, device, reuse, transfer)
     if allocator is not None:
         changed, _ = with_allocator(changed, allocator, base=Path.cwd())
+    if scheduler is not None:
+        changed = with_scheduler(changed, scheduler, base=Path.cwd())
+    if changed.scheduler is not None:
+        if reuse is not None:
+            raise SpecError("--reuse", "", "scheduler code takes free blocks in its own order; --reuse applies to protocol files only")
+        return _replace(changed, name=f"{changed.name}~{allocator_label(changed.scheduler)}-{changed.device}-{changed.transfer}", expect=())
     if changed.allocator is not None:
         if reuse is not None:
             what = "not with --allocator: allocator code" if allocator is not None else f"{scenario.source} checks allocator code, which"
@@ -113,6 +119,8 @@ def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICI
         return _explicit.explore(scenario, options, invariants=invariants, progress=progress, system=system)
     if scenario.allocator is not None:
         raise SpecError(scenario.source, "allocator", f"the {engine} engine checks protocol files; allocator code is checked by the explorer (--engine explicit)")
+    if scenario.scheduler is not None:
+        raise SpecError(scenario.source, "scheduler", f"the {engine} engine checks protocol files; scheduler code is checked by the explorer (--engine explicit)")
     from cowcheck import symbolic   # z3 loads only for the engines that use it
     run = symbolic.run_bmc if engine is Engine.BMC else symbolic.run_kinduction
     return run(scenario, invariants, depth)
@@ -135,6 +143,22 @@ def with_allocator(scenario: Scenario, allocator: Union[Callable[[int, int], Any
                                                                     scenario.branches, scenario.cache):
         changed = _replace(changed, pool=harness_pool(scenario.block_size, scenario.prompt, scenario.branches, scenario.cache))
     return changed, HarnessModel(changed, factory)
+
+
+def with_scheduler(scenario: Scenario, scheduler: str, base: Optional[Path] = None) -> Scenario:
+    """The scenario with scheduler code (a "module:factory" reference, a
+    path relative to `base`, default the scenario's folder) in place of its
+    protocol, checked through the scheduler harness
+    (cowcheck.model.scheduler); cache scenarios only."""
+    if not scenario.cache:
+        raise KindMismatch(scenario.source, "scheduler", 'a scheduler admits requests with their own prompts: only a cache '
+                           'scenario (cache = "prefix") has one', "fork", "a scheduler runs cache scenarios only")
+    folder = base if base is not None else Path(scenario.source).parent
+    changed = _replace(scenario, scheduler=scheduler, allocator=None, allocator_base=str(folder))
+    if scenario.scheduler is None and scenario.pool == default_pool(scenario.protocol, scenario.block_size, scenario.prompt,
+                                                                    scenario.branches, scenario.cache):
+        changed = _replace(changed, pool=harness_pool(scenario.block_size, scenario.prompt, scenario.branches, scenario.cache))
+    return changed
 
 
 def load_counterexample(path: Union[str, Path], scenario: Optional[ScenarioLike] = None) -> Counterexample:

@@ -7,11 +7,13 @@ from typing import Any, NamedTuple, Optional, Union
 
 from cowcheck.model.block import Fact
 from cowcheck.model.state import Copy, InFlight, Move, State
-from cowcheck.model.structure import ConnectorOp, DeviceOp, Op
+from cowcheck.model.structure import ConnectorOp, DeviceOp, EngineOp, Op
 
 DEVICE = "device"
 #: the actor of `report` and `expire` (docs/semantics.md#transfers)
 CONNECTOR = "connector"
+#: the actor of the scheduler harness's `schedule` and `output` (docs/semantics.md#scheduler-harness)
+ENGINE = "engine"
 #: a named tuple from a tuple of its fields, without the call through its __new__
 _new = tuple.__new__
 Bound = Union[int, str, None, tuple[int, ...], tuple[str, ...]]
@@ -20,8 +22,8 @@ Bound = Union[int, str, None, tuple[int, ...], tuple[str, ...]]
 class Action(NamedTuple):
     """One atomic action: a branch's decide or step, or a device completion.
     `binds` records the block ids involved, so a trace replays exactly."""
-    actor: str                           # branch name, "device", or "connector"
-    op: Union[Op, DeviceOp, ConnectorOp]
+    actor: str                           # branch name, "device", "connector" or "engine"
+    op: Union[Op, DeviceOp, ConnectorOp, EngineOp]
     step: str                            # "decide", a step's text, or the device op
     binds: tuple[tuple[str, Bound], ...]
 
@@ -32,13 +34,14 @@ class Action(NamedTuple):
     def from_json(data: dict[str, Any]) -> "Action":
         binds = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in data["binds"].items())
         op = data["op"]
-        kind: Union[Op, DeviceOp, ConnectorOp] = (DeviceOp(op) if op in DeviceOp.__members__.values()
-                                                  else ConnectorOp(op) if op in ConnectorOp.__members__.values() else Op(op))
+        kind: Union[Op, DeviceOp, ConnectorOp, EngineOp] = (
+            DeviceOp(op) if op in DeviceOp.__members__.values() else ConnectorOp(op) if op in ConnectorOp.__members__.values()
+            else EngineOp(op) if op in EngineOp.__members__.values() else Op(op))
         return Action(data["actor"], kind, data["step"], binds)
 
     def __str__(self) -> str:
         binds = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.binds)
-        who = self.actor if self.actor in (DEVICE, CONNECTOR) else f"{self.actor} ({self.op})"
+        who = self.actor if self.actor in (DEVICE, CONNECTOR, ENGINE) else f"{self.actor} ({self.op})"
         return f"{who}: {self.step}" + (f" [{binds}]" if binds else "")
 
 

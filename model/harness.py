@@ -188,17 +188,18 @@ def allocator_file(ref: str, base: Path) -> Optional[Path]:
     return (Path(base) / where).resolve() if where.endswith(".py") or "/" in where else None
 
 
-def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]:
+def load_factory(ref: str, base: Path, source: str, key: str = "allocator") -> Callable[..., Any]:
     """`module:factory` (imported) or `path/file.py:factory` (relative to
-    `base`, the scenario's folder)."""
+    `base`, the scenario's folder); `key`, the scenario key that named it
+    (`allocator`, or `scheduler` for the scheduler harness), in messages."""
     where, _, name = ref.rpartition(":")
     if not where or not name:
-        raise SpecError(source, "allocator", f"must be \"module:factory\" or \"path/to/file.py:factory\", got {ref!r}")
+        raise SpecError(source, key, f"must be \"module:factory\" or \"path/to/file.py:factory\", got {ref!r}")
     path = allocator_file(ref, base)
     if path is not None:
         if not path.is_file():
-            raise SpecError(source, "allocator", f"{ref!r}: file {str(path)!r} not found (a path is relative to the scenario's folder; "
-                              "given with --allocator, to the working folder)")
+            raise SpecError(source, key, f"{ref!r}: file {str(path)!r} not found (a path is relative to the scenario's folder; "
+                              f"given with --{key}, to the working folder)")
         # registered under a stable name, so the adapter's classes pickle
         module_name = PATH_MODULE + "".join(c if c.isalnum() else "_" for c in str(path))
         module = sys.modules.get(module_name)
@@ -211,15 +212,15 @@ def load_factory(ref: str, base: Path, source: str) -> Callable[[int, int], Any]
                 spec.loader.exec_module(module)
             except Exception as err:
                 del sys.modules[module_name]
-                raise SpecError(source, "allocator", f"{ref!r}: importing {path.name} failed ({type(err).__name__}: {err})") from None
+                raise SpecError(source, key, f"{ref!r}: importing {path.name} failed ({type(err).__name__}: {err})") from None
     else:
         try:
             module = importlib.import_module(where)
         except Exception as err:
-            raise SpecError(source, "allocator", f"{ref!r}: module {where!r} cannot be imported ({type(err).__name__}: {err})") from None
+            raise SpecError(source, key, f"{ref!r}: module {where!r} cannot be imported ({type(err).__name__}: {err})") from None
     factory = getattr(module, name, None)
     if not callable(factory):
-        raise SpecError(source, "allocator", f"{ref!r}: {where} has no callable {name!r}")
+        raise SpecError(source, key, f"{ref!r}: {where} has no callable {name!r}")
     return cast(Callable[[int, int], Any], factory)
 
 
@@ -332,14 +333,19 @@ class HarnessModel(TransitionSystem):
             blob = pickle.dumps(adapter, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
             raise self._bad("snapshot", f"the adapter cannot be pickled, so states cannot be copied ({type(err).__name__}: {err})") from None
-        key: Hashable = blob
-        if self.coarse:
-            key = adapter.snapshot()
-            try:
-                hash(key)
-            except TypeError:
-                raise self._bad("snapshot", f"must return a hashable value, got {type(key).__name__}") from None
-        return Snapshot(key, blob, tags, pending)
+        return Snapshot(self._key(adapter, blob), blob, tags, pending)
+
+    def _key(self, adapter: Any, blob: bytes) -> Hashable:
+        """What makes two states one: the pickle itself, or the adapter's
+        coarser `snapshot()`, for which the adapter answers."""
+        if not self.coarse:
+            return blob
+        key = adapter.snapshot()
+        try:
+            hash(key)
+        except TypeError:
+            raise self._bad("snapshot", f"must return a hashable value, got {type(key).__name__}") from None
+        return cast(Hashable, key)
 
     @staticmethod
     def _thaw(state: State) -> Any:
@@ -367,6 +373,21 @@ class HarnessModel(TransitionSystem):
             if br.status is Status.RUNNING:
                 table = self._table(adapter, self.names[i])
                 branches[i] = br._replace(working=table, published=table)
+        blocks, free = self._read_pool(adapter, before, d)
+        tags: tuple[Tag, ...] = ()
+        pending: tuple[Note, ...] = ()
+        if self.tagged and before.code is not None:
+            tags = before.code.tags + (tag,) * (len(d.queue) - len(before.queue))   # a host call only adds to the queue
+            pending = before.code.pending
+            if told is not None:
+                pending = pending[:told] + pending[told + 1:]
+        return State(tuple(blocks), free, tuple(branches), tuple(d.queue), self._freeze(adapter, tags, pending))
+
+    def _read_pool(self, adapter: Any, before: State, d: Draft) -> tuple[list[Block], tuple[int, ...]]:
+        """The pool as the adapter's observers show it after a call: each
+        block's refcount, holds and key (the harness's own slots kept), and
+        the free list; each block the call freed becomes a fact. An observer
+        the adapter lacks leaves that part as it was."""
         blocks = list(before.blocks)
         if self.observes["refcount"]:
             for b in range(self.P):
@@ -392,14 +413,7 @@ class HarnessModel(TransitionSystem):
             for b in range(self.P):
                 if blocks[b].key != keys.get(b):
                     blocks[b] = blocks[b]._replace(key=keys.get(b))
-        tags: tuple[Tag, ...] = ()
-        pending: tuple[Note, ...] = ()
-        if self.tagged and before.code is not None:
-            tags = before.code.tags + (tag,) * (len(d.queue) - len(before.queue))   # a host call only adds to the queue
-            pending = before.code.pending
-            if told is not None:
-                pending = pending[:told] + pending[told + 1:]
-        return State(tuple(blocks), free, tuple(branches), tuple(d.queue), self._freeze(adapter, tags, pending))
+        return blocks, free
 
     def _cached(self, adapter: Any) -> dict[int, tuple[str, ...]]:
         """The blocks the engine could serve as hits, with the tokens of
@@ -774,7 +788,11 @@ class HarnessModel(TransitionSystem):
 
 def system_for(scenario: Scenario) -> TransitionSystem:
     """The transition system a scenario is checked on: its protocol file's
-    model, or its allocator code through the harness."""
+    model, its allocator code through the engine harness, or its scheduler
+    code through the scheduler harness (cowcheck.model.scheduler)."""
     if scenario.allocator is not None:
         return HarnessModel(scenario)
+    if scenario.scheduler is not None:
+        from cowcheck.model.scheduler import SchedulerModel     # it extends this module's harness
+        return SchedulerModel(scenario)
     return ProtocolModel(scenario)

@@ -21,7 +21,7 @@ DEVICES = tuple(d.value for d in Device)
 TRANSFERS = tuple(t.value for t in Transfer)
 REUSES = ("lifo", "fifo", "any")
 CACHES = ("none", "prefix")
-SCENARIO_KEYS = ("protocol", "allocator", "block_size", "prompt", "pool", "device", "reuse", "cache", "branch", "expect", "description",
+SCENARIO_KEYS = ("protocol", "allocator", "scheduler", "block_size", "prompt", "pool", "device", "reuse", "cache", "branch", "expect", "description",
                  "call_deadline", "host_pool", "transfer", "faults", "lease")
 #: the keys of transfers (docs/semantics.md#transfers): cache scenarios only
 TRANSFER_KEYS = ("host_pool", "transfer", "faults", "lease")
@@ -52,6 +52,11 @@ class Scenario:
     #: the folder a path in `allocator` is relative to (the scenario file's;
     #: for a counterexample, the folder of the scenario it was made from)
     allocator_base: str = field(default="", compare=False)
+    #: `module:factory` or `path/file.py:factory`: scheduler code checked
+    #: through the scheduler harness in place of the protocol (cache
+    #: scenarios only; docs/semantics.md#scheduler-harness); its path is
+    #: relative to `allocator_base` too
+    scheduler: Optional[str] = None
     #: a cache scenario (cache = "prefix"): requests that share full blocks
     #: through a prefix cache (docs/semantics.md#prefix-caching)
     cache: bool = False
@@ -104,8 +109,14 @@ class Scenario:
 
     @property
     def subject(self) -> str:
-        """What is checked, in a report: the protocol's name, or the allocator code's reference."""
-        return self.allocator if self.allocator is not None else self.protocol.name
+        """What is checked, in a report: the protocol's name, or the allocator or scheduler code's reference."""
+        return self.allocator if self.allocator is not None else self.scheduler if self.scheduler is not None else self.protocol.name
+
+    @property
+    def code_ref(self) -> Optional[str]:
+        """The reference of the code checked through a harness (an
+        allocator's or a scheduler's), or None for a protocol file."""
+        return self.allocator if self.allocator is not None else self.scheduler
 
     def own_tokens(self, index: int) -> tuple[str, ...]:
         """The tokens branch `index` can write, in write order: its k-th
@@ -190,6 +201,7 @@ class Scenario:
             self,
             protocol=protocol or self.protocol,
             allocator=None if protocol is not None else self.allocator,
+            scheduler=None if protocol is not None else self.scheduler,
             device=Device.named(device, "with_overrides()", "device") if device is not None else self.device,
             reuse=reuse or self.reuse,
             transfer=Transfer.named(transfer, "with_overrides()", "transfer") if transfer is not None else self.transfer,
@@ -220,6 +232,8 @@ class Scenario:
                     out[key] = list(value) if key == "faults" else str(value) if key == "transfer" else value
         if self.allocator is not None:
             out["allocator"] = self.allocator
+        elif self.scheduler is not None:
+            out["scheduler"] = self.scheduler
         else:
             out["protocol"] = self.protocol.definition
         return out
@@ -277,6 +291,7 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         if not isinstance(allocator, str) or ":" not in allocator:
             raise SpecError(source, "allocator", f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the scenario's folder), got {allocator!r}")
     cache = choice(data, "cache", CACHES, "none", source) == "prefix"
+    scheduler = _scheduler_key(data, cache, source)
     host_pool, transfer, faults, lease, moving = _transfer_keys(data, cache, source)
     if allocator is not None and moving:
         raise SpecError(source, "allocator", HARNESS_NO_TRANSFERS)
@@ -313,7 +328,8 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
     largest = max(-(-len(b.prompt or ()) // block_size) for b in branches_t) if cache else -(-prompt // block_size)
     pool = integer(data, "pool", source, 0, required=False)
     if pool is None:
-        pool = default_pool(protocol, block_size, prompt, branches_t, cache) if allocator is None else harness_pool(block_size, prompt, branches_t, cache)
+        pool = (default_pool(protocol, block_size, prompt, branches_t, cache) if allocator is None and scheduler is None
+                else harness_pool(block_size, prompt, branches_t, cache))
     elif pool < largest:
         what = "the largest request's prompt" if cache else f"the prompt; it needs at least {largest} (ceil({prompt}/{block_size}))"
         raise SpecError(source, "pool", f"{pool} blocks cannot hold {what}" + (f"; it needs at least {largest}" if cache else ""))
@@ -334,7 +350,8 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         expect=parse_expect(data["expect"], source) if "expect" in data else (),
         description=description,
         allocator=allocator,
-        allocator_base=str(base) if allocator is not None else "",
+        allocator_base=str(base) if allocator is not None or scheduler is not None else "",
+        scheduler=scheduler,
         cache=cache,
         call_deadline=seconds(data, "call_deadline", source),
         host_pool=host_pool,
@@ -342,6 +359,22 @@ def scenario_from_dict(data: Any, source: str, base: Path, name: str) -> Scenari
         faults=faults,
         lease=lease,
     )
+
+
+def _scheduler_key(data: dict[str, Any], cache: bool, source: str) -> Optional[str]:
+    """`scheduler = "module:factory"` (docs/semantics.md#scheduler-harness):
+    in place of `protocol` and `allocator`, in a cache scenario only."""
+    scheduler = data.get("scheduler")
+    if scheduler is None:
+        return None
+    for other in ("protocol", "allocator"):
+        if other in data:
+            raise SpecError(source, "scheduler", f"give either '{other}' or 'scheduler' (code through the scheduler harness), not both")
+    if not isinstance(scheduler, str) or ":" not in scheduler:
+        raise SpecError(source, "scheduler", f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the scenario's folder), got {scheduler!r}")
+    if not cache:
+        raise SpecError(source, "scheduler", 'a scheduler admits requests with their own prompts: only a cache scenario (cache = "prefix") has one; add cache = "prefix"')
+    return scheduler
 
 
 def _transfer_keys(data: dict[str, Any], cache: bool, source: str) -> tuple[int, Transfer, tuple[str, ...], bool, bool]:

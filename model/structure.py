@@ -53,6 +53,14 @@ class ConnectorOp(StrEnum):
     EXPIRE = "expire"
 
 
+class EngineOp(StrEnum):
+    """The engine loop's own host calls under the scheduler harness
+    (docs/semantics.md#scheduler-harness): one scheduler step, and the
+    processing of a step's output."""
+    SCHEDULE = "schedule"
+    OUTPUT = "output"
+
+
 class Place(NamedTuple):
     """Where a branch is inside an operation: its next step is
     `program(op, path)[step]`. `path` is the append path chosen by decide

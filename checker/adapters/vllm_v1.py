@@ -236,23 +236,27 @@ def _file(root: Path, module: str) -> Optional[Path]:
     return next((p for p in (where.with_suffix(".py"), where / "__init__.py") if p.is_file()), None)
 
 
-def _plan(root: Path) -> tuple[list[str], dict[str, Fill], str]:
-    """What to load from `root`: the real modules (CORE, and the OWN ones
-    the release has), a stand-in for each STAND_INS module they import,
-    filled with the names they import from it, and the module whose
-    sha256 the adapter hashes with."""
-    real = [m for m in CORE + OWN if _file(root, m) is not None]
+def _plan(root: Path, extra: tuple[str, ...] = (), stand_ins: Optional[dict[str, _StandIn]] = None
+          ) -> tuple[list[str], dict[str, Fill], str]:
+    """What to load from `root`: the real modules (CORE, the OWN ones the
+    release has, and `extra`: the scheduler's, for
+    cowcheck.adapters.vllm_scheduler), a stand-in for each module of
+    `stand_ins` (default STAND_INS) they import, filled with the names
+    they import from it, and the module whose sha256 the adapter hashes
+    with."""
+    table = stand_ins if stand_ins is not None else STAND_INS
+    real = [m for m in CORE + OWN + extra if _file(root, m) is not None]
     wanted: dict[str, set[str]] = {}
     for module in real:
         for name, names in imports(_file(root, module)).items():  # type: ignore[arg-type]
-            submodules = {n for n in names if f"{name}.{n}" in STAND_INS}  # from vllm import envs
+            submodules = {n for n in names if f"{name}.{n}" in table}  # from vllm import envs
             for sub in submodules:
                 wanted.setdefault(f"{name}.{sub}", set())
-            if name in STAND_INS and name not in real:
+            if name in table and name not in real:
                 wanted.setdefault(name, set()).update(names - submodules)
     hashing = "vllm.utils.hashing" if "vllm.utils.hashing" in real else "vllm.utils"
     wanted.setdefault(hashing, set())
-    fills: dict[str, Fill] = {name: partial(STAND_INS[name].fill, root, name, frozenset(names))
+    fills: dict[str, Fill] = {name: partial(table[name].fill, root, name, frozenset(names))
                               for name, names in wanted.items() if name not in real}
     return real, fills, hashing
 
@@ -265,6 +269,8 @@ class _Engine:
     names), `sha256`, the release's own hash function, and the digest of
     the files whose code runs."""
     source: Optional[str] = None
+    #: the modules loaded beyond CORE (the scheduler's)
+    extra: tuple[str, ...] = ()
     version: str = ""
     mods: dict[str, types.ModuleType] | None = None
     sha256: Any = None
@@ -291,42 +297,46 @@ def _seeded(mods: dict[str, types.ModuleType], sha256: Any) -> None:
             kv.init_none_hash(sha256)
 
 
-def engine(source: Optional[str]) -> _Engine:
-    """Load vLLM V1's core from `source` (a folder; None: the installed
-    vLLM), unless it is what is loaded now."""
-    if _engine.mods is not None and _engine.source == source and all(sys.modules.get(n) is m for n, m in _engine.mods.items()):
-        return _engine  # loaded, and still the modules that own the names
+def engine(source: Optional[str], extra: tuple[str, ...] = (), stand_ins: Optional[dict[str, _StandIn]] = None,
+           ref: str = REF) -> _Engine:
+    """Load vLLM V1's core, and the `extra` modules (with `stand_ins` for
+    what they import: cowcheck.adapters.vllm_scheduler's), from `source`
+    (a folder; None: the installed vLLM), unless they are loaded now;
+    errors name the adapter `ref`."""
+    if _engine.mods is not None and _engine.source == source and extra == _engine.extra \
+            and all(sys.modules.get(n) is m for n, m in _engine.mods.items()):
+        return _engine  # loaded, and still the modules that own the names (the same set: the digest is of what ran)
     if source is None:
         unload("vllm")
         try:
             import vllm  # noqa: F401
         except ImportError:
-            raise SpecError(REF, "factory", f"vLLM is not importable: pip install vllm (one of {', '.join(TESTED)}), "
+            raise SpecError(ref, "factory", f"vLLM is not importable: pip install vllm (one of {', '.join(TESTED)}), "
                             f"or set {ENV} to a folder of vLLM's Python sources (an unpacked wheel or a checkout)") from None
-        mods = {name: importlib.import_module(name) for name in CORE}
+        mods = {name: importlib.import_module(name) for name in CORE + extra}
         try:
             own = importlib.import_module("vllm.utils.hashing")
         except ImportError:
             own = importlib.import_module("vllm.utils")
         _seeded(mods, own.sha256)
         files = {Path(m.__file__) for m in (*mods.values(), own) if m.__file__}
-        _engine.__init__(None, getattr(sys.modules["vllm"], "__version__", "installed"), mods, own.sha256,  # type: ignore[misc]
+        _engine.__init__(None, extra, getattr(sys.modules["vllm"], "__version__", "installed"), mods, own.sha256,  # type: ignore[misc]
                          digest(Path(sys.modules["vllm"].__file__ or ".").parent.parent, files))
         return _engine
     root = Path(source)
     if not (root / "vllm/v1/core/block_pool.py").is_file():
-        raise SpecError(REF, "factory", f"{ENV}={source!r} holds no vllm/v1/core/block_pool.py: point it at the folder "
+        raise SpecError(ref, "factory", f"{ENV}={source!r} holds no vllm/v1/core/block_pool.py: point it at the folder "
                         "that contains vllm/ (an unpacked wheel or a vLLM checkout)")
     read: set[Path] = set()
     try:
-        real, fills, hashing = _plan(root)
+        real, fills, hashing = _plan(root, extra, stand_ins)
         with environment(PYTHONHASHSEED="0"):  # 0.9's NONE_HASH: the same in every process
-            mods = load(root, "vllm", real, fills, CORE + (hashing,), read)
+            mods = load(root, "vllm", real, fills, CORE + extra + (hashing,), read)
         sha256 = mods[hashing].sha256
         _seeded(mods, sha256)
     except SourceError as err:
-        raise SpecError(REF, "factory", f"vLLM {release(root, 'vllm')} from {source}: {err}") from None
-    _engine.__init__(source, release(root, "vllm"), mods, sha256, digest(root, read))  # type: ignore[misc]
+        raise SpecError(ref, "factory", f"vLLM {release(root, 'vllm')} from {source}: {err}") from None
+    _engine.__init__(source, extra, release(root, "vllm"), mods, sha256, digest(root, read))  # type: ignore[misc]
     return _engine
 
 
@@ -497,9 +507,14 @@ class VllmV1:
                 if not hasattr(h, "token_ids"):
                     self.key_tokens.setdefault(h, tuple(ids[i * self.B:(i + 1) * self.B]))
         if self.key_tokens:
-            live = {bytes(_block_hash(key)) for key, _ in _cached_keys(self.manager.block_pool)}
+            live = {bytes(_block_hash(key)) for pool in self._pools() for key, _ in _cached_keys(pool)}
             live |= {h for r in self.requests.values() for h in _request_hashes(r)}
             self.key_tokens = {h: t for h, t in self.key_tokens.items() if h in live}
+
+    def _pools(self) -> list[Any]:
+        """The block pools whose cache keys the adapter describes (the
+        scheduler adapter's host pool besides)."""
+        return [self.manager.block_pool]
 
     # the harness's calls
     def admit(self, branch: str, tokens: list[str]) -> int:
@@ -629,3 +644,18 @@ def make_exact(pool: int, block_size: int) -> VllmV1:
     adapter = make(pool, block_size)
     setattr(adapter, "snapshot", None)
     return adapter
+
+
+def scheduler(pool: int, block_size: int, host_pool: int) -> Any:
+    """vLLM's own Scheduler with the harness's P/D connector, for the
+    scheduler harness: `--scheduler cowcheck.adapters.vllm_v1:scheduler`
+    (cowcheck.adapters.vllm_scheduler, which also has the AsyncScheduler
+    configurations)."""
+    from cowcheck.adapters.vllm_scheduler import scheduler as make_scheduler
+    return make_scheduler(pool, block_size, host_pool)
+
+
+def unavailable() -> Optional[str]:
+    """Why `scheduler` cannot load a vLLM here, or None (cowcheck check skips a folder's scenarios then)."""
+    from cowcheck.adapters.vllm_scheduler import unavailable as why
+    return why()

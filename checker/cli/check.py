@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import sys
 import threading
 import time
@@ -100,6 +102,18 @@ def kind_of(scenario: Scenario) -> str:
     return "cache" if scenario.cache else "fork"
 
 
+def engine_unavailable(scenario: Scenario) -> Optional[str]:
+    """Why the engine a scenario's shipped scheduler adapter drives
+    (`cowcheck.adapters.*`, whose module says in `unavailable()`) cannot be
+    loaded here, or None: a folder's such scenarios are then skipped and
+    counted, as where no vLLM sources were fetched."""
+    ref = scenario.scheduler
+    if ref is None or not ref.startswith("cowcheck.adapters."):
+        return None
+    why = getattr(importlib.import_module(ref.partition(":")[0]), "unavailable", None)
+    return why() if callable(why) else None
+
+
 class Skipped:
     """The scenarios a check passed over, counted per kind and reason, for
     its closing lines ("skipped 40 fork scenario(s): protocol 'vllm-v1' is
@@ -125,6 +139,9 @@ class Skipped:
 @click.option("--protocol", "protocol", metavar="NAME|FILE", help="Override every scenario's protocol.")
 @click.option("--allocator", "allocator", metavar="MODULE:FACTORY|FILE.py:FACTORY",
               help="Check allocator code through the engine harness instead of each scenario's protocol.")
+@click.option("--scheduler", "scheduler", metavar="MODULE:FACTORY|FILE.py:FACTORY",
+              help="Check scheduler code through the scheduler harness instead of each cache scenario's protocol "
+                   "(docs/how-to/scheduler-code.md).")
 @click.option("--kind", type=click.Choice(KINDS),
               help="Check only the fork scenarios or only the cache scenarios (cache = \"prefix\") of the paths; "
                    "the others are skipped and counted. Without it, a folder's scenarios that --protocol or "
@@ -166,7 +183,7 @@ class Skipped:
 @click.option("--quiet", "-q", is_flag=True,
               help="Print only the closing lines, and one line per scenario that fails the run (its expect not met; "
                    "under an override, unsafe), instead of every scenario's table.")
-def check(paths, device, reuse, transfer, protocol, allocator, kind, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
+def check(paths, device, reuse, transfer, protocol, allocator, scheduler, kind, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
           depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir, quiet) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
@@ -179,7 +196,7 @@ def check(paths, device, reuse, transfer, protocol, allocator, kind, invariant_i
     prefix-cache protocol or adapter on fork scenarios, a fork adapter on
     cache scenarios) are skipped and counted; a file named on the command
     line that the override does not fit is bad input."""
-    overridden = bool(protocol or device or reuse or allocator or transfer)
+    overridden = bool(protocol or device or reuse or allocator or transfer or scheduler)
     try:
         options = SearchOptions(max_states=max_states, max_depth=max_depth, first=first, symmetry=symmetry, por=por,
                                 compact=compact, fingerprints=fingerprints, max_memory_mib=max_memory,
@@ -201,13 +218,17 @@ def check(paths, device, reuse, transfer, protocol, allocator, kind, invariant_i
                 skipped.add(kind_of(loaded), f"--kind {kind}")
                 continue
             try:
-                scenario = api.with_overrides(loaded, override, device, reuse, allocator, transfer)
+                scenario = api.with_overrides(loaded, override, device, reuse, allocator, transfer, scheduler)
             except KindMismatch as mismatch:
                 if path in named:
                     raise
                 skipped.add(mismatch.scenario_kind, mismatch.why)
                 continue
-            invs.validate_expect(scenario, scenario.allocator is not None)
+            gone = engine_unavailable(scenario) if path not in named else None
+            if gone is not None:
+                skipped.add(kind_of(loaded), gone)
+                continue
+            invs.validate_expect(scenario, scenario.code_ref is not None)
             scenarios.append(scenario)
         if not scenarios:
             raise SpecError(", ".join(paths), "", "no scenario to check: " + "; ".join(skipped.lines()))

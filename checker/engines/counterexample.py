@@ -102,6 +102,7 @@ class Counterexample:
             "scenario": scenario.definition(),
             "protocol": scenario.subject,
             **({"allocator": scenario.allocator} if scenario.allocator is not None else {}),
+            **({"scheduler": scenario.scheduler} if scenario.scheduler is not None else {}),
             "device": scenario.device,
         }
         data["scenario"] = as_recorded(data["scenario"])
@@ -146,7 +147,8 @@ def as_recorded(definition: dict[str, Any]) -> dict[str, Any]:
     free blocks in its own order, so its `reuse` is null, as in `check
     --json` and the text (files written before said "lifo", the model's
     unused default; they still load)."""
-    return {**definition, "reuse": None} if definition.get("allocator") is not None else definition
+    code = definition.get("allocator") is not None or definition.get("scheduler") is not None
+    return {**definition, "reuse": None} if code else definition
 
 
 def allocator_base(scenario: Scenario, origin: str = "") -> Optional[str]:
@@ -154,10 +156,11 @@ def allocator_base(scenario: Scenario, origin: str = "") -> Optional[str]:
     file: the reference stays as the user wrote it (so it compares equal to
     the scenario's), and the file reopens from any working folder. None
     when there is no allocator code, or it is a module (imported by name)."""
-    if scenario.allocator is None:
+    ref = scenario.code_ref
+    if ref is None:
         return None
     base = Path(scenario.allocator_base or Path(origin or scenario.source).parent).resolve()
-    return str(base) if allocator_file(scenario.allocator, base) is not None else None
+    return str(base) if allocator_file(ref, base) is not None else None
 
 
 def write(path: Path, data: dict) -> Path:
@@ -192,7 +195,7 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
     try:
         sc = dict(data["scenario"])
         name, origin = sc.pop("name"), sc.pop("source")
-        if sc.get("allocator") is not None and sc.get("reuse") is None:
+        if (sc.get("allocator") is not None or sc.get("scheduler") is not None) and sc.get("reuse") is None:
             sc.pop("reuse", None)        # allocator code's own order (as_recorded): the model's default stands in
         for key, value in (("name", name), ("source", origin)):
             if not isinstance(value, str) or not value:
@@ -215,9 +218,9 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
         if kind == CALL_DEADLINE:
             _call_deadline(data, source, scenario)
         version = data.get("allocator_version")
-        if version is not None and (not isinstance(version, str) or not version or scenario.allocator is None):
+        if version is not None and (not isinstance(version, str) or not version or scenario.code_ref is None):
             raise SpecError(source, "allocator_version", "must be the engine code's release, a non-empty string, "
-                            "and only in a counterexample of allocator code")
+                            "and only in a counterexample of allocator or scheduler code")
         code = code_from_json(version, data.get("allocator_code"), source)
         steps = data["steps"]
         actions = [Action.from_json(s["action"]) for s in steps]

@@ -450,7 +450,8 @@ HOST_INVARIANTS: tuple[Invariant, ...] = (
 
 
 def allocator_error(model, before, tr, fact):
-    out = {"branch": model.names[fact.branch], "call": fact.call, "error": fact.error,
+    # the scheduler harness's schedule() and output() are the engine's calls, of no one request
+    out = {"branch": model.names[fact.branch] if fact.branch >= 0 else "engine", "call": fact.call, "error": fact.error,
            "message": f"{fact.call} raised {fact.error}"}
     if fact.frames:     # where in the allocator's own code, and the calls that led there
         out["at"] = fact.frames[-1].split(" in ")[0]

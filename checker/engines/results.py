@@ -217,7 +217,7 @@ class Result(Stoppable):
             **({"allocator": s.allocator} if s.allocator is not None else {}),
             **(self.allocator_code.fields() if self.allocator_code is not None else {}),
             "device": s.device,
-            "reuse": None if s.allocator is not None else s.reuse,    # allocator code takes free blocks in its own order
+            "reuse": None if s.code_ref is not None else s.reuse,    # allocator code takes free blocks in its own order
             "transfer": str(s.transfer) if s.transfers else None,      # the transfer model, where one is checked
             "seconds": round(self.seconds, 3),
             "verdicts": {k: v.to_json() for k, v in self.verdicts.items()},

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from cowcheck.model.action import CONNECTOR, DEVICE
+from cowcheck.model.action import CONNECTOR, DEVICE, ENGINE
 from cowcheck.model.branches import BRANCH_NAMES, parse_operation
 from cowcheck.model.harness import CACHE_REQUIRED, REQUIRED
 from cowcheck.model.stepkinds import ALLOCS, COPIES, TRANSFER_STEPS, WAITS
@@ -208,6 +208,8 @@ def subject(scenario: dict) -> tuple[str, str]:
     ("allocator", the code's reference)."""
     if is_harness(scenario):
         return "allocator", str(scenario["allocator"])
+    if scenario.get("scheduler") is not None:
+        return "scheduler", str(scenario["scheduler"])
     return "protocol", str(scenario["protocol"]["name"])
 
 
@@ -871,7 +873,9 @@ def action_words(action: dict, before: dict, after: Optional[dict], scenario: Op
             return (f"{action['actor']} tries to launch its prefill of positions {binds['from']} to {binds['to']}, but its "
                     f"published table {table} does not cover them: no kernel is launched.")
         return f"{action['actor']} tries to write, but its published table does not cover the position: no kernel is launched."
-    if action["actor"] == DEVICE:
+    if action["actor"] == ENGINE or action["step"] in ("add", "abort"):      # the scheduler harness's calls
+        sentence = _scheduler_words(action, binds)
+    elif action["actor"] == DEVICE:
         sentence = _device_words(action["op"], binds, before, after)
     elif action["actor"] == CONNECTOR:
         sentence = _connector_words(action, binds, before, after)
@@ -879,6 +883,28 @@ def action_words(action: dict, before: dict, after: Optional[dict], scenario: Op
         specs = dict(zip(BRANCH_NAMES, (scenario or {}).get("branch", [])))
         sentence = _branch_words(action["actor"], action["step"], binds, before, after, specs.get(action["actor"]))
     return sentence + _consequences(before, after)
+
+
+def _scheduler_words(action: dict, binds: dict) -> str:
+    """A call of scheduler code (docs/semantics.md#scheduler-harness): what
+    the scheduler was told or returned, in its own terms."""
+    step = action["step"]
+    if step == "add":
+        return f"{action['actor']} arrives (add); its block table is {binds.get('table')}."
+    if step == "abort":
+        return f"{action['actor']} is aborted (abort); its block table is now {binds.get('table')}."
+    if "raised" in binds:
+        return f"The engine calls {binds['call']}, which raises {binds['raised']}."
+    if step == "schedule":
+        parts = [f"kernels {', '.join(binds['kernels'])}" if binds.get("kernels") else "",
+                 f"transfers {', '.join(binds['transfers'])}" if binds.get("transfers") else "",
+                 f"copies {binds['copy_src']} -> {binds['copy_dst']}" if binds.get("copy_src") else ""]
+        launched = "; ".join(p for p in parts if p)
+        return f"The scheduler plans a step: {launched or 'nothing to launch (a poll for completions)'}."
+    done = ", ".join(binds.get("done") or []) or "no transfer"
+    finished = ", ".join(binds.get("finished") or [])
+    return (f"The engine hands the oldest step's output to the scheduler: sampled {', '.join(binds.get('sampled') or []) or 'nothing'}, "
+            f"completed {done}" + (f"; {finished} finished." if finished else "."))
 
 
 def describe(witness: dict) -> str:

@@ -12,7 +12,8 @@ Each row is read from the scenario file, loaded as `cowcheck check` loads
 it (defaults included): its protocol (or allocator code), device model,
 shape and `expect`. What breaks, with the shortest length, and the peak of
 allocated blocks come from the counterexample files `cowcheck check
-specs/` writes (`<scenario>.<invariant>.json`, `<scenario>.peak.json`),
+specs/` writes (`<scenario>.<invariant>.json`, `<scenario>.peak.json`;
+`<scenario>+<digest>.…` for an engine's own code),
 which CI keeps equal to what the checker writes. Where they do not meet the
 scenario's `expect` (a new scenario checked but not committed), the build
 stops and says so."""
@@ -40,7 +41,7 @@ def _cell(text: str) -> str:
 
 def group(scenario) -> str:
     """Which table a scenario is listed in."""
-    if scenario.allocator is not None:
+    if scenario.code_ref is not None:       # allocator or scheduler code
         return "allocator-code"
     if scenario.transfers:
         return "transfers"
@@ -65,8 +66,9 @@ def broken(name: str) -> tuple[list[tuple[str, str, int]], int | None]:
     the report's order, and the peak of allocated blocks."""
     from cowcheck.engines.invariants import IDS
     found, peak = [], None
-    for path in COUNTEREXAMPLES.glob(f"{name}.*.json"):
-        what = path.name[len(name) + 1:-len(".json")]
+    for path in [*COUNTEREXAMPLES.glob(f"{name}.*.json"), *COUNTEREXAMPLES.glob(f"{name}+*.json")]:
+        coded = re.fullmatch(re.escape(name) + r"(\+[0-9a-f]+)?\.(.+)\.json", path.name)   # +digest: engine code's
+        what = coded.group(2) if coded else "."
         if "." in what:
             continue                        # another scenario's, whose name starts with this one's and a dot
         data = json.loads(path.read_text())
@@ -99,7 +101,7 @@ def row(scenario) -> str:
     verdict = VERDICTS["harm" if "harm" in kinds else "discipline" if kinds else None]
     lengths = ", ".join(f"{inv} ({n})" for inv, _, n in found) or "none"
     subject = f"`{scenario.subject}`"
-    device = scenario.device + ("" if scenario.allocator is not None or scenario.reuse == "lifo" else f", {scenario.reuse} reuse")
+    device = scenario.device + ("" if scenario.code_ref is not None or scenario.reuse == "lifo" else f", {scenario.reuse} reuse")
     if scenario.transfers:
         device += f", transfer {scenario.transfer}" + (f", host pool {scenario.host_pool}" if scenario.host_pool else "")
     expect = ", ".join(scenario.expect) or "none"

@@ -1,0 +1,199 @@
+"""vLLM 0.34.0's real Scheduler and AsyncScheduler through the scheduler
+harness (cowcheck.adapters.vllm_scheduler, docs/how-to/scheduler-code.md):
+the verdicts of the section's P/D scenarios on the real code, agreement
+with the protocol file that describes the same orders, the shipped
+sched-vllm-* scenarios, replay of a counterexample, and the skip where no
+vLLM can be loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from cowcheck import api
+from cowcheck.adapters import vllm_scheduler, vllm_v1
+from cowcheck.adapters.sources import CACHE
+from cowcheck.cli.check import engine_unavailable
+from cowcheck.engines import explicit
+from cowcheck.engines.options import SearchOptions
+from cowcheck.model.scheduler import SchedulerModel
+from cowcheck.traces.replay import replay
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "specs" / "scenarios"
+VLLM = CACHE / "vllm-0.34.0"
+
+pytestmark = pytest.mark.skipif(not (VLLM / ".complete").is_file(), reason=f"{VLLM.name}'s sources are not in build/engines")
+
+SYNC = "cowcheck.adapters.vllm_v1:scheduler"
+ASYNC = "cowcheck.adapters.vllm_scheduler:async_scheduler"
+NO_DEFER = "cowcheck.adapters.vllm_scheduler:async_scheduler_no_defer"
+
+
+@pytest.fixture(autouse=True)
+def _source(monkeypatch):
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM))
+
+
+EAGER_ASYNC = "cowcheck.adapters.vllm_scheduler:offload_eager_async"
+LAZY = "cowcheck.adapters.vllm_scheduler:offload_lazy"
+LAZY_ASYNC = "cowcheck.adapters.vllm_scheduler:offload_lazy_async"
+
+
+def run(name: str, ref: str, **changes):
+    scenario = api.as_scenario(SCENARIOS / f"{name}.toml")
+    scenario = dataclasses.replace(scenario, protocol=None, scheduler=ref, expect=(), **changes)
+    return explicit.explore(scenario, SearchOptions())
+
+
+def broken(result) -> dict[str, int]:
+    return {i: v.length for i, v in result.verdicts.items() if str(v.outcome) == "violated"}
+
+
+def checked(result) -> set[str]:
+    return {i for i, v in result.verdicts.items() if str(v.outcome) in ("holds", "violated")}
+
+
+def protocol_broken(name: str, protocol: str, **changes) -> set[str]:
+    scenario = api.with_overrides(api.as_scenario(SCENARIOS / f"{name}.toml"), protocol)
+    scenario = dataclasses.replace(scenario, **changes)
+    return set(broken(explicit.explore(scenario, SearchOptions())))
+
+
+def test_s3_holds_0_34_keeps_an_aborted_consumers_blocks_until_finished_recving():
+    """vLLM 32255's fix: finish_requests delays the free of a request in
+    WAITING_FOR_REMOTE_KVS; b is never given a block a recv still writes."""
+    result = run("pd-consumer-abort", SYNC)
+    assert str(result.summary) == "safe and disciplined"
+    assert broken(result) == {} and protocol_broken("pd-consumer-abort", "kv-connector") & checked(result) == set()
+
+
+def test_s4_with_the_deferral_is_safe_and_undisciplined_only_by_the_pipeline():
+    """defer_block_free (45357's deferred frees) keeps a's blocks past its
+    in-flight step; the one broken discipline is the pipeline's own: a's
+    next kernel, in flight, reads the block its previous kernel writes
+    (docs/semantics.md: pipelined paths break exclusive-write even on one stream)."""
+    result = run("pd-consumer-ahead", ASYNC)
+    assert str(result.summary) == "safe but undisciplined"
+    assert broken(result) == {"exclusive-write": 4}
+    assert "branch a's in-flight kernel for position 3" in result.verdicts["exclusive-write"].witness["message"]
+
+
+def test_s4_without_the_deferral_breaks_faithful_output_as_load_over_in_flight():
+    """defer_block_free off (vLLM before 45357): a's abort frees its blocks
+    under its in-flight kernel; b's recv lands there and a's next kernel
+    reads q0 where p2 was."""
+    result = run("pd-consumer-ahead", NO_DEFER)
+    assert broken(result) == {"no-use-after-free": 3, "refcount-write": 4, "exclusive-write": 4, "copy-before-use": 6,
+                              "faithful-output": 10}
+    assert set(broken(result)) == protocol_broken("pd-consumer-ahead", "load-over-in-flight") & checked(result)
+    witness = result.verdicts["faithful-output"].witness
+    assert (witness["branch"], witness["position"], witness["expected"], witness["read"]) == ("a", 2, "p2", "q0")
+    assert replay(result.verdicts["faithful-output"].counterexample).ok
+
+
+def test_s4_local_without_the_deferral_is_safe_and_v1s_early_key_adds_cache_immutable():
+    """With a local prefill the stream orders b's kernel after a's: safe,
+    as load-over-in-flight's S4-local; V1 keys b's prompt at allocation,
+    before a's in-flight kernel lands in that block, so the real code also
+    breaks cache-immutable, which the protocol file (no early keys) does not."""
+    result = run("pd-consumer-ahead-local", NO_DEFER)
+    assert str(result.summary) == "safe but undisciplined"
+    assert set(broken(result)) - {"cache-immutable"} == protocol_broken("pd-consumer-ahead-local", "load-over-in-flight")
+    assert "cache-immutable" in broken(result)
+
+
+def test_s5_breaks_faithful_output_under_the_lease_and_holds_without():
+    """request_finished delays the producer's free until finished_sending;
+    a lease reports the sends done while they read, b gets the blocks."""
+    result = run("pd-producer-lease", SYNC)
+    assert broken(result) == {"no-use-after-free": 6, "exclusive-write": 9, "faithful-output": 10}
+    assert set(broken(result)) == protocol_broken("pd-producer-lease", "kv-connector") & checked(result)
+    assert "remote reader" in result.verdicts["faithful-output"].witness["message"]
+    assert str(run("pd-producer-lease", SYNC, lease=False).summary) == "safe and disciplined"
+
+
+def test_a_synchronous_engines_abort_waits_for_the_steps_output():
+    """EngineCore.step processes the aborts that arrive during the model's
+    run just before update_from_output: with one batch, S4 holds."""
+    assert str(run("pd-consumer-ahead", SYNC).summary) == "safe and disciplined"
+
+
+def test_the_shipped_scenarios_meet_their_expect():
+    results = [api.check(path) for path in sorted(SCENARIOS.glob("sched-vllm-*.toml"))]
+    assert len(results) == 6
+    for result in results:
+        assert result.expect_met, result.scenario.name
+
+
+def launched(name: str, ref: str, **changes) -> set[str]:
+    """The transfer kinds some reachable schedule() launches."""
+    scenario = dataclasses.replace(api.as_scenario(SCENARIOS / f"{name}.toml"), protocol=None, scheduler=ref, expect=(),
+                                   **changes)
+    model = SchedulerModel(scenario)
+    kinds, seen, todo = set(), set(), [model.init_state()]
+    while todo:
+        for tr in model.successors(todo.pop()):
+            kinds |= {t.split()[0] for t in dict(tr.action.binds).get("transfers", ())}
+            if tr.state is not None and tr.state not in seen:
+                seen.add(tr.state)
+                todo.append(tr.state)
+    return kinds
+
+
+@pytest.mark.parametrize("transfer", ["own-stream", "own-stream-fenced"])
+def test_s1_holds_0_34_stores_only_blocks_whose_step_is_output(transfer):
+    """DESIGN expected S1 to break faithful-output on own-stream with the
+    real SimpleCPUOffloadScheduler; 0.34.0's eager mode stores only blocks
+    "confirmed computed" (a later step's, or the finish-time flush), so no
+    store is launched while the prefill that fills its block is in flight,
+    whatever the transfer model. The stores and c's host load do run."""
+    result = run("offload-eager-store", EAGER_ASYNC, transfer=transfer)
+    assert str(result.summary) == "safe and disciplined"
+    assert launched("offload-eager-store", EAGER_ASYNC, transfer=transfer) == {"store", "load"}
+
+
+def test_s6_holds_with_one_batch_lazy_offloading():
+    """The abort of a request whose block V1 keyed early waits for its
+    step's output with one batch: nothing is freed under the kernel."""
+    assert str(run("early-key-lazy-offload", LAZY).summary) == "safe and disciplined"
+    assert launched("early-key-lazy-offload", LAZY) == {"store", "load"}
+
+
+@pytest.mark.slow
+def test_s6_with_two_batches_is_safe_and_undisciplined_only_by_the_pipeline():
+    """Under the AsyncScheduler the abort lands while a's next step runs;
+    defer_block_free (on: SimpleCPUOffload runs as kv_both) keeps the
+    blocks until that step's output. About 40 s."""
+    result = run("early-key-lazy-offload", LAZY_ASYNC)
+    assert broken(result) == {"exclusive-write": 4}
+
+
+OLDER = CACHE / "vllm-0.33.0"
+
+
+@pytest.mark.skipif(not (OLDER / ".complete").is_file(), reason=f"{OLDER.name}'s sources are not in build/engines")
+def test_0_33_gives_0_34s_pd_verdicts(monkeypatch):
+    """0.33.0 has both fixes too (32255's delayed free, 45357's
+    defer_block_free): the same verdicts and lengths as 0.34.0."""
+    monkeypatch.setenv(vllm_v1.ENV, str(OLDER))
+    assert str(run("pd-consumer-abort", SYNC).summary) == "safe and disciplined"
+    assert broken(run("pd-consumer-ahead", ASYNC)) == {"exclusive-write": 4}
+    assert broken(run("pd-consumer-ahead", NO_DEFER)) == {"no-use-after-free": 3, "refcount-write": 4, "exclusive-write": 4,
+                                                          "copy-before-use": 6, "faithful-output": 10}
+    assert broken(run("pd-producer-lease", SYNC)) == {"no-use-after-free": 6, "exclusive-write": 9, "faithful-output": 10}
+    assert str(run("offload-eager-store", EAGER_ASYNC).summary) == "safe and disciplined"
+
+
+def test_the_default_folder_and_the_skip(monkeypatch, tmp_path):
+    monkeypatch.delenv(vllm_v1.ENV)
+    monkeypatch.chdir(ROOT)
+    assert vllm_scheduler.folder() == str(vllm_scheduler.DEFAULT) and vllm_v1.unavailable() is None
+    monkeypatch.chdir(tmp_path)
+    scenario = api.as_scenario(SCENARIOS / "sched-vllm-pd-consumer-abort.toml")
+    why = engine_unavailable(scenario)
+    assert (why is None) == (vllm_scheduler.importlib.util.find_spec("vllm") is not None)
+    if why is not None:
+        assert "COWCHECK_VLLM_SOURCE" in why and "\n" not in why

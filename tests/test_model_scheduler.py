@@ -1,0 +1,114 @@
+"""The scheduler harness (docs/semantics.md#scheduler-harness) on the toy P/D
+scheduler of tests/toy_schedulers.py: each verdict class, bad adapters in
+one line, replay, and agreement with the protocol file that describes the
+same orders on the section's P/D scenarios (S3, S4, S5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+from cowcheck import api
+from cowcheck.engines import explicit
+from cowcheck.engines.options import SearchOptions
+from cowcheck.model.errors import SpecError
+from cowcheck.model.scheduler import SchedulerModel
+from cowcheck.traces.replay import replay
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = HERE.parent / "specs" / "scenarios"
+sys.path.insert(0, str(HERE))
+
+
+def run(name: str, factory: str, **changes):
+    scenario = api.as_scenario(SCENARIOS / f"{name}.toml")
+    scenario = dataclasses.replace(scenario, scheduler=f"toy_schedulers:{factory}", allocator_base=str(HERE), expect=(),
+                                   **changes)
+    return explicit.explore(scenario, SearchOptions())
+
+
+def broken(result) -> set[str]:
+    return {i for i, v in result.verdicts.items() if str(v.outcome) == "violated"}
+
+
+def checked(result) -> set[str]:
+    return {i for i, v in result.verdicts.items() if str(v.outcome) in ("holds", "violated")}
+
+
+def test_correct_scheduler_holds_on_each_pd_scenario():
+    for name in ("pd-consumer-abort", "pd-consumer-ahead", "pd-consumer-ahead-local"):
+        assert str(run(name, "correct").summary) == "safe and disciplined", name
+    assert str(run("pd-producer-lease", "correct", lease=False).summary) == "safe and disciplined"
+
+
+def test_each_verdict_class():
+    assert str(run("pd-consumer-abort", "free_at_abort").summary) == "unsafe"
+    assert str(run("pd-consumer-ahead-local", "ahead_eager_abort").summary) == "safe but undisciplined"
+    stale = run("pd-producer-lease", "stale_report")
+    assert "allocator-error" in broken(stale)
+    assert "stale finished_sending" in stale.verdicts["allocator-error"].witness["message"]
+
+
+@pytest.mark.parametrize("name, factory, protocol", [
+    ("pd-consumer-abort", "correct", "kv-connector"),
+    ("pd-consumer-abort", "free_at_abort", "free-at-abort"),          # vLLM 32255 before its fix
+    ("pd-consumer-ahead", "correct", "kv-connector"),
+    ("pd-consumer-ahead", "ahead_eager_abort", "load-over-in-flight"),  # 45357 before its deferred frees
+    ("pd-consumer-ahead-local", "ahead_eager_abort", "load-over-in-flight"),
+    ("pd-producer-lease", "correct", "kv-connector"),                 # 52234: the lease, whatever the order
+])
+def test_agrees_with_the_protocol_file_of_the_same_orders(name, factory, protocol):
+    harness = run(name, factory)
+    scenario = api.with_overrides(api.as_scenario(SCENARIOS / f"{name}.toml"), protocol)
+    model = explicit.explore(scenario, SearchOptions())
+    judged = checked(harness)
+    assert broken(harness) == broken(model) & judged
+
+
+def test_counterexamples_are_shortest_and_replay():
+    result = run("pd-consumer-abort", "free_at_abort")
+    uaf = result.verdicts["no-use-after-free"]
+    assert uaf.length == 3      # add a, schedule (its recv), abort a: the recv's block goes back while it writes it
+    steps = [str(a) for a in uaf.counterexample.actions]
+    assert steps[0].startswith("a (admit): add") and steps[1].startswith("engine: schedule") and "abort" in steps[2]
+    for verdict in result.verdicts.values():
+        if verdict.counterexample is not None:
+            assert replay(verdict.counterexample).ok
+
+
+def test_lease_breaks_the_remote_reader():
+    result = run("pd-producer-lease", "correct")
+    assert broken(result) == {"no-use-after-free", "exclusive-write", "faithful-output"}
+    assert "remote reader" in result.verdicts["faithful-output"].witness["message"]
+
+
+@pytest.mark.parametrize("factory, words", [
+    ("bad_kind", "kind 'fetch'"),
+    ("outside_pool", "block must be a block id"),
+    ("send_without_sink", "which has no sink"),
+    ("not_a_plan", "must return a plan"),
+    ("three_in_flight", "plans_in_flight"),
+])
+def test_bad_adapters_in_one_line(factory, words):
+    with pytest.raises(SpecError) as err:
+        run("pd-consumer-abort", factory)
+    text = str(err.value)
+    assert "\n" not in text and f"toy_schedulers:{factory}" in text and words in text
+
+
+def test_scenario_key_and_refusals(tmp_path):
+    text = (SCENARIOS / "pd-consumer-abort.toml").read_text().replace('protocol = "free-at-abort"',
+                                                                      'scheduler = "toy_schedulers:correct"')
+    path = tmp_path / "s.toml"
+    path.write_text(text.replace('expect = [', 'expect = "holds"\n#['))
+    scenario = api.as_scenario(path)
+    assert scenario.scheduler == "toy_schedulers:correct" and scenario.subject == "toy_schedulers:correct"
+    assert isinstance(SchedulerModel(scenario), SchedulerModel)
+    with pytest.raises(SpecError, match="scheduler code is checked by the explorer"):
+        api.check(scenario, engine="bmc")
+    path.write_text(text.replace('cache = "prefix"\n', ""))
+    with pytest.raises(SpecError, match="only a cache scenario"):
+        api.as_scenario(path)

@@ -112,3 +112,12 @@ def test_scenario_key_and_refusals(tmp_path):
     path.write_text(text.replace('cache = "prefix"\n', ""))
     with pytest.raises(SpecError, match="only a cache scenario"):
         api.as_scenario(path)
+
+
+def test_an_observer_that_raises_is_an_allocator_error_whatever_the_call_freed():
+    """The abort frees blocks (free_at_abort) and then a host observer raises:
+    the transition has no after-state, and the invariants that read one
+    (no-use-after-free's freed block) judge nothing of it."""
+    result = run("pd-consumer-abort", "host_cached_raises", host_pool=2)
+    assert "allocator-error" in broken(result)
+    assert "host_cached() after an abort" in result.verdicts["allocator-error"].witness["message"]

@@ -199,3 +199,16 @@ def outside_pool(pool, block_size, host_pool): return OutsidePool(pool, block_si
 def send_without_sink(pool, block_size, host_pool): return SendWithoutSink(pool, block_size, host_pool)
 def not_a_plan(pool, block_size, host_pool): return NotAPlan(pool, block_size, host_pool)
 def three_in_flight(pool, block_size, host_pool): return Toy(pool, block_size, host_pool, plans_in_flight=3)
+
+
+class HostCachedRaises(Toy):
+    """A host observer that fails after an abort, read once the GPU pool
+    has been read (and what the abort freed noted): the call's transition
+    has no after-state, whatever it had observed."""
+    def host_cached(self):
+        if any(r.status == "aborted" for r in self.reqs.values()):
+            raise RuntimeError("host_cached() after an abort")
+        return {}
+
+
+def host_cached_raises(pool, block_size, host_pool): return HostCachedRaises(pool, block_size, host_pool, free_at_abort=True)

@@ -659,7 +659,7 @@ class VllmOffloadScheduler(VllmScheduler):
 
     def host_cached(self) -> dict[int, tuple[str, ...]]:
         from cowcheck.adapters.vllm_v1 import _cached_keys
-        return {self.host(bid): tuple(self._name(t) for t in self._key_ids(key)) for key, bid in _cached_keys(self._host_pool())}
+        return {self.host(bid): self._key_names(key) for key, bid in _cached_keys(self._host_pool())}
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (restore, (load, VllmOffloadScheduler, self.source, dumps(self.__dict__)))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cowcheck.engines import counterexample as trace
 from cowcheck import check
-from conftest import cache_scenarios, check_into, program_branches
+from conftest import cache_scenarios, check_into, program_branches, transfer_scenarios
 from cowcheck.traces.replay import replay
 from cowcheck.engines.explorer import Exploration, Explorer
 from cowcheck.engines.invariants import INVARIANTS, Judge
@@ -26,14 +26,14 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol, builtin_names, protocol_from_dict
 from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario, scenario_from_dict
 from cowcheck.model.reduce.symmetry import Symmetry
-from cowcheck.model.state import Block, Copy, Kernel, State, allocated
+from cowcheck.model.state import Block, Copy, Kernel, State, allocated, host_allocated
 from cowcheck.model.system import ProtocolModel
 
 
 def measures(result) -> tuple:
     x = result.exploration
     verdicts = {k: (v.holds, v.length) for k, v in result.verdicts.items()}
-    return verdicts, x.peak, x.cost_range, x.steady, x.hits_range
+    return verdicts, x.peak, x.cost_range, x.steady, x.hits_range, x.host_peak, x.transfers_range
 
 
 def with_copies(scenario, draw, copies: int = 2, least: int = 1):
@@ -228,6 +228,8 @@ def settled_search(scenario, symmetry: bool) -> Exploration:
     model = ProtocolModel(scenario)
     orbits = Symmetry(scenario) if symmetry else None
     return Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+                    host_gauge=host_allocated if scenario.transfers else None,
+                    moves=model.transfer_launches if scenario.transfers else None,
                     representative=orbits.representative if orbits else None, mirror=orbits.unmirrored if orbits else None,
                     ample=Ample(model, completions=True)).run()
 
@@ -240,7 +242,8 @@ def keeps_reachability(settled: Exploration, plain) -> None:
     assert set(settled.violations) <= {k for k, v in plain.verdicts.items() if v.holds is False}
     if not settled.violations:
         x = plain.exploration
-        assert (settled.peak, settled.cost_range, settled.steady) == (x.peak, x.cost_range, x.steady)
+        assert (settled.peak, settled.cost_range, settled.steady, settled.host_peak, settled.transfers_range) \
+            == (x.peak, x.cost_range, x.steady, x.host_peak, x.transfers_range)
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in HEAVY_SPECS else [], id=p.stem)
@@ -253,8 +256,8 @@ def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
     assert plain.exploration.complete and reduced.exploration.complete and ordered.exploration.complete
     assert measures(reduced) == measures(plain)
     assert measures(ordered) == measures(plain)
-    # allocator code through the harness gets no reduction, nor does a transfer scenario
-    if scenario.allocator is None and not scenario.transfers:
+    # allocator code through the harness gets no reduction
+    if scenario.allocator is None:
         keeps_reachability(settled_search(scenario, symmetry=True), plain)
 
 
@@ -290,7 +293,8 @@ def _unordered(state: State, device: str) -> State:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(any_scenario, adversarial(), cache_scenarios(most=3), repeated_cache_scenarios(copies=2, most=2)),
+@given(st.one_of(any_scenario, adversarial(), cache_scenarios(most=3), repeated_cache_scenarios(copies=2, most=2),
+                 transfer_scenarios(most=3)),
        st.randoms(use_true_random=False))
 def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     """Walk randomly; wherever the reduction explores one step alone, that
@@ -349,7 +353,7 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
-@given(cache_scenarios(most=3), st.randoms(use_true_random=False))
+@given(st.one_of(cache_scenarios(most=3), transfer_scenarios(most=3)), st.randoms(use_true_random=False))
 def test_an_admission_lock_is_always_given_back(scenario, rnd):
     """Partial-order reduction keeps a step enabled in an ample set although
     another request's atomic admission may take the scheduler lock first:

@@ -18,7 +18,7 @@ from cowcheck import check
 from conftest import cache_scenarios, check_into, program_branches, transfer_scenarios
 from cowcheck.traces.replay import replay
 from cowcheck.engines.explorer import Exploration, Explorer
-from cowcheck.engines.invariants import INVARIANTS, Judge
+from cowcheck.engines.invariants import INVARIANTS, Judge, for_system
 from cowcheck.model.action import DEVICE
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
@@ -227,7 +227,8 @@ def settled_search(scenario, symmetry: bool) -> Exploration:
     (not stopped at the first violation)."""
     model = ProtocolModel(scenario)
     orbits = Symmetry(scenario) if symmetry else None
-    return Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+    # every invariant the check judges: a cache scenario's and a transfer scenario's too
+    return Explorer(model, for_system(INVARIANTS, model)[0], gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
                     host_gauge=host_allocated if scenario.transfers else None,
                     moves=model.transfer_launches if scenario.transfers else None,
                     representative=orbits.representative if orbits else None, mirror=orbits.unmirrored if orbits else None,
@@ -312,7 +313,7 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     unlocked = ProtocolModel(scenario)
     unlocked.exclusive = lambda state: None      # type: ignore[method-assign]
     ample = Ample(model, completions=True)
-    checks = Judge(INVARIANTS)
+    checks = Judge(for_system(INVARIANTS, model)[0])     # a cache and a transfer scenario's invariants too
 
     def judged(before, tr) -> list[str]:
         return sorted({inv for inv, _ in checks.action(model, before, tr)})

@@ -50,7 +50,7 @@ def agrees(scenario, max_states=None) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(transfer_scenarios(most=3, longest=3))
 def test_every_reduction_agrees_with_the_unreduced_search_on_random_transfer_scenarios(scenario):
     agrees(scenario, max_states=8_000)

@@ -155,7 +155,48 @@ first can go on to break faithful-output, and that order may be pruned),
 so cowcheck.engines.explicit searches with completions first and, only if that
 search finds a violation, searches again without them for every verdict.
 The commutation test in tests/test_model_reduce.py checks these claims step
-by step, and the agreement tests check the outcome."""
+by step, and the agreement tests check the outcome.
+
+Transfers (docs/semantics.md#transfers). In a transfer scenario a block
+is reached three more ways: by a transfer in flight (its GPU block), by a
+pending report (which releases the holds on it) and by another request's
+`loads`. So *private* also asks that no transfer in flight and no pending
+report name the block and that it lie in no other request's `loads`; with
+that, every step above keeps its argument, since a transfer names only
+blocks of its owner's table (load, recv, store, send) or of the free list
+(store-free), which no other branch's private block is. Transfer
+completions and failures are device actions, `report` and `expire` host
+actions (enabled only while no request holds the scheduler lock); none of
+them is ever explored alone, and:
+
+- the steps that launch transfers (`load`, `recv`, `store`, `store-free`,
+  `store-keyed`, `send`) and `host-lookup` are never in an ample set: they
+  change the host tier (its free list, pins, evictions), the GPU free list
+  (store-free) and blocks other requests reach, and their launch order is
+  what the `stream` and `own-stream` lanes complete by;
+- `wait-transfers` is, once enabled, like `wait-kernel`: it changes only
+  the branch's step, only the branch's own steps launch what it waits for,
+  and a report or an expiry only ever enables it. It stays out where it
+  is a cancellation point (a `may_cancel` request) and where the step after
+  it takes the scheduler lock (kv-connector's admission), as any wait does;
+- launches (`write`, `prefill`, `copy`) count as unordered only where the
+  device and transfer models together order nothing (`async` with `nic`):
+  under `stream` and `own-stream-fenced` a kernel orders the local
+  transfers launched after it. There a launch also needs that no transfer
+  in flight name one of its blocks: a load's or recv's completion judges
+  exclusive-write by the kernels and copies in flight, so launching one
+  over its block would change that check (no later load or recv can come
+  to write them: they write their owner's fresh blocks). A `prefill` also
+  waits until its own loads and recvs are reported: a failed one's report
+  cuts `loads`, which the prefill reads;
+- settled completions: only copies and kernels (a transfer's completion is
+  never settled), with *stable* also asking that no load or recv in flight
+  write the block.
+
+Whether a transfer's completion could be settled (a load into a block its
+owner alone maps, with the owner parked at `wait-transfers`) was left out:
+its report, not its completion, is what the owner waits for, so the
+owner's wait would not pin down the completion's place among the others."""
 
 from __future__ import annotations
 

@@ -265,7 +265,8 @@ class Relabelling:
                     slots, key = tuple(map(get, slots, slots)), None if key is None else tuple(map(get, key, key))  # type: ignore[arg-type]  # get(None, None) is None
                 return pins, tuple(t or "" for t in slots), key or ()
 
-            first.update(dict.fromkeys(sorted((h for h in range(size) if h not in first and h not in free), key=contents)))
+            unreferenced: list[int] = sorted((h for h in range(size) if h not in first and h not in free), key=contents)
+            first.update(dict.fromkeys(unreferenced))
         first.update(dict.fromkeys(free))
         return list(first)      # type: ignore[arg-type]  # None was popped
 
@@ -306,8 +307,8 @@ def _renamed_move(op: Move, mapping: list[int], hm: Optional[list[int]], new_of:
     if tokens is not None:
         get = tokens.get
         if key is not None:
-            key = tuple(map(get, key, key))     # type: ignore[arg-type]  # tokens, never None
-        data = tuple(map(get, data, data))      # type: ignore[arg-type]
+            key = tuple(map(get, key, key))
+        data = tuple(map(get, data, data))
     if host is not None and hm is not None:
         host = hm[host]
     return _new(Move, (kind, new_of[owner], mapping[block], host, entry, key, data, reported))

@@ -18,11 +18,11 @@ from conftest import SPECS, transfer_scenarios
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.reduce.symmetry import Symmetry
 from cowcheck.model.scenario import load_scenario, scenario_from_dict
-from cowcheck.model.state import Block, Copy, HostBlock, Kernel, Move, Report, State, Tier
 from cowcheck.model.stepkinds import TRANSFER_STEPS
 from cowcheck.model.system import ProtocolModel
 from test_model_reduce import keeps_reachability, measures, same_as_without_partial_order, settled_search
 from test_model_reduce import test_an_ample_step_commutes_with_every_other_enabled_action as commutes
+from test_model_reduce import test_representative_is_canonical as canonical
 
 #: the shipped transfer scenarios (S1-S8 and their variants)
 TRANSFER_SPECS = [p for p in sorted((SPECS / "scenarios").glob("*.toml")) if load_scenario(p).transfers]
@@ -78,78 +78,14 @@ def test_an_ample_step_commutes_with_every_other_action_in_transfer_scenarios(sc
     commutes.hypothesis.inner_test(scenario, rnd)
 
 
-def scramble(state: State, scenario, rnd) -> State:
-    """The same transfer-scenario state under random names: GPU blocks and
-    host blocks permuted (each free list keeps its order, as `lifo` and the
-    host tier's rule read it; `any` keeps the GPU list sorted and, there,
-    its ids), and requests of one symmetry class permuted with their tokens,
-    wherever those lie: slots, keys, sequences, kernels, transfers, reports."""
-    sym = Symmetry(scenario)
-    blocks = list(range(len(state.blocks)))
-    if sym.blocks_enabled:
-        rnd.shuffle(blocks)                                   # blocks[old] = new
-    tier = state.tier
-    assert tier is not None
-    hosts = list(range(len(tier.host)))
-    if sym.blocks_enabled:
-        rnd.shuffle(hosts)
-    order = list(range(len(state.branches)))                  # order[new] = old
-    for members in sym.classes:
-        shuffled = list(members)
-        rnd.shuffle(shuffled)
-        for slot, old in zip(members, shuffled):
-            order[slot] = old
-    new_of = {old: new for new, old in enumerate(order)}
-    tokens = {a: b for new, old in enumerate(order) for a, b in zip(scenario.tokens(old), scenario.tokens(new))}
-
-    def t(seq):
-        return tuple(tokens.get(x, x) for x in seq)
-
-    m, h = blocks.__getitem__, hosts.__getitem__
-    new_blocks: list = [None] * len(blocks)
-    for old, blk in enumerate(state.blocks):
-        new_blocks[m(old)] = Block(blk.refcount, blk.holds, t(blk.slots), None if blk.key is None else t(blk.key))
-    new_host: list = [None] * len(hosts)
-    for old, hb in enumerate(tier.host):
-        new_host[h(old)] = HostBlock(hb.pins, t(hb.slots), None if hb.key is None else t(hb.key))
-    branches = [state.branches[old] for old in order]
-    branches = [b._replace(tail=None if b.tail is None else m(b.tail), new=None if b.new is None else m(b.new),
-                           working=tuple(map(m, b.working)), published=tuple(map(m, b.published)),
-                           hits=tuple(map(m, b.hits)), loads=tuple(map(m, b.loads)), host_hits=tuple(map(h, b.host_hits)),
-                           seq=t(b.seq)) for b in branches]
-
-    def move(q: Move) -> Move:
-        return q._replace(owner=new_of[q.owner], block=m(q.block), host=None if q.host is None else h(q.host),
-                          key=None if q.key is None else t(q.key), tokens=t(q.tokens))
-
-    queue = tuple(Copy(m(q.src), m(q.dst), q.n) if type(q) is Copy else move(q) if type(q) is Move else
-                  Kernel(new_of[q.branch], q.pos, tokens.get(q.token, q.token), tuple(map(m, q.snapshot)),
-                         t(q.expected), q.span) for q in state.queue)
-    free = tuple(map(m, state.free))
-    if scenario.reuse == "any":
-        free = tuple(sorted(free))
-    new_tier = Tier(tuple(new_host), tuple(map(h, tier.free)), tuple(Report(move(r.move), r.ok) for r in tier.reports))
-    return State(tuple(new_blocks), free, tuple(branches), queue, None, new_tier)
-
-
 @settings(max_examples=30, deadline=None)
 @given(transfer_scenarios(most=3), st.randoms(use_true_random=False))
 def test_the_representative_of_a_transfer_state_is_canonical(scenario, rnd):
-    """Walk randomly; every state and any renaming of it (host blocks,
-    transfers and reports included) get the same representative, which is
-    itself a fixed point."""
-    model, sym = ProtocolModel(scenario), Symmetry(scenario)
-    state = model.init_state()
-    for _ in range(40):
-        rep = sym.representative(state)
-        assert sym.representative(rep) == rep
-        assert sym.representative(scramble(state, scenario, rnd)) == rep
-        assert rep.tier is not None and len(rep.tier.free) == len(state.tier.free)
-        assert len(rep.tier.reports) == len(state.tier.reports) and len(rep.queue) == len(state.queue)
-        options = [tr for tr in model.successors(state) if tr.state is not None]
-        if not options:
-            break
-        state = rnd.choice(options).state
+    """tests/test_model_reduce.py's canonicity check (every state and any
+    renaming of it get the same representative, itself a fixed point) on
+    transfer scenarios alone: its renamings move host blocks, transfers in
+    flight and pending reports too."""
+    canonical.hypothesis.inner_test(scenario, rnd)
 
 
 def _scenario(**changes) -> object:

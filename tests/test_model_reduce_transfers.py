@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cowcheck import check
+from cowcheck.bench.table import SCENARIOS, bench_scenario
 from conftest import SPECS, transfer_scenarios
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.reduce.symmetry import Symmetry
@@ -56,16 +57,24 @@ def test_every_reduction_agrees_with_the_unreduced_search_on_random_transfer_sce
     agrees(scenario, max_states=8_000)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(transfer_scenarios(most=2, longest=3))
 def test_reductions_agree_on_small_random_transfer_scenarios(scenario):
     """The quick form of the above (not marked slow)."""
-    agrees(scenario, max_states=3_000)
+    agrees(scenario, max_states=2_000)
 
 
 @pytest.mark.parametrize("path", TRANSFER_SPECS, ids=lambda p: p.stem)
 def test_every_reduction_agrees_on_every_shipped_transfer_scenario(path):
     agrees(load_scenario(path))
+
+
+@pytest.mark.parametrize("label", [label for label, spec in SCENARIOS.items() if isinstance(spec, dict)])
+def test_the_bench_rows_for_transfers_are_transfer_scenarios_every_reduction_agrees_on(label):
+    """`cowcheck bench`'s rows for S1, S2 and S6 (one more request each)."""
+    scenario = bench_scenario(label)
+    assert scenario.transfers and scenario.name == label and len(scenario.branches) == 4
+    agrees(scenario)
 
 
 @settings(max_examples=60, deadline=None)

@@ -240,7 +240,8 @@ class Ample:
     def describe(self) -> list[str]:
         if not self.enabled:
             return []
-        return ["partial-order (branch-local steps, launches on async"
+        where = "async with nic" if self.transfers else "async"    # in a transfer scenario kernels may order transfers
+        return [f"partial-order (branch-local steps, launches on {where}"
                 + (", settled completions" if self.completions else "") + ", explored alone)"]
 
     def __call__(self, state: State, transitions: list[Transition]) -> list[Transition]:

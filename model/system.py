@@ -136,12 +136,16 @@ class ProtocolModel(TransitionSystem):
     @property
     def reducible(self) -> Optional[ProtocolModel]:
         """Itself: its states are plain data the reductions read
-        (cowcheck.model.state); None for a transfer scenario, whose host
-        tier and transfers the reductions do not read yet (`irreducible`)."""
-        return None if self.scenario.transfers else self
+        (cowcheck.model.state), a transfer scenario's host tier included
+        (the compact encoding alone has no fields for it: `encodable`)."""
+        return self
 
-    irreducible = ("a transfer scenario: symmetry, partial-order reduction and the compact encoding do not read "
-                   "host blocks and transfers yet, so they are off")
+    @property
+    def encodable(self) -> bool:
+        """Whether the compact encoding (cowcheck.model.compact) can pack
+        its states: not a transfer scenario's, whose host tier, transfers
+        and reports it has no fields for (--compact is then ignored)."""
+        return not self.scenario.transfers
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
@@ -175,8 +179,8 @@ class ProtocolModel(TransitionSystem):
         of the successors that each set stands for, so that search stores
         the same states and rebuilds the same traces from far fewer
         successors. Any other search needs every choice: the model itself."""
-        if self.reuse != "any":
-            return self
+        if self.reuse != "any" or self.scenario.transfers:
+            return self         # a transfer scenario under `any` keeps block ids (cowcheck.model.reduce.symmetry)
         twin = copy.copy(self)
         twin.twins = True
         return twin

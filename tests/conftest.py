@@ -121,6 +121,50 @@ def cache_scenarios(**kwargs):
     return st.composite(_cache_scenarios)(**kwargs)
 
 
+#: the protocols a transfer scenario can run: kv-connector, its lazy form, and its four bug variants
+TRANSFER_PROTOCOLS = ("kv-connector", "kv-connector-lazy", "store-ahead", "load-over-in-flight", "free-at-abort",
+                      "host-key-at-store")
+
+
+def _transfer_scenarios(draw, most=2, longest=4):
+    """Random transfer scenarios (docs/semantics.md#transfers): cache
+    requests with appends, each perhaps a P/D consumer or producer, a host
+    tier of up to three blocks (at least one when no request has a role),
+    any transfer model, device and reuse order, faults and lease; and, half
+    the time, one request repeated (same prompt, program, `after` and
+    roles), so that request symmetry has something to do."""
+    from hypothesis import strategies as st
+    from cowcheck.model.scenario import scenario_from_dict
+    requests = cache_requests(draw, st, most=most, speculate=False, longest=longest)
+    for request in requests:
+        role = draw(st.sampled_from((None, "source", "sink")))
+        if role is not None:
+            request[role] = "remote"
+    if draw(st.booleans()):
+        requests.append(dict(requests[draw(st.integers(0, len(requests) - 1))]))
+    roles = any("source" in r or "sink" in r for r in requests)
+    B = draw(st.integers(1, 2))
+    largest = max(-(-len(r["prompt"]) // B) for r in requests)
+    data = {"cache": "prefix", "block_size": B, "branch": requests,
+            "protocol": draw(st.sampled_from(TRANSFER_PROTOCOLS)),
+            "host_pool": draw(st.integers(0 if roles else 1, 3)),
+            "transfer": draw(st.sampled_from(("stream", "own-stream", "own-stream-fenced", "nic"))),
+            "device": draw(st.sampled_from(("async", "stream", "streams"))),
+            "reuse": draw(st.sampled_from(("lifo", "fifo", "any"))),
+            "faults": draw(st.lists(st.sampled_from(("store", "load", "recv", "send")), unique=True, max_size=2)),
+            "lease": draw(st.booleans())}
+    pool = draw(st.one_of(st.none(), st.integers(largest, largest + 2)))
+    if pool is not None:
+        data["pool"] = pool
+    return scenario_from_dict(data, "<scenario>", SPECS / "protocols", "transfers")
+
+
+def transfer_scenarios(**kwargs):
+    """A hypothesis strategy of random transfer scenarios (see _transfer_scenarios)."""
+    from hypothesis import strategies as st
+    return st.composite(_transfer_scenarios)(**kwargs)
+
+
 def broken(result) -> dict[str, int]:
     return {k: v.length for k, v in result.verdicts.items() if v.holds is False}
 

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from cowcheck.engines import counterexample as trace
 from cowcheck import check
-from conftest import cache_scenarios, check_into, program_branches
+from conftest import cache_scenarios, check_into, program_branches, transfer_scenarios
 from cowcheck.traces.replay import replay
 from cowcheck.engines.explorer import Exploration, Explorer
-from cowcheck.engines.invariants import INVARIANTS, Judge
+from cowcheck.engines.invariants import INVARIANTS, Judge, for_system
 from cowcheck.model.action import DEVICE
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
@@ -26,14 +26,14 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import Protocol, builtin_names, protocol_from_dict
 from cowcheck.model.scenario import DEVICES, load_scenario, make_scenario, scenario_from_dict
 from cowcheck.model.reduce.symmetry import Symmetry
-from cowcheck.model.state import Block, Copy, Kernel, State, allocated
+from cowcheck.model.state import Block, Copy, HostBlock, Kernel, Move, Report, State, Tier, allocated, host_allocated
 from cowcheck.model.system import ProtocolModel
 
 
 def measures(result) -> tuple:
     x = result.exploration
     verdicts = {k: (v.holds, v.length) for k, v in result.verdicts.items()}
-    return verdicts, x.peak, x.cost_range, x.steady, x.hits_range
+    return verdicts, x.peak, x.cost_range, x.steady, x.hits_range, x.host_peak, x.transfers_range
 
 
 def with_copies(scenario, draw, copies: int = 2, least: int = 1):
@@ -151,38 +151,59 @@ def test_counterexamples_from_the_reduced_space_replay(scenario, tmp_path_factor
 
 
 def scramble(state, scenario, rnd):
-    """The same state under random names: blocks permuted, and branches of
-    equal programs permuted with their tokens (in a cache scenario, in keys
-    too)."""
+    """The same state under random names: blocks permuted (the free list
+    keeps its order; `any` reuse keeps it sorted), and branches of equal
+    programs permuted with their tokens (in a cache scenario, in keys too).
+    In a transfer scenario host blocks are permuted too (the host free list
+    keeps its order), and transfers in flight and pending reports renamed;
+    under `any` reuse it keeps block ids there, as symmetry does."""
+    sym = Symmetry(scenario)
     blocks = list(range(len(state.blocks)))
-    rnd.shuffle(blocks)                                   # blocks[old] = new
+    if sym.blocks_enabled:
+        rnd.shuffle(blocks)                                   # blocks[old] = new
+    tier = state.tier
+    hosts = list(range(len(tier.host) if tier is not None else 0))
+    if sym.blocks_enabled:
+        rnd.shuffle(hosts)
     order = list(range(len(state.branches)))              # order[new] = old
-    for members in Symmetry(scenario).classes:
+    for members in sym.classes:
         shuffled = list(members)
         rnd.shuffle(shuffled)
         for slot, old in zip(members, shuffled):
             order[slot] = old
     new_of = {old: new for new, old in enumerate(order)}
-    tokens = {}
-    for new, old in enumerate(order):
-        for a, b in zip(scenario.tokens(old), scenario.tokens(new)):
-            tokens[a] = b
-    m = blocks.__getitem__
+    tokens = {a: b for new, old in enumerate(order) for a, b in zip(scenario.tokens(old), scenario.tokens(new))}
+
+    def t(seq):
+        return tuple(tokens.get(x, x) for x in seq)
+
+    m, h = blocks.__getitem__, hosts.__getitem__
     new_blocks = [None] * len(blocks)
     for old, blk in enumerate(state.blocks):
-        key = None if blk.key is None else tuple(tokens.get(t, t) for t in blk.key)
-        new_blocks[m(old)] = Block(blk.refcount, blk.holds, tuple(tokens.get(t, t) for t in blk.slots), key)
+        new_blocks[m(old)] = Block(blk.refcount, blk.holds, t(blk.slots), None if blk.key is None else t(blk.key))
     branches = [state.branches[old] for old in order]
     branches = [b._replace(tail=None if b.tail is None else m(b.tail), new=None if b.new is None else m(b.new),
                            working=tuple(map(m, b.working)), published=tuple(map(m, b.published)),
-                           hits=tuple(map(m, b.hits)), seq=tuple(tokens.get(t, t) for t in b.seq)) for b in branches]
-    queue = tuple(Copy(m(q.src), m(q.dst), q.n) if type(q) is Copy else
+                           hits=tuple(map(m, b.hits)), loads=tuple(map(m, b.loads)), host_hits=tuple(map(h, b.host_hits)),
+                           seq=t(b.seq)) for b in branches]
+
+    def move(q: Move) -> Move:
+        return q._replace(owner=new_of[q.owner], block=m(q.block), host=None if q.host is None else h(q.host),
+                          key=None if q.key is None else t(q.key), tokens=t(q.tokens))
+
+    queue = tuple(Copy(m(q.src), m(q.dst), q.n) if type(q) is Copy else move(q) if type(q) is Move else
                   Kernel(new_of[q.branch], q.pos, tokens.get(q.token, q.token), tuple(map(m, q.snapshot)),
-                         tuple(tokens.get(t, t) for t in q.expected), q.span) for q in state.queue)
+                         t(q.expected), q.span) for q in state.queue)
     free = tuple(map(m, state.free))
     if scenario.reuse == "any":
         free = tuple(sorted(free))
-    return State(tuple(new_blocks), free, tuple(branches), queue)
+    new_tier = None
+    if tier is not None:
+        new_host = [None] * len(hosts)
+        for old, hb in enumerate(tier.host):
+            new_host[h(old)] = HostBlock(hb.pins, t(hb.slots), None if hb.key is None else t(hb.key))
+        new_tier = Tier(tuple(new_host), tuple(map(h, tier.free)), tuple(Report(move(r.move), r.ok) for r in tier.reports))
+    return State(tuple(new_blocks), free, tuple(branches), queue, None, new_tier)
 
 
 @st.composite
@@ -196,7 +217,8 @@ def many_branches(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(scenarios(), many_branches(), programs(), repeated_cache_scenarios(copies=4, most=2)),
+@given(st.one_of(scenarios(), many_branches(), programs(), repeated_cache_scenarios(copies=4, most=2),
+                 transfer_scenarios(most=3)),
        st.randoms(use_true_random=False))
 def test_representative_is_canonical(scenario, rnd):
     """Walk randomly; every state and any renaming of it get the same
@@ -227,7 +249,10 @@ def settled_search(scenario, symmetry: bool) -> Exploration:
     (not stopped at the first violation)."""
     model = ProtocolModel(scenario)
     orbits = Symmetry(scenario) if symmetry else None
-    return Explorer(model, INVARIANTS, gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+    # every invariant the check judges: a cache scenario's and a transfer scenario's too
+    return Explorer(model, for_system(INVARIANTS, model)[0], gauge=allocated, steady=model.is_steady, cost=model.is_copy_launch,
+                    host_gauge=host_allocated if scenario.transfers else None,
+                    moves=model.transfer_launches if scenario.transfers else None,
                     representative=orbits.representative if orbits else None, mirror=orbits.unmirrored if orbits else None,
                     ample=Ample(model, completions=True)).run()
 
@@ -240,7 +265,8 @@ def keeps_reachability(settled: Exploration, plain) -> None:
     assert set(settled.violations) <= {k for k, v in plain.verdicts.items() if v.holds is False}
     if not settled.violations:
         x = plain.exploration
-        assert (settled.peak, settled.cost_range, settled.steady) == (x.peak, x.cost_range, x.steady)
+        assert (settled.peak, settled.cost_range, settled.steady, settled.host_peak, settled.transfers_range) \
+            == (x.peak, x.cost_range, x.steady, x.host_peak, x.transfers_range)
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in HEAVY_SPECS else [], id=p.stem)
@@ -253,8 +279,8 @@ def test_every_shipped_scenario_agrees_with_and_without_reductions(path):
     assert plain.exploration.complete and reduced.exploration.complete and ordered.exploration.complete
     assert measures(reduced) == measures(plain)
     assert measures(ordered) == measures(plain)
-    # allocator code through the harness gets no reduction, nor does a transfer scenario
-    if scenario.allocator is None and not scenario.transfers:
+    # allocator code through the harness gets no reduction
+    if scenario.allocator is None:
         keeps_reachability(settled_search(scenario, symmetry=True), plain)
 
 
@@ -291,7 +317,8 @@ def _unordered(state: State, device: str) -> State:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(any_scenario, adversarial(), cache_scenarios(most=3), repeated_cache_scenarios(copies=2, most=2)),
+@given(st.one_of(any_scenario, adversarial(), cache_scenarios(most=3), repeated_cache_scenarios(copies=2, most=2),
+                 transfer_scenarios(most=3)),
        st.randoms(use_true_random=False))
 def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     """Walk randomly; wherever the reduction explores one step alone, that
@@ -309,7 +336,7 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
     unlocked = ProtocolModel(scenario)
     unlocked.exclusive = lambda state: None      # type: ignore[method-assign]
     ample = Ample(model, completions=True)
-    checks = Judge(INVARIANTS)
+    checks = Judge(for_system(INVARIANTS, model)[0])     # a cache and a transfer scenario's invariants too
 
     def judged(before, tr) -> list[str]:
         return sorted({inv for inv, _ in checks.action(model, before, tr)})
@@ -350,7 +377,7 @@ def test_an_ample_step_commutes_with_every_other_enabled_action(scenario, rnd):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
-@given(cache_scenarios(most=3), st.randoms(use_true_random=False))
+@given(st.one_of(cache_scenarios(most=3), transfer_scenarios(most=3)), st.randoms(use_true_random=False))
 def test_an_admission_lock_is_always_given_back(scenario, rnd):
     """Partial-order reduction keeps a step enabled in an ample set although
     another request's atomic admission may take the scheduler lock first:

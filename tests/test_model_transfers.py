@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from cowcheck.api import load_counterexample, replay
 from cowcheck.cli import main
 from cowcheck.engines.explicit import explore
+from cowcheck.engines.options import SearchOptions
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import scenario_from_dict
 
@@ -255,9 +256,22 @@ def test_the_engine_harness_refuses_transfer_keys():
         scenario_from_dict({**SCENARIOS["S1"], "allocator": "m:f"}, "s.toml", PROTOCOLS, "s")
 
 
-def test_reductions_are_off_for_transfer_scenarios_and_say_why():
-    result = explore(scenario_from_dict(SCENARIOS["S1"], "s", PROTOCOLS, "s"))
-    assert result.x.reductions == () and "a transfer scenario" in result.choice
+def test_transfer_scenarios_are_reduced_by_symmetry_and_by_partial_order_on_request():
+    """Symmetry renames blocks and host blocks by default; on the async
+    device under `nic` the default applies partial-order reduction with
+    settled completions, on the stream device it leaves it off (no
+    completion is settled) and says so, and --por applies it there
+    (tests/test_model_reduce_transfers.py checks that every reduction
+    reports what the unreduced search does)."""
+    scenario = scenario_from_dict(SCENARIOS["S1"], "s", PROTOCOLS, "s")     # async, nic
+    result = explore(scenario)
+    assert result.x.reductions[0] == "block-id symmetry" and "settled completions" in result.x.reductions[1]
+    assert "no violation" in result.choice
+    streamed = scenario_from_dict({**SCENARIOS["S1"], "device": "stream"}, "s", PROTOCOLS, "s")
+    result = explore(streamed)
+    assert result.x.reductions == ("block-id symmetry",) and "on the stream device" in result.choice
+    ordered = explore(streamed, SearchOptions(por=True))
+    assert ordered.x.reductions[1].startswith("partial-order")
 
 
 TRANSFER_FILES = sorted(p for p in (ROOT / "counterexamples").glob("*.json")

@@ -42,7 +42,7 @@ from cowcheck.bench.table import SCENARIOS, bench_scenario, selected
 #: the explicit choices and the default, as `SearchOptions.por`, with their labels
 MODES: tuple[tuple[str, Optional[bool]], ...] = (("default", None), ("--por", True), ("--no-por", False))
 #: protocols that hold, as branches grow: label -> (block size, prompt, branches, protocol)
-HOLDING: dict[str, tuple] = {
+HOLDING: dict[str, tuple | dict] = {
     **{f"cow B=4 L=6 {n}x{a}": (4, 6, [(a, False)] * n, "cow") for n, a in ((6, 1), (5, 2), (8, 1), (6, 2))},
     **{label: SCENARIOS[label] for label in ("cow beam B=4 L=6 a forks c", "cow speculate B=2 L=3 a: speculate 3",
                                              "prefix-cache B=2 4 requests, prompt 3", "prefix-cache B=2 warm cache, pool 6")},

@@ -20,7 +20,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cowcheck.model.scenario import Scenario, make_scenario
+from pathlib import Path
+
+from cowcheck.model.scenario import Scenario, make_scenario, scenario_from_dict
 
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.results import FORMAT, ExplicitResult
@@ -28,8 +30,33 @@ from cowcheck.engines.results import FORMAT, ExplicitResult
 from cowcheck.bench.child import in_child
 from cowcheck.bench.replay import replay_figures, replayable
 
-#: (label, block size, prompt, branches as (appends, may_cancel) or branch tables, protocol[, make_scenario's keywords])
-SCENARIOS: dict[str, tuple] = {
+def _transfer_rows() -> dict[str, dict]:
+    """DESIGN.md's transfer scenarios S1, S2 and S6 (B = 2, lifo) with one
+    more request, a copy of the last (two alike: request symmetry has a
+    class), as scenario tables (a file's keys: the transfer keys are none of
+    make_scenario's). S1 and S2 under their bug protocols on the stream
+    device and `own-stream`, as the section's table gives them; S6 under
+    kv-connector-lazy, which holds, on `async` with `nic`, where
+    partial-order reduction explores launches and settled completions alone."""
+    a3, x = {"prompt": 3}, {"prompt": ["x0", "x1", "x2"], "after": "a"}
+    c = {"prompt": 3, "after": "b"}
+    common = {"cache": "prefix", "block_size": 2, "reuse": "lifo"}
+    return {
+        "S1 store-ahead, c twice": {**common, "protocol": "store-ahead", "device": "stream", "transfer": "own-stream",
+                                    "pool": 2, "host_pool": 2, "branch": [a3, x, c, c]},
+        "S2 load-over-in-flight, c twice": {**common, "protocol": "load-over-in-flight", "device": "stream",
+                                            "transfer": "own-stream", "pool": 2, "host_pool": 2,
+                                            "branch": [a3, {**x, "appends": 1, "may_cancel": True}, c, c]},
+        "S6 kv-connector-lazy async nic, c twice": {
+            **common, "protocol": "kv-connector-lazy", "device": "async", "transfer": "nic", "pool": 3, "host_pool": 3,
+            "branch": [{"prompt": 3, "appends": 1, "may_cancel": True}, x,
+                       *[{"prompt": ["p0", "p1", "p2", "a1", "c0"], "after": "b"}] * 2]},
+    }
+
+
+#: (label, block size, prompt, branches as (appends, may_cancel) or branch tables, protocol[, make_scenario's
+#: keywords]); or a scenario table, as a scenario file gives it (the transfer rows)
+SCENARIOS: dict[str, tuple | dict] = {
     "cow B=4 L=6 3x2": (4, 6, [(2, False)] * 3, "cow"),
     "cow B=2 L=3 3x2, one may_cancel": (2, 3, [(2, False), (2, False), (2, True)], "cow"),
     "cow B=4 L=6 4x2": (4, 6, [(2, False)] * 4, "cow"),
@@ -47,6 +74,7 @@ SCENARIOS: dict[str, tuple] = {
                                                    {"prompt": ["p0", "p1", "r2"], "appends": 1, "after": "a"},
                                                    {"prompt": ["p0", "p1", "s2"], "appends": 1, "after": "b"}],
                                             "prefix-cache", {"cache": True, "pool": 6}),
+    **_transfer_rows(),
 }
 #: what shrinks the search: (symmetry, partial-order, compact encoding, fingerprints)
 NONE, SYMMETRY, POR, BOTH = (False, False, False, False), (True, False, False, False), (False, True, False, False), (True, True, False, False)
@@ -75,6 +103,7 @@ RUNS = (
     ("prefix-cache B=2 4 requests, prompt 3", SYMMETRY, False),
     ("prefix-cache B=2 warm cache, pool 6", NONE, False),
     ("prefix-cache B=2 warm cache, pool 6", SYMMETRY, False),
+    *((label, reductions, False) for label in _transfer_rows() for reductions in (NONE, SYMMETRY, POR, BOTH)),
 )
 #: (scenario, invariant, only with --full): BMC's time to a shortest
 #: violation, next to the explorer's for the same answer (--first)
@@ -105,10 +134,13 @@ def _label(reductions: tuple[bool, bool, bool, bool]) -> str:
     return " + ".join(parts) or "none"
 
 
-def bench_scenario(label: str, spec: tuple | None = None) -> Scenario:
+def bench_scenario(label: str, spec: tuple | dict | None = None) -> Scenario:
     """A benchmark scenario: `spec` (a SCENARIOS entry's shape), by default
     SCENARIOS[label], named `label`."""
-    B, L, branches, protocol, *keywords = spec or SCENARIOS[label]
+    spec = spec or SCENARIOS[label]
+    if isinstance(spec, dict):
+        return scenario_from_dict(spec, label, Path("."), label)
+    B, L, branches, protocol, *keywords = spec
     return make_scenario(B, L, branches, protocol, name=label, **(keywords[0] if keywords else {}))
 
 
@@ -259,7 +291,7 @@ def _end_to_end(label: str) -> dict:
     import tempfile
     from pathlib import Path
 
-    B, L, branches, protocol = SCENARIOS[label]
+    B, L, branches, protocol = cast(tuple, SCENARIOS[label])
     text = f'protocol = "{protocol}"\nblock_size = {B}\nprompt = {L}\n' + "".join(
         f"[[branch]]\nappends = {a}\nmay_cancel = {'true' if c else 'false'}\n" for a, c in branches)
     with tempfile.TemporaryDirectory() as folder:

@@ -161,7 +161,8 @@ class _Searches:
         if self.orbits is not None:
             assert reducible is not None
             self.model = model = reducible.up_to_block_ids()
-        self.encode = Compact(scenario).encode if options.compact and reducible is not None else None
+        self.encode = Compact(scenario).encode if options.compact and reducible is not None and reducible.encodable \
+            else None
         self.explored: list[Exploration] = []   # each search's result (not the search: what it stored may go)
         self.done: list[Search] = []
 

@@ -155,19 +155,64 @@ first can go on to break faithful-output, and that order may be pruned),
 so cowcheck.engines.explicit searches with completions first and, only if that
 search finds a violation, searches again without them for every verdict.
 The commutation test in tests/test_model_reduce.py checks these claims step
-by step, and the agreement tests check the outcome."""
+by step, and the agreement tests check the outcome.
+
+Transfers (docs/semantics.md#transfers). In a transfer scenario a block
+is reached three more ways: by a transfer in flight (its GPU block), by a
+pending report (which releases the holds on it) and by another request's
+`loads`. So *private* also asks that no transfer in flight and no pending
+report name the block and that it lie in no other request's `loads`; with
+that, every step above keeps its argument, since a transfer names only
+blocks of its owner's table (load, recv, store, send) or of the free list
+(store-free), which no other branch's private block is. Transfer
+completions and failures are device actions, `report` and `expire` host
+actions (enabled only while no request holds the scheduler lock); none of
+them is ever explored alone, and:
+
+- the steps that launch transfers (`load`, `recv`, `store`, `store-free`,
+  `store-keyed`, `send`) and `host-lookup` are never in an ample set: they
+  change the host tier (its free list, pins, evictions), the GPU free list
+  (store-free) and blocks other requests reach, and their launch order is
+  what the `stream` and `own-stream` lanes complete by;
+- `wait-transfers` is, once enabled, like `wait-kernel`: it changes only
+  the branch's step, only the branch's own steps launch what it waits for,
+  and a report or an expiry only ever enables it. It stays out where it
+  is a cancellation point (a `may_cancel` request) and where the step after
+  it takes the scheduler lock (kv-connector's admission), as any wait does;
+- launches (`write`, `prefill`, `copy`) count as unordered only where the
+  device and transfer models together order nothing (`async` with `nic`):
+  under `stream` and `own-stream-fenced` a kernel orders the local
+  transfers launched after it. There a launch also needs that no transfer
+  in flight name one of its blocks: a load's or recv's completion judges
+  exclusive-write by the kernels and copies in flight, so launching one
+  over its block would change that check (no later load or recv can come
+  to write them: they write their owner's fresh blocks). A `prefill` also
+  waits until its own loads and recvs are reported: a failed one's report
+  cuts `loads`, which the prefill reads;
+- settled completions: only copies and kernels (a transfer's completion is
+  never settled), with *stable* also asking that no load or recv in flight
+  write the block.
+
+Whether a transfer's completion could be settled (a load into a block its
+owner alone maps, with the owner parked at `wait-transfers`) was left out:
+its report, not its completion, is what the owner waits for, so the
+owner's wait would not pin down the completion's place among the others."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional
 
 
 from cowcheck.model.protocol import Step
 from cowcheck.model.stepkinds import LAUNCHES, LOCAL_STEPS, NEVER_BLOCKS, TRANSFER_STEPS, WAITS
-from cowcheck.model.state import Branch, Copy, InFlight, Kernel, State, Status, published_uses
+from cowcheck.model.state import Branch, Copy, InFlight, Kernel, Move, MoveKind, State, Status, published_uses
 from cowcheck.model.structure import Op
 from cowcheck.model.action import Transition, completion
 from cowcheck.model.system import ProtocolModel
+
+
+#: the transfers that write a GPU block (the others read theirs)
+_WRITES_GPU = (MoveKind.LOAD, MoveKind.RECV)
 
 
 class Ample:
@@ -182,15 +227,21 @@ class Ample:
         self.enabled = not structure.any_atomic or self.admission_lock
         self._locking = frozenset(structure.locking_places)
         self.may_cancel = tuple(spec.may_cancel for spec in model.scenario.branches)
-        self.local_steps = LOCAL_STEPS.union(LAUNCHES) if model.device.unordered else LOCAL_STEPS
+        #: a transfer scenario: its transfers and reports are read too (see "Transfers" above)
+        self.transfers = model.scenario.transfers
+        # the device and transfer models together: under own-stream-fenced or stream, kernels order local transfers
+        unordered = model.orders.unordered
+        local = LOCAL_STEPS | {"wait-transfers"} if self.transfers else LOCAL_STEPS
+        self.local_steps = local.union(LAUNCHES) if unordered else local
         #: settled device completions explored alone too: keeps only whether some violation is reachable
-        self.completions = completions and self.enabled and model.device.unordered \
+        self.completions = completions and self.enabled and unordered \
             and model.structure.copy_destinations <= {"new"}
 
     def describe(self) -> list[str]:
         if not self.enabled:
             return []
-        return ["partial-order (branch-local steps, launches on async"
+        where = "async with nic" if self.transfers else "async"    # in a transfer scenario kernels may order transfers
+        return [f"partial-order (branch-local steps, launches on {where}"
                 + (", settled completions" if self.completions else "") + ", explored alone)"]
 
     def __call__(self, state: State, transitions: list[Transition]) -> list[Transition]:
@@ -201,7 +252,8 @@ class Ample:
                 continue
             program = self.model.program(br)
             step = program[br.step]
-            if step.op not in self.local_steps or (step.op == "wait-kernel" and br.op is Op.APPEND and self.may_cancel[i]):
+            if step.op not in self.local_steps or (step.op == "wait-kernel" and br.op is Op.APPEND and self.may_cancel[i]) \
+                    or (step.op == "wait-transfers" and self.may_cancel[i]):
                 continue
             if self.admission_lock and br.step + 1 < len(program) \
                     and (br.op, br.path, br.step + 1) in self._locking and (br.op, br.path, br.step) not in self._locking:
@@ -224,10 +276,10 @@ class Ample:
         """Whether branch i's next step meets its condition in the module
         docstring."""
         op = step.op
-        if op in TRANSFER_STEPS:    # never explored alone (a transfer scenario has no reduction at all)
-            return False
-        if op == "wait-kernel":
+        if op == "wait-kernel" or op == "wait-transfers":
             return True
+        if op in TRANSFER_STEPS:    # launches into the shared host tier, the GPU free list or other requests' reach
+            return False
         if op == "publish":
             return all(_private(state, i, b) for b in set(br.working) ^ set(br.published))
         if op in ("wait-copy", "append"):
@@ -241,12 +293,14 @@ class Ample:
             return False     # the exclusive-write check skips its own branch's tables, not its kernels
         uses = _uses(br, B)
         if op == "write":
-            return len(br.published) > br.pos // B and all(b in uses or _private(state, i, b) for b in br.published)
+            return len(br.published) > br.pos // B and all(b in uses or _private(state, i, b) for b in br.published) \
+                and _untransferred(state, br.published)
         if op == "prefill":     # the positions past the hits, through the published table, like a write
             last = len(self.model.requests[i].prompt) - 1
-            return len(br.published) > last // B and all(b in uses or _private(state, i, b) for b in br.published)
+            return len(br.published) > last // B and all(b in uses or _private(state, i, b) for b in br.published) \
+                and _untransferred(state, br.published) and not (self.transfers and _filling(state, i))
         x, y = (_bound(br, name) for name in step.args)      # copy / copy-block
-        return _private(state, i, y) and (x in uses or _private(state, i, x))
+        return _private(state, i, y) and (x in uses or _private(state, i, x)) and _untransferred(state, (x, y))
 
     def _settled(self, state: State, op: InFlight) -> bool:
         """Whether an in-flight op meets the conditions for completions in
@@ -260,7 +314,8 @@ class Ample:
                 return False
             br = state.branches[owner]
             return op.src in _uses(br, B) and _stable(state, owner, op.src, op) and _private(state, owner, op.dst, op)
-        assert type(op) is Kernel       # no transfers: the reductions are off for them
+        if type(op) is Move:
+            return False        # a transfer's completion is never settled (see "Transfers" above)
         owner, br = op.branch, state.branches[op.branch]
         if br.status is not Status.RUNNING or br.op is None or self.may_cancel[owner] \
                 or program(br)[br.step].op != "wait-kernel" \
@@ -284,6 +339,8 @@ def _stable(state: State, owner: int, b: int, op: InFlight) -> bool:
         return False
     if any(type(q) is Copy and q.dst == b and q is not op for q in state.queue):
         return False
+    if any(type(q) is Move and q.block == b and q.kind in _WRITES_GPU for q in state.queue):
+        return False        # a load or recv in flight writes it
     return all(j == owner or other.new != b for j, other in enumerate(state.branches))
 
 
@@ -315,7 +372,8 @@ def _private(state: State, i: int, b: int | None, but: Optional[InFlight] = None
     if b is None or b in state.free or state.blocks[b].key is not None:
         return False     # None: an unbound local; the step will raise, let it do so unreduced
     for j, other in enumerate(state.branches):
-        if j != i and (b == other.tail or b == other.new or b in other.working or b in other.published or b in other.hits):
+        if j != i and (b == other.tail or b == other.new or b in other.working or b in other.published or b in other.hits
+                       or b in other.loads):
             return False
     for op in state.queue:
         if op is but:
@@ -323,8 +381,32 @@ def _private(state: State, i: int, b: int | None, but: Optional[InFlight] = None
         if type(op) is Copy:
             if b == op.src or b == op.dst:
                 return False
-        else:
-            assert type(op) is Kernel   # no transfers: the reductions are off for them
+        elif type(op) is Kernel:
             if b in op.snapshot:
                 return False
-    return True
+        elif b == op.block:
+            return False
+    tier = state.tier
+    return tier is None or all(r.move.block != b for r in tier.reports)
+
+
+def _untransferred(state: State, blocks: Iterable[Optional[int]]) -> bool:
+    """No transfer in flight names any of `blocks` (a launch's): a load's or
+    recv's completion judges exclusive-write by the kernels and copies in
+    flight, so launching one over a transfer's block changes that check.
+    No later transfer can come to name them while the branch stays put:
+    loads and recvs write their owner's fresh blocks, and stores and sends
+    read blocks whose completion checks do not look at the launch."""
+    if state.tier is None:
+        return True
+    names = set(blocks)
+    return not any(type(op) is Move and op.block in names for op in state.queue)
+
+
+def _filling(state: State, i: int) -> bool:
+    """Whether request i has a load or recv in flight or its report
+    pending: a failed one's report cuts its `loads`, which its prefill reads."""
+    tier = state.tier
+    assert tier is not None
+    return any(type(op) is Move and op.owner == i and op.kind in _WRITES_GPU for op in state.queue) \
+        or any(r.move.owner == i and r.move.kind in _WRITES_GPU for r in tier.reports)

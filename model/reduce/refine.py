@@ -214,7 +214,7 @@ class _Context:
                     out.add(op.src)
                     out.add(op.dst)
                 else:
-                    assert type(op) is Kernel   # no transfers: the reductions are off for them
+                    assert type(op) is Kernel   # no transfers: the refined representative is not used with them
                     out.update(op.snapshot)
             self._queued = out
         return self._queued
@@ -267,7 +267,7 @@ class _Context:
                 queued.setdefault(op.src, []).append((q, 0))
                 queued.setdefault(op.dst, []).append((q, 1))
             else:
-                assert type(op) is Kernel       # no transfers: the reductions are off for them
+                assert type(op) is Kernel       # no transfers: the refined representative is not used with them
                 for j, b in enumerate(op.snapshot):
                     queued.setdefault(b, []).append((q, 2, j))
         free = self.free.get

@@ -10,13 +10,16 @@ candidates; it chooses no order itself and reads no signature, so it
 imports no other part of the reduction. `Relabelling` is a mixin of
 `Symmetry`, reading the scenario's tokens (`own`), `identity`, whether
 blocks carry keys (`keys`) and reuse policy (`sort_free`) that `Symmetry.__init__` sets, and keeping the
-token renaming per branch order (`RENAMINGS` of them)."""
+token renaming per branch order (`RENAMINGS` of them). In a transfer
+scenario the host tier is renamed along: host blocks numbered as blocks
+are (`_host_numbering`), the transfers in flight and the pending reports
+with their blocks, owners and tokens."""
 
 from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from cowcheck.model.state import Block, Branch, Copy, InFlight, Kernel, State
+from cowcheck.model.state import Block, Branch, Copy, HostBlock, InFlight, Kernel, Move, Report, State, Tier
 
 #: hot loops build states with tuple.__new__: the named tuples' own __new__
 #: is a Python function, and these are the very same objects
@@ -58,8 +61,18 @@ class Relabelling:
         size = len(blocks)
         identity = self._ranges(size)
         inv = self._numbering(state, order, tokens) if self.blocks_enabled else identity
-        if not moved and inv == identity:
+        tier = state.tier
+        # a transfer scenario's host blocks are numbered as GPU blocks are (`_host_numbering`)
+        host_inv = None if tier is None or not self.blocks_enabled else self._host_numbering(state, order, tokens)
+        if host_inv is not None and host_inv == self._ranges(len(host_inv)):
+            host_inv = None
+        if not moved and inv == identity and host_inv is None:
             return state
+        hm: Optional[list[int]] = None      # old host block -> new, where any moves
+        if host_inv is not None:
+            hm = [0] * len(host_inv)
+            for position, old in enumerate(host_inv):
+                hm[old] = position
 
         same_ids = inv == identity
         if same_ids:
@@ -90,36 +103,42 @@ class Relabelling:
             status, pos, done, op, path, step, tail, new, working, published, writes, seq, rejected, verified, hits, host_hits, loads = br
             # its sequence holds tokens to rename only if it moved and has written
             rename_seq = tokens is not None and new_index != old and writes != 0
+            new_host_hits = host_hits if hm is None or not host_hits else tuple(map(hm.__getitem__, host_hits))
             if same_ids:
-                if not rename_seq:
+                if not rename_seq and new_host_hits == host_hits:
                     new_branches.append(br)
                     continue
-                new_working, new_published, new_tail, new_new, new_hits = working, published, tail, new, hits
+                new_working, new_published, new_tail, new_new, new_hits, new_loads = working, published, tail, new, hits, loads
             else:
                 new_hits = tuple(map(m, hits)) if hits else hits
                 new_working = tuple(map(m, working))
                 new_published = new_working if published == working else tuple(map(m, published))
                 new_tail = None if tail is None else mapping[tail]
                 new_new = None if new is None else mapping[new]
+                new_loads = tuple(map(m, loads)) if loads else loads
             if rename_seq:
                 assert tokens is not None
                 renamed_seq = tuple(map(tokens.get, seq, seq))
                 if renamed_seq != seq:
                     seq = renamed_seq
-                    new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
-                                                      new_working, new_published, writes, seq, rejected, verified, new_hits, host_hits, loads)))
+                    new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new, new_working,
+                                                      new_published, writes, seq, rejected, verified, new_hits,
+                                                      new_host_hits, new_loads)))
                     continue
-            if new_working == working and new_published == published and new_tail == tail and new_new == new and new_hits == hits:
+            if new_working == working and new_published == published and new_tail == tail and new_new == new \
+                    and new_hits == hits and new_host_hits == host_hits and new_loads == loads:
                 new_branches.append(br)
                 continue
-            new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new,
-                                              new_working, new_published, writes, seq, rejected, verified, new_hits, host_hits, loads)))
+            new_branches.append(_new(Branch, (status, pos, done, op, path, step, new_tail, new_new, new_working,
+                                              new_published, writes, seq, rejected, verified, new_hits, new_host_hits,
+                                              new_loads)))
         queue: list[InFlight] = []
         for inflight in state.queue:
             if type(inflight) is Copy:
                 queue.append(_new(Copy, (mapping[inflight.src], mapping[inflight.dst], inflight.n)))
+            elif type(inflight) is Move:
+                queue.append(_renamed_move(inflight, mapping, hm, new_of, tokens))
             else:
-                assert type(inflight) is Kernel     # no transfers: the reductions are off for them
                 branch, pos, token, snapshot, expected, span = inflight
                 if tokens is not None and new_of[branch] != branch:
                     token, expected = tokens.get(token, token), tuple(map(tokens.get, expected, expected))
@@ -132,7 +151,9 @@ class Relabelling:
             if self.sort_free:
                 free = tuple(sorted(free))
             new_blocks_tuple = tuple(new_blocks)
-        return _new(State, (new_blocks_tuple, free, tuple(new_branches), tuple(queue), state.code, state.tier))
+        if tier is not None:
+            tier = _renamed_tier(tier, host_inv, hm, mapping, new_of, tokens)
+        return _new(State, (new_blocks_tuple, free, tuple(new_branches), tuple(queue), state.code, tier))
 
     _range_cache: dict[int, list[int]] = {}
 
@@ -187,13 +208,17 @@ class Relabelling:
             seq.append(br.tail)
             seq.append(br.new)
             seq += br.hits
+            seq += br.loads
         for op in state.queue:
             if type(op) is Copy:
                 seq.append(op.src)
                 seq.append(op.dst)
+            elif type(op) is Move:
+                seq.append(op.block)
             else:
-                assert type(op) is Kernel           # no transfers: the reductions are off for them
                 seq += op.snapshot
+        if state.tier is not None:      # blocks a pending report still releases
+            seq += [report.move.block for report in state.tier.reports]
         first = dict.fromkeys(seq)
         first.pop(None, None)
         size = len(state.blocks)
@@ -208,6 +233,42 @@ class Relabelling:
                 return list(first)      # type: ignore[arg-type]
             first = dict.fromkeys(list(first)[:numbered])
         return self._number_unreferenced(state, first, tokens)  # type: ignore[arg-type]
+
+    def _host_numbering(self, state: State, order: list[int], tokens: Optional[dict[str, str]]) -> list[int]:
+        """new host block id -> old id, in a transfer scenario: host blocks
+        in order of first appearance (host hits in the new branch order,
+        then the transfers in flight, then the pending reports), then the
+        allocated ones no one references (ordered by contents), then the
+        host free list in its order. That order is kept, never sorted: the
+        host free list is lifo whatever `reuse` says, so its order decides
+        which host block the next store takes."""
+        tier = state.tier
+        assert tier is not None
+        branches = state.branches
+        seq: list[Optional[int]] = []
+        for br in map(branches.__getitem__, order):
+            seq += br.host_hits
+        for op in state.queue:
+            if type(op) is Move:
+                seq.append(op.host)
+        seq += [report.move.host for report in tier.reports]
+        first = dict.fromkeys(seq)
+        first.pop(None, None)
+        size, free = len(tier.host), tier.free
+        if len(first) + len(free) < size:       # some allocated host block no one references
+            host = tier.host
+            get = None if tokens is None else tokens.get
+
+            def contents(h: int) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
+                pins, slots, key = host[h]
+                if get is not None:
+                    slots, key = tuple(map(get, slots, slots)), None if key is None else tuple(map(get, key, key))  # type: ignore[arg-type]  # get(None, None) is None
+                return pins, tuple(t or "" for t in slots), key or ()
+
+            unreferenced: list[int] = sorted((h for h in range(size) if h not in first and h not in free), key=contents)
+            first.update(dict.fromkeys(unreferenced))
+        first.update(dict.fromkeys(free))
+        return list(first)      # type: ignore[arg-type]  # None was popped
 
     def _number_unreferenced(self, state: State, first: dict[int, None], tokens: Optional[dict[str, str]]) -> list[int]:
         """`first` (the blocks in order of first appearance) followed by the
@@ -237,6 +298,45 @@ class Relabelling:
             unnumbered_free.sort(key=contents)
         first.update(dict.fromkeys(unnumbered_free))
         return list(first)
+
+def _renamed_move(op: Move, mapping: list[int], hm: Optional[list[int]], new_of: list[int],
+                  tokens: Optional[dict[str, str]]) -> Move:
+    """A transfer in flight (or reported) under a renaming: its GPU block,
+    host block, owner, and the tokens of its key and data."""
+    kind, owner, block, host, entry, key, data, reported = op
+    if tokens is not None:
+        get = tokens.get
+        if key is not None:
+            key = tuple(map(get, key, key))
+        data = tuple(map(get, data, data))
+    if host is not None and hm is not None:
+        host = hm[host]
+    return _new(Move, (kind, new_of[owner], mapping[block], host, entry, key, data, reported))
+
+
+def _renamed_tier(tier: Tier, host_inv: Optional[list[int]], hm: Optional[list[int]], mapping: list[int],
+                  new_of: list[int], tokens: Optional[dict[str, str]]) -> Tier:
+    """A transfer scenario's host tier under a renaming: host blocks put in
+    the new numbering (their slots and keys renamed), the host free list
+    renamed in its order, the pending reports' transfers renamed."""
+    host = tier.host if host_inv is None else tuple(map(tier.host.__getitem__, host_inv))
+    if tokens is not None:
+        renamed = tokens.keys()
+        get = tokens.get
+        out = []
+        for hb in host:
+            pins, slots, key = hb
+            in_slots = not renamed.isdisjoint(slots)
+            in_key = key is not None and not renamed.isdisjoint(key)
+            if in_slots or in_key:
+                hb = _new(HostBlock, (pins, tuple(map(get, slots, slots)) if in_slots else slots,  # type: ignore[arg-type]  # get(None, None) is None
+                                      tuple(map(get, key, key)) if in_key else key))  # type: ignore[arg-type]
+            out.append(hb)
+        host = tuple(out)
+    free = tier.free if hm is None else tuple(map(hm.__getitem__, tier.free))
+    reports = tuple(_new(Report, (_renamed_move(r.move, mapping, hm, new_of, tokens), r.ok)) for r in tier.reports)
+    return _new(Tier, (host, free, reports))
+
 
 def _least(candidates: Iterable[State]) -> State:
     """`min(candidates, key=repr)` (the first least in iteration order),

@@ -21,7 +21,7 @@ from cowcheck.model.state import Block, Branch, Copy, InFlight, Kernel, State, S
 Shape = tuple[int, int, int, bool]
 #: a branch as `_local` sees it
 Local = tuple[Status, int, int, str, str, int, int, Union[Shape, tuple[int]], bool, tuple[Shape, ...], tuple[Shape, ...],
-              int]
+              int, int, int]
 #: a branch as `Symmetry._signatures` sees it: that, and its kernels' positions
 Signature = tuple[Local, tuple[int, ...]]
 
@@ -63,7 +63,7 @@ class Signatures:
             if type(op) is Kernel:
                 out[op.branch] = out.get(op.branch, ()) + (q, op.pos)
             else:
-                assert type(op) is Copy         # no transfers: the reductions are off for them
+                assert type(op) is Copy         # no transfers: the refined representative is not used with them
                 into[op.dst] = into.get(op.dst, ()) + (q, -1)
         if into:
             for i, br in enumerate(state.branches):
@@ -103,9 +103,9 @@ def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ..
     """Branch `br` as a signature sees it, but for its kernels, naming no
     block and no branch: status, pos, done, op, path, step, where its tail
     is in its table, the shapes (refcount, holds, filled slots, keyed) of
-    the blocks it maps, and how many hits it holds (an admission's); with
-    the ids and objects of the blocks read."""
-    status, pos, done, op, path, step, tail, new, working, published, _, _, _, _, hits, _, _ = br
+    the blocks it maps, and how many hits, host hits and loads it holds
+    (an admission's); with the ids and objects of the blocks read."""
+    status, pos, done, op, path, step, tail, new, working, published, _, _, _, _, hits, host_hits, loads = br
     reads = working + published if new is None else working + published + (new,)
     held = tuple(map(blocks.__getitem__, reads))
     shapes = list(map(_shape, held))
@@ -115,7 +115,7 @@ def _local(br: Branch, blocks: tuple[Block, ...]) -> tuple[Branch, tuple[int, ..
     local = (status, pos, done, op or "", path or "", step,
              -1 if tail is None else working.index(tail) if tail in working else -2,
              (-1,) if new is None else shapes[-1],
-             same, mapped, mapped if same else tuple(shapes[n:n + len(published)]), len(hits))
+             same, mapped, mapped if same else tuple(shapes[n:n + len(published)]), len(hits), len(host_hits), len(loads))
     return br, reads, held, local, blocks
 
 

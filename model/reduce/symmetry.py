@@ -27,6 +27,13 @@ Two kinds of renaming are symmetries of the transition system:
 - Block ids are names too: nothing in the model compares ids, except the free
   list's order, which a renaming carries along (and which `any` reuse keeps
   sorted, so there it is re-sorted).
+- In a transfer scenario host block ids are names as well, and the host
+  free list's order (lifo, whatever `reuse` says) is carried along like
+  the GPU list's under `lifo`; the transfers in flight and the pending
+  reports are renamed with their blocks, host blocks, owners and tokens.
+  Requests are interchanged only with the same `source` and `sink`. Under
+  `any` reuse block ids are kept (`_block_ids`): `store-free` reads the
+  sorted free list in its order.
 
 The representative sorts each class of interchangeable branches by a
 signature of its local state, then numbers blocks in order of first
@@ -77,7 +84,9 @@ class Symmetry(Refinement):
     CACHE = 1 << 15
 
     def __init__(self, scenario: Scenario, branches: bool = True, blocks: bool = True):
-        self.blocks_enabled = blocks
+        # `store-free` reads the GPU free list in its order, which `any` reuse
+        # keeps sorted by id: there block ids are not names (`_block_ids`)
+        self.blocks_enabled = blocks and _block_ids(scenario)
         self.sort_free = scenario.reuse == "any"
         self.names = [scenario.branch_name(i) for i in range(len(scenario.branches))]
         # tokens each branch owns, for renaming: own[i][k-1] = f"{name_i}{k}"
@@ -85,8 +94,10 @@ class Symmetry(Refinement):
         self.classes = [tuple(g) for g in _groups(scenario, self.own) if len(g) > 1] if branches else []
         # each class with the positions of its members
         self._members = [(members, range(len(members))) for members in self.classes]
-        #: the old definition (every tied order) where it is cheap, else the refined one
-        self.exhaustive = all(len(c) <= 3 for c in self.classes)
+        #: the old definition (every tied order) where it is cheap, else the
+        #: refined one; always the old one in a transfer scenario, whose
+        #: anchors and twins would have to read the host tier too
+        self.exhaustive = all(len(c) <= 3 for c in self.classes) or scenario.transfers
         self.identity = list(range(len(scenario.branches)))
         #: per branch: plain (a root that only appends: its sequence is its prompt and its first writes)
         self.plain = [spec.plain for spec in scenario.branches]
@@ -199,7 +210,9 @@ def _groups(scenario: Scenario, own: list[tuple[str, ...]]) -> list[list[int]]:
     request is `after` it (its status gates that admission); requests of one
     group have the same program, prompt and `after`, which is then no member
     of a class, so every renaming of a group fixes every prompt and every
-    `after` (docs/explanation/reductions.md#symmetry)."""
+    `after` (docs/explanation/reductions.md#symmetry). In a transfer
+    scenario a P/D consumer (`source`) or producer (`sink`) is interchanged
+    only with requests of the same roles."""
     groups: dict[tuple[object, ...], list[int]] = {}
     named = frozenset(scenario.prompt_tokens) if scenario.cache else frozenset()
     waited_on = {spec.after for spec in scenario.branches} if scenario.cache else set()
@@ -207,10 +220,19 @@ def _groups(scenario: Scenario, own: list[tuple[str, ...]]) -> list[list[int]]:
         if scenario.cache:
             if spec.parent is not None or i in waited_on or not named.isdisjoint(own[i]):
                 continue
-            groups.setdefault((spec.program, spec.may_cancel, scenario.prompt_of(i), spec.after), []).append(i)
+            groups.setdefault((spec.program, spec.may_cancel, scenario.prompt_of(i), spec.after, spec.source,
+                               spec.sink), []).append(i)
         elif spec.plain:
             groups.setdefault((spec.appends, spec.may_cancel), []).append(i)
     return list(groups.values())
+
+
+def _block_ids(scenario: Scenario) -> bool:
+    """Whether renaming GPU block ids is a symmetry: everywhere but in a
+    transfer scenario under `any` reuse, where `store-free` stores the free
+    list's keyed blocks in its order (sorted by id), so which keys reach a
+    host tier that runs out depends on the ids."""
+    return not (scenario.transfers and scenario.reuse == "any")
 
 
 #: no actor skipped

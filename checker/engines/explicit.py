@@ -26,7 +26,7 @@ and transition counts, and the time, may differ."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
@@ -76,8 +76,24 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     else:
         staged = _without(searches, invariants, f"{'--por: not applied' if options.por else 'auto: without'} "
                                                 f"partial-order reduction: {unused}")
-    x, shortest = staged.main.result, staged.shortest
+    x = staged.main.result
     x.seconds = searches.seconds
+    where = _hung(staged) if x.stop is not None and x.stop.kind is StopKind.CALL_DEADLINE else None
+    return report(scenario, model, invariants, unsupported, x, staged.shortest, staged.peak, where,
+                  searches=tuple(searches.done), partial_order=options.por_asked, choice=staged.why)
+
+
+def report(scenario: Scenario, model: TransitionSystem, invariants: tuple[Invariant, ...], unsupported: dict,
+           x: Exploration, shortest: Any, peak_search: Any, where: Optional[tuple[Any, Hung]] = None, *,
+           searches: tuple[Search, ...] = (), partial_order: str = "off", choice: str = "",
+           kind: type[ExplicitResult] = ExplicitResult) -> ExplicitResult:
+    """A search's verdicts, counterexamples and figures as a result: `x`
+    its figures, `shortest` what rebuilds each violation's trace
+    (`trace_of`), `peak_search` the peak state's (`path_to`), `where` a
+    call that did not return and the search it stopped. Any engine that
+    rebuilds its traces on the model reports through it (the explorer,
+    the frontier engine)."""
+    harness = model.adapter is not None
     init = model.init_state()
     code = model.code
     verdicts = {}
@@ -105,19 +121,17 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     for inv_id, why in unsupported.items():
         verdicts[inv_id] = Verdict(inv_id, Kind(why[0]), Outcome.UNSUPPORTED, note=why[1])
     peak = None
-    peak_state = staged.peak.result.peak_state
+    peak_state = peak_search.result.peak_state
     if peak_state is not None:
-        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: staged.peak.path_to(peak_state)), peak=x.peak,
+        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: peak_search.path_to(peak_state)), peak=x.peak,
                                        allocator_code=code)
     hung = None
-    where = _hung(staged) if x.stop is not None and x.stop.kind is StopKind.CALL_DEADLINE else None
     if where is not None:
         search, call = where
         hung = Counterexample.from_run(scenario, init, rebuilt(lambda: search.path_to(call.state_id)), call=call.call,
                                        deadline=call.seconds, allocator_code=code)
-    return ExplicitResult(scenario, verdicts, x.complete, x.stop, x.seconds, allocator_code=code, exploration=x, peak_trace=peak,
-                          deadline_trace=hung, searches=tuple(searches.done), partial_order=options.por_asked,
-                          choice=staged.why)
+    return kind(scenario, verdicts, x.complete, x.stop, x.seconds, allocator_code=code, exploration=x, peak_trace=peak,
+                deadline_trace=hung, searches=searches, partial_order=partial_order, choice=choice)
 
 
 def _hung(staged: _Staged) -> Optional[tuple[Explorer, Hung]]:

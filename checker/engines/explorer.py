@@ -557,17 +557,24 @@ class Explorer:
     def trace_of(self, violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
         """A concrete shortest trace for a violation and the witness judged on
         it (block and branch names as in the trace, not as stored)."""
-        path = self.path_to(violation.state_id)
-        state = path[-1][1] if path else self.model.init_state()
-        judge = Judge(tuple(inv for inv in self.invariants if inv.id == violation.invariant))
-        if violation.action is None:
-            trs = self.model.successors(state)
-            witness = next(w for _, w in judge.state(self.model, state, self.model.is_final(state), not trs))
-            return path, witness
-        for tr in self.model.successors(state):
-            for _, witness in judge.action(self.model, state, tr):
-                return path + [(tr.action, tr.state)], witness
-        raise AssertionError(f"no action breaks {violation.invariant} from the stored state")
+        return trace_for(self.model, self.invariants, self.path_to(violation.state_id), violation)
+
+
+def trace_for(model: TransitionSystem, invariants: tuple[Invariant, ...], path: list[tuple[Any, Any]],
+              violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
+    """A violation's trace from the path to its stored state (any engine's
+    search that rebuilds paths on the model), and its witness: the state's,
+    or the first action out of it that breaks the invariant."""
+    state = path[-1][1] if path else model.init_state()
+    judge = Judge(tuple(inv for inv in invariants if inv.id == violation.invariant))
+    if violation.action is None:
+        trs = model.successors(state)
+        witness = next(w for _, w in judge.state(model, state, model.is_final(state), not trs))
+        return path, witness
+    for tr in model.successors(state):
+        for _, witness in judge.action(model, state, tr):
+            return path + [(tr.action, tr.state)], witness
+    raise AssertionError(f"no action breaks {violation.invariant} from the stored state")
 
 
 class NotRebuilt(RuntimeError):

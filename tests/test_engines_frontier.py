@@ -1,0 +1,95 @@
+"""The frontier engine (cowcheck.engines.frontier) agrees exactly with the
+explicit engine without reductions: states, transitions, depth, verdicts,
+shortest lengths, peak, copies and the steady count, on every shipped
+scenario it covers and on random ones; its counterexamples replay; what it
+does not cover it refuses in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+from cowcheck import check
+from cowcheck.engines.rows import refusal
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import builtin_names
+from cowcheck.model.scenario import load_scenario, make_scenario
+from cowcheck.traces.replay import replay
+
+from tests.test_engines_random import scenarios
+
+SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
+#: covered scenarios whose explicit search takes seconds
+SLOW = {"cow-three-writers", "holds-three-writers", "cow-full-prompt", "sampling-cow"}
+
+
+def figures(result) -> dict:
+    x = result.exploration
+    return {"states": x.states, "transitions": x.transitions, "depth": x.depth, "peak": x.peak, "copies": x.cost_range,
+            "steady": x.steady, "complete": x.complete,
+            "verdicts": {k: (str(v.outcome), v.length) for k, v in result.verdicts.items()}}
+
+
+def agree(scenario, **limits) -> None:
+    explicit = check(scenario, symmetry=False, por=False, **limits)
+    frontier = check(scenario, engine="frontier", **limits)
+    assert figures(frontier) == figures(explicit)
+    assert frontier.summary == explicit.summary
+    assert frontier.to_json()["engine"] == "frontier"
+    for verdict in frontier.verdicts.values():
+        if verdict.counterexample is not None:
+            replayed = replay(verdict.counterexample)
+            assert replayed.ok, replayed.message
+            assert verdict.counterexample.length == verdict.length
+    if frontier.peak_trace is not None:
+        assert frontier.peak_trace.length == explicit.peak_trace.length
+
+
+def covered() -> list:
+    out = []
+    for path in sorted(SPECS.glob("*.toml")):
+        if refusal(load_scenario(path)) is None:
+            marks = [pytest.mark.slow] if path.stem in SLOW else []
+            out.append(pytest.param(path, id=path.stem, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("path", covered())
+def test_agrees_on_shipped_scenarios(path):
+    agree(load_scenario(path))
+
+
+def test_covers_the_append_only_scenarios():
+    assert len(covered()) >= 15
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_appends=2))
+def test_agrees_on_random_scenarios(scenario):
+    assume(refusal(scenario) is None)
+    bound = check(scenario, max_states=3_000, symmetry=False, por=False)
+    assume(bound.exploration.complete)
+    agree(scenario)
+
+
+def test_max_states_is_a_partial_result():
+    scenario = make_scenario(2, 3, [(2, False), (2, False)], "cow")
+    partial = check(scenario, engine="frontier", max_states=50)
+    assert not partial.complete and partial.exploration.states == 50
+    assert partial.exploration.stop.kind.name == "STATES"
+
+
+def test_max_memory_stops_with_a_partial_result():
+    scenario = make_scenario(2, 3, [(2, True), (2, False), (1, False)], "cow")
+    partial = check(scenario, engine="frontier", max_memory_mib=1)
+    assert not partial.complete and partial.exploration.stop.kind.name == "MEMORY"
+
+
+def test_refuses_what_it_does_not_cover_in_one_line():
+    with pytest.raises(SpecError) as refused:
+        check(SPECS / "fork-share-first.toml", engine="frontier")
+    assert "branch programs are not supported yet" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(SpecError, match="reuse"):
+        check(make_scenario(2, 3, [(1, False)], "cow", reuse="any"), engine="frontier")

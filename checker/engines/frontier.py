@@ -33,7 +33,7 @@ from cowcheck.engines.explicit import report
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.results import FrontierResult, Search
 from cowcheck.engines.options import SearchOptions
-from cowcheck.engines.rows import CANCELLED, COPY, DTYPE, FINISHED, KERNEL, RUNNING, Layout, refusal
+from cowcheck.engines.rows import CANCELLED, COPY, FINISHED, KERNEL, RUNNING, Layout, dtype_for, refusal
 from cowcheck.engines.stop import Stop, StopKind, interrupted
 
 #: frontier rows expanded at once: bounds the memory of one batch of successors
@@ -89,13 +89,15 @@ class Frontier:
         self.invariants, self.options, self.xp, self.progress = invariants, options, xp, progress
         self.wanted = frozenset(inv.id for inv in invariants)
         self.lay = lay = Layout.of(self.scenario)
-        self.width = -(-lay.width // 4) * 4            # whole 64-bit words, for the hash
+        self.dtype = dtype_for(lay)
+        per_word = 8 // np.dtype(self.dtype).itemsize
+        self.width = -(-lay.width // per_word) * per_word      # whole 64-bit words, for the hash
         self.reuse_lifo = self.scenario.reuse == "lifo"
         self.device = self.scenario.device
         self.max_memory = memory_bound(options.max_memory_mib)
         rng = np.random.default_rng(0x5EED)
-        self.coef = xp.asarray(rng.integers(1, 2 ** 63, size=self.width // 4, dtype=np.uint64) * 2 + 1)
-        self.rows = xp.empty((1024, self.width), dtype=DTYPE)
+        self.coef = xp.asarray(rng.integers(1, 2 ** 63, size=self.width // per_word, dtype=np.uint64) * 2 + 1)
+        self.rows = xp.empty((1024, self.width), dtype=self.dtype)
         self.count = 0
         self.parent = np.empty(1024, dtype=np.int64)
         self.depths = np.empty(1024, dtype=np.int32)
@@ -114,7 +116,7 @@ class Frontier:
         xp, res, lay = self.xp, self.result, self.lay
         self.started = time.perf_counter()
         self.memory_at_start = _resident_bytes()
-        init = xp.full((1, self.width), -1, dtype=DTYPE)
+        init = xp.full((1, self.width), -1, dtype=self.dtype)
         init[0, :lay.width] = xp.asarray(lay.encode(self.model.init_state(), self.model.names))
         self._insert(init, np.array([-1]), 0)
         start, end, depth = 0, 1, 0
@@ -147,7 +149,7 @@ class Frontier:
         """What the search holds per stored state: the rows, the hashes and
         ids, the parents and depths, and the edges kept for the copies measure."""
         edges = sum(a.nbytes + b.nbytes + c.nbytes for a, b, c in self.edges)
-        return self.count * (self.width * 2 + 16 + 12) + edges
+        return self.count * (self.width * np.dtype(self.dtype).itemsize + 16 + 12) + edges
 
     def _checkpoint(self, depth: int, queued: int) -> None:
         options, res = self.options, self.result
@@ -172,7 +174,7 @@ class Frontier:
         self._device(F, out)
         # state invariants, in the explicit engine's order of judging
         checks = {"no-use-after-free": self._uaf_state(F), "no-leak": final & self._leaky(F),
-                  "no-deadlock": ~final & out.stuck, "refcount-exact": quiet & self._inexact(F)}
+                  "no-deadlock": ~final & out.stuck, "refcount-exact": self._inexact(F, quiet)}
         for inv, mask in checks.items():
             if inv in self.wanted and inv not in res.violations and bool(mask.any()):
                 sid = c0 + int(xp.argmax(mask))
@@ -203,22 +205,24 @@ class Frontier:
     # -- storage ----------------------------------------------------------------
     def _hash(self, rows: Any) -> Any:
         xp = self.xp
-        words = xp.ascontiguousarray(rows).view(xp.uint64)
+        words = _words(rows, xp)
         h = (words * self.coef).sum(axis=1, dtype=xp.uint64)
         h ^= h >> xp.uint64(31)
         h *= _MIX
         return h ^ (h >> xp.uint64(29))
 
-    def _insert(self, rows: Any, parents: np.ndarray, depth: int) -> np.ndarray:
-        """Store new rows (distinct, none stored yet); returns their ids."""
+    def _insert(self, rows: Any, parents: np.ndarray, depth: int, hashes: Any = None) -> np.ndarray:
+        """Store new rows (distinct, none stored yet; `hashes`: theirs, when
+        known); returns their ids."""
         xp, n = self.xp, len(rows)
         limit = self.options.max_states
         if limit is not None and self.count + n > limit:
             n = limit - self.count
             rows, parents = rows[:n], parents[:n]
+            hashes = None if hashes is None else hashes[:n]
             self.result.complete, self.result.stop = False, Stop(StopKind.STATES, limit)
         while self.count + n > len(self.rows):
-            grown = xp.empty((2 * len(self.rows), self.width), dtype=DTYPE)
+            grown = xp.empty((2 * len(self.rows), self.width), dtype=self.dtype)
             grown[:self.count] = self.rows[:self.count]
             self.rows = grown
             self.parent = np.resize(self.parent, 2 * len(self.parent))
@@ -228,7 +232,7 @@ class Frontier:
         self.parent[self.count:self.count + n] = parents
         self.depths[self.count:self.count + n] = depth
         self.count += n
-        hashes = self._hash(rows)
+        hashes = self._hash(rows) if hashes is None else hashes
         order = xp.argsort(hashes)
         self.runs.append((hashes[order], xp.asarray(ids)[order]))
         while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
@@ -269,17 +273,18 @@ class Frontier:
         hashes = self._hash(cand)
         uniq, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
-        if not bool((cand == cand[first[inverse]]).all()):
+        words = _words(cand, xp)
+        if not bool((words == words[first[inverse]]).all()):
             raise RuntimeError("frontier engine: two different rows share a 64-bit hash; rerun with --engine explicit")
         stored = self._lookup(uniq)
         old = stored >= 0
         if bool(old.any()):
-            if not bool((self.rows[stored[old]] == cand[first[old]]).all()):
+            if not bool((_words(self.rows[stored[old]], xp) == words[first[old]]).all()):
                 raise RuntimeError("frontier engine: a new row shares a stored row's 64-bit hash; rerun with --engine explicit")
         new = ~old
         firsts = first[new]
         keep = xp.argsort(firsts)          # new states in the order their first candidates came
-        ids = self._insert(cand[firsts[keep]], src[_host(firsts[keep])], depth)
+        ids = self._insert(cand[firsts[keep]], src[_host(firsts[keep])], depth, uniq[new][keep])
         placed = xp.asarray(stored)
         slots = xp.nonzero(new)[0][keep]
         placed[slots] = xp.asarray(ids)
@@ -342,15 +347,22 @@ class Frontier:
         return (((F[:, lay.FREE:lay.FREE + lay.P] != -1).sum(axis=1) != lay.P)
                 | (F[:, lay.RC:lay.RC + lay.P] != 0).any(axis=1) | (F[:, lay.HO:lay.HO + lay.P] != 0).any(axis=1))
 
-    def _inexact(self, F: Any) -> Any:
+    def _inexact(self, F: Any, quiet: Any) -> Any:
+        """refcount-exact broken, judged on the quiescent rows only."""
         lay, xp = self.lay, self.xp
+        out = xp.zeros(len(F), dtype=bool)
+        rows = xp.nonzero(quiet)[0]
+        if not len(rows):
+            return out
+        F = F[rows]
         counts = xp.zeros((len(F), lay.P), dtype=np.int32)
         blocks = xp.arange(lay.P)
         for i in range(lay.N):
             table = F[:, lay.wt(i):lay.wt(i) + lay.W]
             maps = (table[:, :, None] == blocks[None, None, :]).any(axis=1)
             counts += maps & (F[:, lay.br(i, "status")] == RUNNING)[:, None]
-        return (counts != F[:, lay.RC:lay.RC + lay.P]).any(axis=1)
+        out[rows] = (counts != F[:, lay.RC:lay.RC + lay.P]).any(axis=1)
+        return out
 
     # -- branch actions -----------------------------------------------------------
     def _branch(self, F: Any, i: int, out: _Successors) -> None:
@@ -690,10 +702,16 @@ class Frontier:
             lengths = starts[ready + 1] - starts[ready]
             edges = np.repeat(starts[ready] - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
             s, d, c = src[edges], dst[edges], cost[edges]
-            np.minimum.at(low, d, low[s] + c)
-            np.maximum.at(high, d, high[s] + c)
-            np.subtract.at(indegree, d, 1)
-            ready = np.unique(d[indegree[d] == 0])
+            if not len(d):
+                break
+            order = np.argsort(d, kind="stable")
+            s, d, c = s[order], d[order], c[order]
+            heads = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+            targets = d[heads]
+            low[targets] = np.minimum(low[targets], np.minimum.reduceat(low[s] + c, heads))
+            high[targets] = np.maximum(high[targets], np.maximum.reduceat(high[s] + c, heads))
+            indegree[targets] -= np.diff(np.r_[heads, len(d)])
+            ready = targets[indegree[targets] == 0]
         finals = self.final[:n]
         if not finals.any():
             return None
@@ -728,6 +746,11 @@ class Frontier:
 
     def trace_of(self, violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
         return trace_for(self.model, self.invariants, self.path_to(violation.state_id), violation)
+
+
+def _words(rows: Any, xp: Any) -> Any:
+    """Rows as 64-bit words (the row width is whole words)."""
+    return xp.ascontiguousarray(rows).view(xp.uint64)
 
 
 def _host(a: Any) -> np.ndarray:

@@ -41,7 +41,13 @@ EMPTY, COPY, KERNEL = -1, 1, 2
 #: the cells of a branch before its two tables, and of a queue entry before its snapshot
 BRANCH_FIELDS = ("status", "pos", "done", "prog", "step", "tail", "new", "wlen", "plen")
 ENTRY_FIELDS = ("kind", "a", "b", "c", "slen")
-DTYPE = np.int16
+
+
+def dtype_for(layout: "Layout") -> type:
+    """int8 where every value fits (block ids, positions, tokens, counts
+    under 128), else int16: half the bytes to hash, compare and store."""
+    largest = max(layout.P, layout.L + layout.N * layout.T + 1, layout.L + layout.T + 1, layout.N + 1)
+    return np.int8 if largest < 100 else np.int16
 
 
 def refusal(scenario: Scenario) -> Optional[str]:
@@ -170,7 +176,7 @@ class Layout:
     # -- an explicit state as a row ----------------------------------------------
     def encode(self, state: State, names: tuple[str, ...]) -> np.ndarray:
         """The row of an explicit state (traces are rebuilt by matching it)."""
-        row = np.full(self.width, -1, dtype=DTYPE)
+        row = np.full(self.width, -1, dtype=dtype_for(self))
         for b, blk in enumerate(state.blocks):
             row[self.RC + b], row[self.HO + b] = blk.refcount, blk.holds
             row[self.SL + b * self.B:self.SL + (b + 1) * self.B] = [self.token_of(t, names) for t in blk.slots]

@@ -112,15 +112,22 @@ def bench_scenario(label: str, spec: tuple | None = None) -> Scenario:
     return make_scenario(B, L, branches, protocol, name=label, **(keywords[0] if keywords else {}))
 
 
+#: the unreduced runs the frontier engine measures too, beside the explicit engine
+FRONTIER = "frontier"
+
+
 def _measure(args, conn) -> None:
     from cowcheck.engines.explicit import explore
-    label, (symmetry, por, compact, fingerprints) = args
+    from cowcheck.engines.frontier import explore_frontier
+    label, (symmetry, por, compact, fingerprints), *engine = args
     scenario = bench_scenario(label)
     start = time.perf_counter()
-    result = explore(scenario, SearchOptions(symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints))
+    options = SearchOptions(symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints)
+    result = explore_frontier(scenario, options) if engine == [FRONTIER] else explore(scenario, options)
     x = result.x
     conn.send({
         "benchmark": label,
+        "engine": engine[0] if engine else "explicit",
         "reductions": _label((symmetry, por, compact, fingerprints)),
         "states": x.states,
         "transitions": x.transitions,
@@ -287,11 +294,14 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     for label, reductions, heavy in RUNS:
         if (heavy and not full) or not selected(label, only):
             continue
-        row = in_child(_measure, (label, reductions))
-        assert row is not None      # no limit
-        rows.append(row)
-        if not as_json:
-            console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')}: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
+        # the unreduced runs: the frontier engine beside the explicit one (docs/explanation/speed.md)
+        for engine in ("explicit", FRONTIER) if reductions == NONE else ("explicit",):
+            row = in_child(_measure, (label, reductions, engine))
+            assert row is not None      # no limit
+            rows.append(row)
+            if not as_json:
+                console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')} ({engine}): "
+                              f"{rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
     symbolic = [row for label, invariant, heavy in SYMBOLIC_RUNS if (full or not heavy) and selected(label, only)
                 if (row := in_child(_measure_symbolic, (label, invariant))) is not None]
     harness = [row for shape in HARNESS_SHAPES if selected(f"engine allocator {shape[0]}", only)
@@ -307,10 +317,11 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
         print()
         return
     table = Table(title=f"cowcheck bench (python {sys.version.split()[0]})", title_justify="left")
-    for col in ("benchmark", "reductions", "states", "transitions", "explore s", "states/s", "peak RSS MiB", "bytes/state"):
-        table.add_column(col, justify="left" if col in ("benchmark", "reductions") else "right")
+    for col in ("benchmark", "engine", "reductions", "states", "transitions", "explore s", "states/s", "peak RSS MiB",
+                "bytes/state"):
+        table.add_column(col, justify="left" if col in ("benchmark", "engine", "reductions") else "right")
     for r in rows:
-        table.add_row(r["benchmark"], r["reductions"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["explore_seconds"]),
+        table.add_row(r["benchmark"], r["engine"], r["reductions"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["explore_seconds"]),
                       f"{r['states_per_second']:,}", str(r["peak_rss_mib"]), f"{r['bytes_per_state']:,}")
     if rows:
         console.print(table)

@@ -63,6 +63,9 @@ class Progress:
             words += (f"{states:,} states, {explorer.result.transitions:,} transitions, "
                       f"depth {explorer.result.depth}, {self.queued:,} queued, {states / elapsed:,.0f} states/s, "
                       f"{len(explorer.result.violations)} invariant(s) broken so far")
+            levels = getattr(explorer, "levels", None)      # the frontier engine: its frontier per depth
+            if levels and len(levels) > 1:
+                words += f"; frontier {levels[-1]:,} at depth {len(levels) - 1}, x{levels[-1] / max(levels[-2], 1):.2f} on the level before"
         else:
             words += f"starting, {elapsed:.0f} s"
         call = deadline.running()

@@ -23,9 +23,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from cowcheck.model.block import Block
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
+from cowcheck.model.state import Block
 from cowcheck.model.stepkinds import COPIES
 from cowcheck.model.system import ProtocolModel
 from cowcheck.engines.explorer import Exploration, NotRebuilt, Violation, _resident_bytes, memory_bound, trace_for
@@ -740,6 +740,7 @@ class Frontier:
             if tr is None:
                 raise NotRebuilt(f"frontier engine: no explicit successor has the stored row at step {len(out) + 1}",
                                  [a for a, _ in out], want, offered)
+            assert tr.state is not None
             out.append((tr.action, tr.state))
             state = tr.state
         return out

@@ -176,27 +176,28 @@ class Layout:
     # -- an explicit state as a row ----------------------------------------------
     def encode(self, state: State, names: tuple[str, ...]) -> np.ndarray:
         """The row of an explicit state (traces are rebuilt by matching it)."""
-        row = np.full(self.width, -1, dtype=dtype_for(self))
+        row: np.ndarray = np.full(self.width, -1, dtype=dtype_for(self))
         for b, blk in enumerate(state.blocks):
             row[self.RC + b], row[self.HO + b] = blk.refcount, blk.holds
             row[self.SL + b * self.B:self.SL + (b + 1) * self.B] = [self.token_of(t, names) for t in blk.slots]
         row[self.FREE:self.FREE + len(state.free)] = state.free
-        progs = {**{(Op.APPEND, p): k for k, p in enumerate(self.paths)}, (Op.CANCEL, None): self.cancel,
+        progs: dict[tuple[Op, Optional[str]], int] = {**{(Op.APPEND, p): k for k, p in enumerate(self.paths)}, (Op.CANCEL, None): self.cancel,
                  (Op.FINISH, None): self.finish}
         for i, br in enumerate(state.branches):
-            cells = (STATUSES.index(br.status), br.pos, br.done, -1 if br.op is None else progs[br.op, br.path], br.step,
+            cells: tuple[int, ...] = (STATUSES.index(br.status), br.pos, br.done, -1 if br.op is None else progs[br.op, br.path], br.step,
                      -1 if br.tail is None else br.tail, -1 if br.new is None else br.new, len(br.working),
                      len(br.published))
             row[self.br(i, "status"):self.br(i, "status") + len(cells)] = cells
             row[self.wt(i):self.wt(i) + len(br.working)] = br.working
             row[self.pt(i):self.pt(i) + len(br.published)] = br.published
         for k, op in enumerate(state.queue):
+            entry: tuple[int, ...]
             if type(op) is Copy:
-                cells = (COPY, op.src, op.dst, op.n, 0)
+                entry = (COPY, op.src, op.dst, op.n, 0)
                 snapshot: tuple[int, ...] = ()
             else:
                 assert type(op) is Kernel
-                cells, snapshot = (KERNEL, op.branch, op.pos, 0, len(op.snapshot)), op.snapshot
-            row[self.q(k, "kind"):self.q(k, "kind") + len(cells)] = cells
+                entry, snapshot = (KERNEL, op.branch, op.pos, 0, len(op.snapshot)), op.snapshot
+            row[self.q(k, "kind"):self.q(k, "kind") + len(entry)] = entry
             row[self.q(k, "snap"):self.q(k, "snap") + len(snapshot)] = snapshot
         return row

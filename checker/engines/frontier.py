@@ -28,7 +28,7 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Block
 from cowcheck.model.stepkinds import COPIES
 from cowcheck.model.system import ProtocolModel
-from cowcheck.engines.explorer import Exploration, NotRebuilt, Violation, _resident_bytes, memory_bound, trace_for
+from cowcheck.engines.explorer import Exploration, Violation, _resident_bytes, memory_bound, trace_for, walk
 from cowcheck.engines.explicit import report
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.results import FrontierResult, Search
@@ -730,20 +730,9 @@ class Frontier:
         walking the explicit model: at each step the successor whose row is
         the stored one."""
         model, lay = self.model, self.lay
-        state = model.init_state()
-        out: list[tuple[Any, Any]] = []
-        for nid in self._ids_to(sid)[1:]:
-            want = _host(self.rows[nid])[:lay.width]
-            offered = model.successors(state)
-            tr = next((t for t in offered if t.state is not None
-                       and np.array_equal(lay.encode(t.state, model.names), want)), None)
-            if tr is None:
-                raise NotRebuilt(f"frontier engine: no explicit successor has the stored row at step {len(out) + 1}",
-                                 [a for a, _ in out], want, offered)
-            assert tr.state is not None
-            out.append((tr.action, tr.state))
-            state = tr.state
-        return out
+        wanted = [_host(self.rows[nid])[:lay.width] for nid in self._ids_to(sid)[1:]]
+        return walk(model, wanted, lambda s, want: np.array_equal(lay.encode(s, model.names), want),
+                    lambda step: f"frontier engine: no explicit successor has the stored row at step {step}")
 
     def trace_of(self, violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
         return trace_for(self.model, self.invariants, self.path_to(violation.state_id), violation)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from cowcheck import check
 from cowcheck.engines.rows import refusal
@@ -93,3 +94,23 @@ def test_refuses_what_it_does_not_cover_in_one_line():
     assert "branch programs are not supported yet" in str(refused.value) and "\n" not in str(refused.value)
     with pytest.raises(SpecError, match="reuse"):
         check(make_scenario(2, 3, [(1, False)], "cow", reuse="any"), engine="frontier")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 2 ** 64 - 1), max_size=40), max_size=8),
+       st.lists(st.integers(1, 2 ** 64 - 1), max_size=40))
+def test_hash_table_maps_what_was_inserted(batches, probes):
+    """The open-addressing table against a dict: batches inserted one after
+    another (it grows from 4 slots), then every stored hash and some others looked up."""
+    import numpy as np
+
+    from cowcheck.engines.hashtable import HashTable
+    table, stored = HashTable(np, capacity=4), {}
+    for batch in batches:
+        fresh = list(dict.fromkeys(h for h in batch if h not in stored))
+        ids = list(range(len(stored), len(stored) + len(fresh)))
+        table.insert(np.array(fresh, dtype=np.uint64), np.array(ids, dtype=np.int64))
+        stored.update(zip(fresh, ids))
+    asked = list(stored) + probes
+    found = table.lookup(np.array(asked, dtype=np.uint64)).tolist()
+    assert found == [stored.get(h, -1) for h in asked]

@@ -30,6 +30,7 @@ from cowcheck.model.stepkinds import COPIES
 from cowcheck.model.system import ProtocolModel
 from cowcheck.engines.explorer import Exploration, Violation, _resident_bytes, memory_bound, trace_for, walk
 from cowcheck.engines.explicit import report
+from cowcheck.engines.hashtable import HashTable
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.results import FrontierResult, Search
 from cowcheck.engines.options import SearchOptions
@@ -101,7 +102,7 @@ class Frontier:
         self.count = 0
         self.parent = np.empty(1024, dtype=np.int64)
         self.depths = np.empty(1024, dtype=np.int32)
-        self.runs: list[tuple[Any, Any]] = []      # sorted hashes and their state ids, merged as they grow
+        self.table = HashTable(xp)                 # row hash -> state id
         self.edges: list[tuple[Any, Any, Any]] = []
         self.final = np.zeros(0, dtype=bool)
         self.levels: list[int] = []                # the frontier's size per depth
@@ -146,10 +147,10 @@ class Frontier:
 
     @property
     def bytes(self) -> int:
-        """What the search holds per stored state: the rows, the hashes and
-        ids, the parents and depths, and the edges kept for the copies measure."""
+        """What the search holds: the rows, the hash table, the parents and
+        depths, and the edges kept for the copies measure."""
         edges = sum(a.nbytes + b.nbytes + c.nbytes for a, b, c in self.edges)
-        return self.count * (self.width * np.dtype(self.dtype).itemsize + 16 + 12) + edges
+        return self.count * (self.width * np.dtype(self.dtype).itemsize + 12) + self.table.nbytes + edges
 
     def _checkpoint(self, depth: int, queued: int) -> None:
         options, res = self.options, self.result
@@ -209,7 +210,7 @@ class Frontier:
         h = (words * self.coef).sum(axis=1, dtype=xp.uint64)
         h ^= h >> xp.uint64(31)
         h *= _MIX
-        return h ^ (h >> xp.uint64(29))
+        return xp.maximum(h ^ (h >> xp.uint64(29)), xp.uint64(1))     # 0 marks the hash table's empty slots
 
     def _insert(self, rows: Any, parents: np.ndarray, depth: int, hashes: Any = None) -> np.ndarray:
         """Store new rows (distinct, none stored yet; `hashes`: theirs, when
@@ -232,14 +233,7 @@ class Frontier:
         self.parent[self.count:self.count + n] = parents
         self.depths[self.count:self.count + n] = depth
         self.count += n
-        hashes = self._hash(rows) if hashes is None else hashes
-        order = xp.argsort(hashes)
-        self.runs.append((hashes[order], xp.asarray(ids)[order]))
-        while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
-            (h1, i1), (h2, i2) = self.runs.pop(), self.runs.pop()
-            h, i = xp.concatenate((h2, h1)), xp.concatenate((i2, i1))
-            order = xp.argsort(h, kind="stable")
-            self.runs.append((h[order], i[order]))
+        self.table.insert(self._hash(rows) if hashes is None else hashes, ids)
         self._gauge(rows, ids)
         if self.result.stop is not None and self.result.stop.kind is StopKind.STATES:
             raise _Found(self.result.stop)
@@ -256,16 +250,6 @@ class Frontier:
         if res.peak is None or best > res.peak:
             res.peak, res.peak_state = best, int(ids[int(self.xp.argmax(alloc))])
 
-    def _lookup(self, hashes: Any) -> Any:
-        """The stored id of each hash, or -1."""
-        xp = self.xp
-        found = xp.full(len(hashes), -1, dtype=np.int64)
-        for h, ids in self.runs:
-            at = xp.minimum(xp.searchsorted(h, hashes), len(h) - 1)
-            hit = h[at] == hashes
-            found = xp.where(hit, ids[at], found)
-        return found
-
     def _dedup(self, cand: Any, src: np.ndarray, depth: int) -> np.ndarray:
         """Each candidate's state id: a stored one, or a new one stored now
         (the first candidate of each new row names its parent)."""
@@ -276,7 +260,7 @@ class Frontier:
         words = _words(cand, xp)
         if not bool((words == words[first[inverse]]).all()):
             raise RuntimeError("frontier engine: two different rows share a 64-bit hash; rerun with --engine explicit")
-        stored = self._lookup(uniq)
+        stored = self.table.lookup(uniq)
         old = stored >= 0
         if bool(old.any()):
             if not bool((_words(self.rows[stored[old]], xp) == words[first[old]]).all()):

@@ -17,6 +17,7 @@ are the explicit model's own, replayable and explainable as any other."""
 
 from __future__ import annotations
 
+import os
 import time
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
@@ -98,10 +99,8 @@ class Frontier:
         self.max_memory = memory_bound(options.max_memory_mib)
         rng = np.random.default_rng(0x5EED)
         self.coef = xp.asarray(rng.integers(1, 2 ** 63, size=self.width // per_word, dtype=np.uint64) * 2 + 1)
-        self.rows = xp.empty((1024, self.width), dtype=self.dtype)
+        self.rows, self.parent, self.depths = self._reserve(xp)
         self.count = 0
-        self.parent = np.empty(1024, dtype=np.int64)
-        self.depths = np.empty(1024, dtype=np.int32)
         self.table = HashTable(xp)                 # row hash -> state id
         self.edges: list[tuple[Any, Any, Any]] = []
         self.final = np.zeros(0, dtype=bool)
@@ -111,6 +110,37 @@ class Frontier:
         self.memory_at_start = 0
         # the places of each program: (program, step index, the step)
         self.places = [(p, k, s) for p, program in enumerate(lay.programs) for k, s in enumerate(program)]
+        # the cells that may hold a block: every working table, then every queue entry's snapshot; a copy's source and target
+        queue = lay.QU + lay.QW * np.arange(lay.Q)
+        self.held = xp.asarray(np.concatenate([np.arange(lay.wt(i), lay.wt(i) + lay.W) for i in range(lay.N)]
+                                              + [q + 5 + np.arange(lay.W) for q in queue]))
+        self.copy_src, self.copy_dst = xp.asarray(queue + 1), xp.asarray(queue + 2)
+        # each branch's status, pos, published length and published table; a table cell's index
+        self.status, self.pos, self.plen = (xp.asarray([lay.br(i, f) for i in range(lay.N)]) for f in ("status", "pos", "plen"))
+        self.published = xp.asarray(np.concatenate([np.arange(lay.pt(i), lay.pt(i) + lay.W) for i in range(lay.N)]))
+        self.slot_of_table = xp.asarray(np.tile(np.arange(lay.W), lay.N))
+        self.longest = max(len(program) for program in lay.programs)
+
+    def _reserve(self, xp: Any) -> tuple[Any, np.ndarray, np.ndarray]:
+        """The arrays of stored rows, parents and depths. On the host they are
+        reserved once, a quarter of the machine's memory (or --max-memory),
+        as virtual memory: a page is taken only when a row is written to it,
+        and no growth copies the rows (growth page-faulted and copied a tenth
+        of the engine's time). On a GPU, or where the reservation is refused,
+        they start small and grow."""
+        rows = 1024
+        if xp is np:
+            try:
+                memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+            except (ValueError, OSError, AttributeError):
+                memory = 0
+            if self.max_memory is not None:
+                memory = min(memory, self.max_memory)
+            rows = max(rows, memory // (self.width * np.dtype(self.dtype).itemsize + 12))
+        try:
+            return xp.empty((rows, self.width), dtype=self.dtype), np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.int32)
+        except MemoryError:
+            return xp.empty((1024, self.width), dtype=self.dtype), np.empty(1024, dtype=np.int64), np.empty(1024, dtype=np.int32)
 
     # -- the search -----------------------------------------------------------
     def run(self) -> Exploration:
@@ -207,7 +237,7 @@ class Frontier:
     def _hash(self, rows: Any) -> Any:
         xp = self.xp
         words = _words(rows, xp)
-        h = (words * self.coef).sum(axis=1, dtype=xp.uint64)
+        h = words @ self.coef            # wraps modulo 2**64; 2.5 times as fast as multiplying, then summing
         h ^= h >> xp.uint64(31)
         h *= _MIX
         return xp.maximum(h ^ (h >> xp.uint64(29)), xp.uint64(1))     # 0 marks the hash table's empty slots
@@ -223,11 +253,12 @@ class Frontier:
             hashes = None if hashes is None else hashes[:n]
             self.result.complete, self.result.stop = False, Stop(StopKind.STATES, limit)
         while self.count + n > len(self.rows):
-            grown = xp.empty((2 * len(self.rows), self.width), dtype=self.dtype)
+            # four times: pages not written yet cost nothing, and each growth copies the rows
+            grown = xp.empty((4 * len(self.rows), self.width), dtype=self.dtype)
             grown[:self.count] = self.rows[:self.count]
             self.rows = grown
-            self.parent = np.resize(self.parent, 2 * len(self.parent))
-            self.depths = np.resize(self.depths, 2 * len(self.depths))
+            self.parent = np.resize(self.parent, 4 * len(self.parent))
+            self.depths = np.resize(self.depths, 4 * len(self.depths))
         ids = np.arange(self.count, self.count + n)
         self.rows[self.count:self.count + n] = rows
         self.parent[self.count:self.count + n] = parents
@@ -252,13 +283,17 @@ class Frontier:
 
     def _dedup(self, cand: Any, src: np.ndarray, depth: int) -> np.ndarray:
         """Each candidate's state id: a stored one, or a new one stored now
-        (the first candidate of each new row names its parent)."""
+        (the first candidate of each new row names its parent). Each row is
+        compared with the row its hash names: a later candidate with the
+        first of its hash, a first one with the stored row."""
         xp = self.xp
         hashes = self._hash(cand)
         uniq, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
         words = _words(cand, xp)
-        if not bool((words == words[first[inverse]]).all()):
+        rep = first[inverse]
+        later = xp.nonzero(rep != xp.arange(len(cand)))[0]
+        if len(later) and not bool((words[later] == words[rep[later]]).all()):
             raise RuntimeError("frontier engine: two different rows share a 64-bit hash; rerun with --engine explicit")
         stored = self.table.lookup(uniq)
         old = stored >= 0
@@ -309,22 +344,19 @@ class Frontier:
         out[xp.arange(len(F))[:, None], xp.where(free < 0, lay.P, free)] = True
         return out[:, :lay.P]
 
-    def _uses(self, F: Any, i: int) -> Any:
-        """Branch i's published table below ceil(pos / B) (the rest: -1)."""
+    def _uses(self, F: Any) -> Any:
+        """Every branch's published table below ceil(pos / B), the rest -1:
+        (rows, N * W), branch by branch."""
         lay, xp = self.lay, self.xp
-        keep = xp.minimum(F[:, lay.br(i, "plen")], -(-F[:, lay.br(i, "pos")] // lay.B))
-        table = F[:, lay.pt(i):lay.pt(i) + lay.W]
-        return xp.where(xp.arange(lay.W)[None, :] < keep[:, None], table, -1)
+        keep = xp.minimum(F[:, self.plen], -(-F[:, self.pos] // lay.B))
+        return xp.where(self.slot_of_table[None, :] < xp.repeat(keep, lay.W, axis=1), F[:, self.published], -1)
 
     def _uaf_state(self, F: Any) -> Any:
+        """no-use-after-free on the state: a free block in a table."""
         lay, xp = self.lay, self.xp
         free = xp.concatenate((self._free_map(F), xp.zeros((len(F), 1), dtype=bool)), axis=1)   # -1: the last column
-        bad = xp.zeros(len(F), dtype=bool)
-        rows = xp.arange(len(F))[:, None]
-        for i in range(lay.N):
-            for table in (F[:, lay.wt(i):lay.wt(i) + lay.W], self._uses(F, i)):
-                bad |= free[rows, table.astype(np.int64)].any(axis=1)
-        return bad
+        tables = xp.concatenate((F[:, self.held[:lay.N * lay.W]], self._uses(F)), axis=1).astype(np.int64)
+        return free[xp.arange(len(F))[:, None], tables].any(axis=1)
 
     def _leaky(self, F: Any) -> Any:
         lay = self.lay
@@ -360,10 +392,14 @@ class Frontier:
         self._step(F, i, idle & (done == lay.appends[i]), lay.finish, 0, out, start=True)
         if may_cancel:
             self._step(F, i, idle, lay.cancel, 0, out, start=True)
+        # each running row's place (program, step) as one number; only the places some row is at
+        at = xp.where(running & (prog >= 0), prog.astype(np.int16) * self.longest + step, -1)
+        present = _host(xp.bincount((at + 1).astype(np.int64), minlength=1))
         for p, k, s in self.places:
-            here = running & (prog == p) & (step == k)
-            if not bool(here.any()):
+            code = p * self.longest + k
+            if code + 1 >= len(present) or not present[code + 1]:
                 continue
+            here = at == code
             self._step(F, i, here, p, k, out)
             if may_cancel and p < lay.cancel and s.op == "wait-kernel":
                 self._step(F, i, here, lay.cancel, 0, out, start=True)
@@ -569,18 +605,12 @@ class Frontier:
     def _in_use(self, R: Any, blocks: Any) -> Any:
         """no-use-after-free's "freed while in use", on the state after the
         action: in a table of any branch, or used by an op in flight."""
-        lay, xp = self.lay, self.xp
+        lay = self.lay
         b = blocks[:, None]
-        bad = xp.zeros(len(R), dtype=bool)
-        for i in range(lay.N):
-            bad |= (R[:, lay.wt(i):lay.wt(i) + lay.W] == b).any(axis=1) | (self._uses(R, i) == b).any(axis=1)
-        kinds = self._kinds(R)
-        for k in range(lay.Q):
-            base = lay.QU + k * lay.QW
-            copy = (kinds[:, k] == COPY) & ((R[:, base + 1] == blocks) | (R[:, base + 2] == blocks))
-            kernel = (kinds[:, k] == KERNEL) & (R[:, base + 5:base + 5 + lay.W] == b).any(axis=1)
-            bad |= copy | kernel
-        return bad
+        bad = (R[:, self.held] == b).any(axis=1)
+        bad |= (self._uses(R) == b).any(axis=1)
+        copying = (R[:, self.copy_src] == b) | (R[:, self.copy_dst] == b)
+        return bad | (copying & (self._kinds(R) == COPY)).any(axis=1)
 
     # -- device completions ---------------------------------------------------------
     def _device(self, F: Any, out: _Successors) -> None:
@@ -629,19 +659,15 @@ class Frontier:
         target = snap[ar, pos // B]
         t = target[:, None]
         # judged before the write: exclusive-write, refcount-write, copy-before-use, no-use-after-free
-        exclusive = xp.zeros(len(R), dtype=bool)
-        for i in range(lay.N):
-            seen = (R[:, lay.wt(i):lay.wt(i) + lay.W] == t).any(axis=1) | (self._uses(R, i) == t).any(axis=1)
-            exclusive |= (j != i) & (R[:, lay.br(i, "status")] == RUNNING) & seen
+        n, N, W = len(R), lay.N, lay.W
+        seen = ((R[:, self.held[:N * W]] == t) | (self._uses(R) == t)).reshape(n, N, W).any(axis=2)
+        exclusive = (seen & (j[:, None] != xp.arange(N)[None, :]) & (R[:, self.status] == RUNNING)).any(axis=1)
         kinds = self._kinds(R)
-        before = xp.zeros(len(R), dtype=bool)
-        for k2 in range(lay.Q):
-            b2 = lay.QU + k2 * lay.QW
-            is_copy = kinds[:, k2] == COPY
-            before |= is_copy & (snap == R[:, b2 + 2][:, None]).any(axis=1)
-            if k2 != k:
-                exclusive |= is_copy & (R[:, b2 + 1] == target)
-                exclusive |= (kinds[:, k2] == KERNEL) & (R[:, b2 + 5:b2 + 5 + lay.W] == t).any(axis=1)
+        is_copy, others = kinds == COPY, xp.arange(lay.Q) != k
+        before = (is_copy & (R[:, self.copy_dst][:, :, None] == snap[:, None, :]).any(axis=2)).any(axis=1)
+        exclusive |= (is_copy & others & (R[:, self.copy_src] == t)).any(axis=1)
+        snapshots = R[:, self.held[lay.N * lay.W:]].reshape(len(R), lay.Q, lay.W)
+        exclusive |= ((kinds == KERNEL) & others & (snapshots == t[:, :, None]).any(axis=2)).any(axis=1)
         out.violate("exclusive-write", exclusive, src)
         out.violate("refcount-write", (R[ar, lay.RC + target] != 1) | (R[ar, lay.HO + target] != 0), src)
         out.violate("copy-before-use", before, src)

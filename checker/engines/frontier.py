@@ -41,6 +41,8 @@ from cowcheck.engines.stop import Stop, StopKind, interrupted
 #: frontier rows expanded at once: bounds the memory of one batch of successors
 CHUNK = 1 << 15
 _MIX = np.uint64(0x9E3779B97F4A7C15)
+#: the fewest copies to a state no edge has reached yet
+_NONE = 1 << 30
 
 
 class _Found(Exception):
@@ -99,8 +101,12 @@ class Frontier:
         self.max_memory = memory_bound(options.max_memory_mib)
         rng = np.random.default_rng(0x5EED)
         self.coef = xp.asarray(rng.integers(1, 2 ** 63, size=self.width // per_word, dtype=np.uint64) * 2 + 1)
-        self.rows, self.parent, self.depths = self._reserve(xp)
         self.count = 0
+        try:
+            self._allocate(self._reserve(xp))
+        except MemoryError:
+            self._allocate(1024)
+        self.forward = True                        # every edge so far leads past its chunk: copies measured on the way
         self.table = HashTable(xp)                 # row hash -> state id
         self.edges: list[tuple[Any, Any, Any]] = []
         self.final = np.zeros(0, dtype=bool)
@@ -121,26 +127,32 @@ class Frontier:
         self.slot_of_table = xp.asarray(np.tile(np.arange(lay.W), lay.N))
         self.longest = max(len(program) for program in lay.programs)
 
-    def _reserve(self, xp: Any) -> tuple[Any, np.ndarray, np.ndarray]:
-        """The arrays of stored rows, parents and depths. On the host they are
-        reserved once, a quarter of the machine's memory (or --max-memory),
-        as virtual memory: a page is taken only when a row is written to it,
-        and no growth copies the rows (growth page-faulted and copied a tenth
-        of the engine's time). On a GPU, or where the reservation is refused,
-        they start small and grow."""
-        rows = 1024
-        if xp is np:
-            try:
-                memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-            except (ValueError, OSError, AttributeError):
-                memory = 0
-            if self.max_memory is not None:
-                memory = min(memory, self.max_memory)
-            rows = max(rows, memory // (self.width * np.dtype(self.dtype).itemsize + 12))
+    def _reserve(self, xp: Any) -> int:
+        """How many states the arrays of rows, parents, depths and copies
+        start with. On the host they are reserved once, a quarter of the
+        machine's memory (or --max-memory), as virtual memory: a page is taken
+        only when a row is written to it, and no growth copies the rows
+        (growth page-faulted and copied a tenth of the engine's time). On a
+        GPU they start small and grow."""
+        if xp is not np:
+            return 1024
         try:
-            return xp.empty((rows, self.width), dtype=self.dtype), np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.int32)
-        except MemoryError:
-            return xp.empty((1024, self.width), dtype=self.dtype), np.empty(1024, dtype=np.int64), np.empty(1024, dtype=np.int32)
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+        except (ValueError, OSError, AttributeError):
+            memory = 0
+        if self.max_memory is not None:
+            memory = min(memory, self.max_memory)
+        return max(1024, memory // (self.width * np.dtype(self.dtype).itemsize + 20))
+
+    def _allocate(self, capacity: int) -> None:
+        """The per-state arrays for `capacity` states, the stored ones kept."""
+        n = self.count
+        rows = self.xp.empty((capacity, self.width), dtype=self.dtype)
+        parent, depths = np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int32)
+        copies = np.empty((capacity, 2), dtype=np.int32)      # the fewest and most copies on a run to the state
+        if n:
+            rows[:n], parent[:n], depths[:n], copies[:n] = self.rows[:n], self.parent[:n], self.depths[:n], self.copies[:n]
+        self.rows, self.parent, self.depths, self.copies = rows, parent, depths, copies
 
     # -- the search -----------------------------------------------------------
     def run(self) -> Exploration:
@@ -228,6 +240,7 @@ class Frontier:
             cost = xp.concatenate(out.cost)
             dst = self._dedup(cand, _host(src), depth + 1)
             self.edges.append((_host(src), dst, _host(cost)))
+            self._measure(*self.edges[-1], c1)
         return _host(final)
 
     def _violate(self, inv: str, length: int, sid: int, action: Any) -> None:
@@ -253,16 +266,12 @@ class Frontier:
             hashes = None if hashes is None else hashes[:n]
             self.result.complete, self.result.stop = False, Stop(StopKind.STATES, limit)
         while self.count + n > len(self.rows):
-            # four times: pages not written yet cost nothing, and each growth copies the rows
-            grown = xp.empty((4 * len(self.rows), self.width), dtype=self.dtype)
-            grown[:self.count] = self.rows[:self.count]
-            self.rows = grown
-            self.parent = np.resize(self.parent, 4 * len(self.parent))
-            self.depths = np.resize(self.depths, 4 * len(self.depths))
+            self._allocate(4 * len(self.rows))     # four times: pages not written yet cost nothing
         ids = np.arange(self.count, self.count + n)
         self.rows[self.count:self.count + n] = rows
         self.parent[self.count:self.count + n] = parents
         self.depths[self.count:self.count + n] = depth
+        self.copies[self.count:self.count + n] = (_NONE, -1) if self.count else 0
         self.count += n
         self.table.insert(self._hash(rows) if hashes is None else hashes, ids)
         self._gauge(rows, ids)
@@ -691,11 +700,34 @@ class Frontier:
         out.add(src, R, 0)
 
     # -- measures ---------------------------------------------------------------------
+    def _measure(self, src: np.ndarray, dst: np.ndarray, cost: np.ndarray, c1: int) -> None:
+        """The fewest and most copies to each successor of a chunk, while
+        every edge leads past the chunk it starts in: then every edge into a
+        state comes from an earlier chunk, and a chunk's own figures are
+        final when it is expanded (the stored order is a topological one)."""
+        if not self.forward or not len(dst):
+            return
+        if bool((dst < c1).any()):
+            self.forward = False        # Kahn's order over the edges, at the end
+            return
+        order = np.argsort(dst, kind="stable")
+        s, d, c = src[order], dst[order], cost[order].astype(np.int32)
+        heads = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+        to = d[heads]
+        self.copies[to, 0] = np.minimum(self.copies[to, 0], np.minimum.reduceat(self.copies[s, 0] + c, heads))
+        self.copies[to, 1] = np.maximum(self.copies[to, 1], np.maximum.reduceat(self.copies[s, 1] + c, heads))
+
     def _cost_range(self) -> Optional[tuple[int, int]]:
-        """The fewest and most copies over complete runs: Kahn's order over
-        the stored graph (acyclic), a wave of ready states at a time."""
+        """The fewest and most copies over complete runs: measured on the
+        way (_measure), else Kahn's order over the stored graph (acyclic), a
+        wave of ready states at a time."""
         if not self.edges:
             return (0, 0) if self.count and bool(self.final[:1].any()) else None
+        if self.forward:
+            finals = self.final[:self.count]
+            if not finals.any():
+                return None
+            return int(self.copies[:self.count, 0][finals].min()), int(self.copies[:self.count, 1][finals].max())
         src = np.concatenate([e[0] for e in self.edges])
         dst = np.concatenate([e[1] for e in self.edges])
         cost = np.concatenate([e[2] for e in self.edges]).astype(np.int64)

@@ -102,6 +102,10 @@ class Frontier:
         rng = np.random.default_rng(0x5EED)
         self.coef = xp.asarray(rng.integers(1, 2 ** 63, size=self.width // per_word, dtype=np.uint64) * 2 + 1)
         self.count = 0
+        self.rows: Any                             # the stored states' rows, parents, depths and copies (_allocate)
+        self.parent: np.ndarray
+        self.depths: np.ndarray
+        self.copies: np.ndarray
         try:
             self._allocate(self._reserve(xp))
         except MemoryError:

@@ -75,6 +75,16 @@ def test_agrees_on_random_scenarios(scenario):
     agree(scenario)
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scenarios(protocols=("vllm-bmv1", "vllm-bmv2"), max_block=3, max_prompt=5, max_branches=3, max_appends=2))
+def test_agrees_under_the_scheduler_lock(scenario):
+    """Protocols with atomic paths: while a branch is inside one (short of
+    its wait), no other branch moves, in rows as in the model."""
+    bound = check(scenario, max_states=3_000, symmetry=False, por=False)
+    assume(bound.exploration.complete)
+    agree(scenario)
+
+
 def test_max_states_is_a_partial_result():
     scenario = make_scenario(2, 3, [(2, False), (2, False)], "cow")
     partial = check(scenario, engine="frontier", max_states=50)

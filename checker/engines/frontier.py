@@ -27,6 +27,7 @@ import numpy as np
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Block
+from cowcheck.model.structure import Op, Structure
 from cowcheck.model.stepkinds import COPIES
 from cowcheck.model.system import ProtocolModel
 from cowcheck.engines.explorer import Exploration, Violation, _resident_bytes, memory_bound, trace_for, walk
@@ -130,6 +131,11 @@ class Frontier:
         self.published = xp.asarray(np.concatenate([np.arange(lay.pt(i), lay.pt(i) + lay.W) for i in range(lay.N)]))
         self.slot_of_table = xp.asarray(np.tile(np.arange(lay.W), lay.N))
         self.longest = max(len(program) for program in lay.programs)
+        # the places (as program * longest + step) where a branch holds the scheduler lock
+        programs = {**{(Op.APPEND, path): p for p, path in enumerate(lay.paths)}, (Op.CANCEL, None): lay.cancel,
+                    (Op.FINISH, None): lay.finish}
+        self.locking = xp.asarray([programs[place.op, place.path] * self.longest + place.step
+                                   for place in Structure(self.scenario.protocol).locking_places], dtype=np.int16)
 
     def _reserve(self, xp: Any) -> int:
         """How many states the arrays of rows, parents, depths and copies
@@ -216,8 +222,9 @@ class Frontier:
         F = self.rows[c0:c1]
         final, quiet, steady, alloc = self._predicates(F)
         out = _Successors(len(F), xp)
+        holder = self._holder(F)
         for i in range(lay.N):
-            self._branch(F, i, out)
+            self._branch(F, i, out, None if holder is None else (holder == -1) | (holder == i))
         self._device(F, out)
         # state invariants, in the explicit engine's order of judging
         checks = {"no-use-after-free": self._uaf_state(F), "no-leak": final & self._leaky(F),
@@ -394,11 +401,27 @@ class Frontier:
         return out
 
     # -- branch actions -----------------------------------------------------------
-    def _branch(self, F: Any, i: int, out: _Successors) -> None:
+    def _holder(self, F: Any) -> Optional[Any]:
+        """Per row, the branch holding the scheduler lock (at a step of an
+        atomic path that is not a wait), -1 where none does; None: the
+        protocol has no atomic path. The model's `exclusive`, over rows."""
+        if not len(self.locking):
+            return None
+        lay, xp = self.lay, self.xp
+        holder = xp.full(len(F), -1, dtype=np.int64)
+        for i in reversed(range(lay.N)):       # the first branch that holds it, as the model reads them
+            prog = F[:, lay.br(i, "prog")]
+            at = xp.where(prog >= 0, prog.astype(np.int16) * self.longest + F[:, lay.br(i, "step")], -1)
+            holder = xp.where(xp.isin(at, self.locking), i, holder)
+        return holder
+
+    def _branch(self, F: Any, i: int, out: _Successors, allowed: Optional[Any]) -> None:
+        """Branch i's actions in every row (`allowed`: the rows where no other
+        branch holds the scheduler lock; None: all)."""
         lay, xp = self.lay, self.xp
         st, prog, step = F[:, lay.br(i, "status")], F[:, lay.br(i, "prog")], F[:, lay.br(i, "step")]
         done = F[:, lay.br(i, "done")]
-        running = st == RUNNING
+        running = st == RUNNING if allowed is None else (st == RUNNING) & allowed
         idle = running & (prog == -1)
         may_cancel = self.scenario.branches[i].may_cancel
         self._decide(F, i, idle & (done < lay.appends[i]), out)

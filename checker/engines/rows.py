@@ -28,7 +28,7 @@ import numpy as np
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Copy, Kernel, State, Status
 from cowcheck.model.stepkinds import STEPS, Launch
-from cowcheck.model.structure import Op, Structure
+from cowcheck.model.structure import Op
 
 #: the step kinds the frontier engine applies to rows (docs/reference/engines.md#frontier)
 SUPPORTED_STEPS = frozenset(("alloc", "incref", "decref", "hold", "release", "copy", "copy-block", "wait-copy", "append",
@@ -63,8 +63,8 @@ def refusal(scenario: Scenario) -> Optional[str]:
     for spec, name in zip(scenario.branches, scenario.names):
         if spec.parent is not None or any(o.op is not Op.APPEND for o in spec.operations):
             return f"branch {name}'s program has forks or speculation: branch programs are not supported yet"
-    if Structure(protocol).any_atomic:
-        return f"protocol {protocol.name!r} has atomic paths: the scheduler lock is not supported yet"
+    if protocol.atomic_fork or protocol.atomic_rollback or (protocol.atomic_admit and protocol.admit):
+        return f"protocol {protocol.name!r} has an atomic fork, rollback or admission: not supported yet"
     used = [s for path in protocol.paths.values() for s in path.steps] + list(protocol.cancel + protocol.finish)
     step = next((s.op for s in used if s.op not in SUPPORTED_STEPS), None)
     if step is not None:

@@ -19,7 +19,8 @@ from cowcheck.model.protocol import builtin_names
 from cowcheck.model.scenario import load_scenario, make_scenario
 from cowcheck.traces.replay import replay
 
-from tests.test_engines_random import scenarios
+from tests.conftest import program_branches
+from tests.test_engines_random import DEVICES, scenarios
 
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 #: covered scenarios whose explicit search takes seconds
@@ -62,8 +63,8 @@ def test_agrees_on_shipped_scenarios(path):
     agree(load_scenario(path))
 
 
-def test_covers_the_append_only_scenarios():
-    assert len(covered()) >= 15
+def test_covers_the_append_and_fork_scenarios():
+    assert len(covered()) >= 38
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -85,6 +86,30 @@ def test_agrees_under_the_scheduler_lock(scenario):
     agree(scenario)
 
 
+@st.composite
+def forking(draw):
+    """Scenarios whose branches fork (tests/conftest.program_branches, its
+    speculations made appends: the frontier engine refuses those)."""
+    branches = program_branches(draw, st)
+    for b in branches:
+        b["program"] = ["append" if op.startswith("speculate") else op for op in b.get("program", [])] or ["append"]
+        b.pop("appends", None)
+    return make_scenario(draw(st.integers(1, 3)), draw(st.integers(0, 4)), branches,
+                         draw(st.sampled_from(builtin_names(cache=False))), device=draw(st.sampled_from(DEVICES)),
+                         reuse=draw(st.sampled_from(("lifo", "fifo"))))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(forking())
+def test_agrees_on_random_forks(scenario):
+    """Forks: incref-all, share, unborn children (and their cancel with a
+    cancelled parent), a child's sequence its parent's up to the fork."""
+    assume(refusal(scenario) is None)
+    bound = check(scenario, max_states=3_000, symmetry=False, por=False)
+    assume(bound.exploration.complete)
+    agree(scenario)
+
+
 def test_max_states_is_a_partial_result():
     scenario = make_scenario(2, 3, [(2, False), (2, False)], "cow")
     partial = check(scenario, engine="frontier", max_states=50)
@@ -100,8 +125,8 @@ def test_max_memory_stops_with_a_partial_result():
 
 def test_refuses_what_it_does_not_cover_in_one_line():
     with pytest.raises(SpecError) as refused:
-        check(SPECS / "fork-share-first.toml", engine="frontier")
-    assert "branch programs are not supported yet" in str(refused.value) and "\n" not in str(refused.value)
+        check(SPECS / "cow-speculate.toml", engine="frontier")
+    assert "speculation and rollback are not supported yet" in str(refused.value) and "\n" not in str(refused.value)
     with pytest.raises(SpecError, match="reuse"):
         check(make_scenario(2, 3, [(1, False)], "cow", reuse="any"), engine="frontier")
 

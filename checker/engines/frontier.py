@@ -27,7 +27,7 @@ import numpy as np
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Block
-from cowcheck.model.structure import Op, Structure
+from cowcheck.model.structure import Structure
 from cowcheck.model.stepkinds import COPIES
 from cowcheck.model.system import ProtocolModel
 from cowcheck.engines.explorer import Exploration, Violation, _resident_bytes, memory_bound, trace_for, walk
@@ -36,7 +36,7 @@ from cowcheck.engines.hashtable import HashTable
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.results import FrontierResult, Search
 from cowcheck.engines.options import SearchOptions
-from cowcheck.engines.rows import CANCELLED, COPY, FINISHED, KERNEL, RUNNING, Layout, dtype_for, refusal
+from cowcheck.engines.rows import CANCELLED, COPY, FINISHED, KERNEL, RUNNING, UNBORN, Layout, dtype_for, refusal
 from cowcheck.engines.stop import Stop, StopKind, interrupted
 
 #: frontier rows expanded at once: bounds the memory of one batch of successors
@@ -131,11 +131,16 @@ class Frontier:
         self.published = xp.asarray(np.concatenate([np.arange(lay.pt(i), lay.pt(i) + lay.W) for i in range(lay.N)]))
         self.slot_of_table = xp.asarray(np.tile(np.arange(lay.W), lay.N))
         self.longest = max(len(program) for program in lay.programs)
+        # per branch and operations done: the child its next operation forks, -1 an append, -2 none left
+        self.next_fork = [xp.asarray(np.array(forks + (-2,), dtype=np.int64)) for forks in lay.forks]
+        # each branch's sequence, position by position (the tokens its kernels write and read)
+        self.tokens = xp.asarray(np.array([t + (0,) * (max(map(len, lay.tokens)) + 1 - len(t)) for t in lay.tokens], dtype=np.int64))
+        self.lineage = self.scenario.lineage
         # the places (as program * longest + step) where a branch holds the scheduler lock
-        programs = {**{(Op.APPEND, path): p for p, path in enumerate(lay.paths)}, (Op.CANCEL, None): lay.cancel,
-                    (Op.FINISH, None): lay.finish}
+        programs = lay.numbers
         self.locking = xp.asarray([programs[place.op, place.path] * self.longest + place.step
-                                   for place in Structure(self.scenario.protocol).locking_places], dtype=np.int16)
+                                   for place in Structure(self.scenario.protocol).locking_places
+                                   if (place.op, place.path) in programs], dtype=np.int16)     # rollback and admit: refused
 
     def _reserve(self, xp: Any) -> int:
         """How many states the arrays of rows, parents, depths and copies
@@ -344,7 +349,7 @@ class Frontier:
             st, prog, done = F[:, lay.br(i, "status")], F[:, lay.br(i, "prog")], F[:, lay.br(i, "done")]
             final &= (st == FINISHED) | (st == CANCELLED)
             quiet &= prog == -1
-            steady &= (st == RUNNING) & (prog == -1) & (done == lay.appends[i])
+            steady &= (st == RUNNING) & (prog == -1) & (done == len(lay.forks[i]))
         alloc = lay.P - (F[:, lay.FREE:lay.FREE + lay.P] != -1).sum(axis=1)
         return final, quiet, steady, alloc
 
@@ -424,8 +429,12 @@ class Frontier:
         running = st == RUNNING if allowed is None else (st == RUNNING) & allowed
         idle = running & (prog == -1)
         may_cancel = self.scenario.branches[i].may_cancel
-        self._decide(F, i, idle & (done < lay.appends[i]), out)
-        self._step(F, i, idle & (done == lay.appends[i]), lay.finish, 0, out, start=True)
+        # between operations: the next one of its program (an append's decide, or a fork), else finish
+        forks = self.next_fork[i][xp.minimum(done.astype(np.int64), len(lay.forks[i]))]
+        self._decide(F, i, idle & (forks == -1), out)
+        if lay.programs[lay.fork] and bool((forks >= 0).any()):
+            self._step(F, i, idle & (forks >= 0), lay.fork, 0, out, start=True)
+        self._step(F, i, idle & (done == len(lay.forks[i])), lay.finish, 0, out, start=True)
         if may_cancel:
             self._step(F, i, idle, lay.cancel, 0, out, start=True)
         # each running row's place (program, step) as one number; only the places some row is at
@@ -517,9 +526,13 @@ class Frontier:
         if k + 1 < len(lay.programs[p]):
             R[:, lay.br(i, "step")] = k + 1
         else:
-            R[:, lay.br(i, "status")] = RUNNING if p < lay.cancel else CANCELLED if p == lay.cancel else FINISHED
-            if p < lay.cancel:
+            R[:, lay.br(i, "status")] = CANCELLED if p == lay.cancel else FINISHED if p == lay.finish else RUNNING
+            if p < lay.cancel or p == lay.fork:
                 R[:, lay.br(i, "done")] += 1
+            if p == lay.cancel:         # the children it never forked (and theirs) are cancelled with it
+                for c in self.lineage[i]:
+                    status = R[:, lay.br(c, "status")]
+                    R[:, lay.br(c, "status")] = xp.where(status == UNBORN, CANCELLED, status)
             for field in ("prog", "tail", "new"):
                 R[:, lay.br(i, field)] = -1
             R[:, lay.br(i, "step")] = 0
@@ -585,6 +598,24 @@ class Frontier:
             R[:, lay.wt(i):lay.wt(i) + 2 * lay.W] = -1
             R[:, lay.br(i, "wlen")] = 0
             R[:, lay.br(i, "plen")] = 0
+        elif op == "incref-all":
+            table = R[:, lay.wt(i):lay.wt(i) + lay.W].astype(np.int64)
+            for t in range(lay.W):
+                rows = xp.nonzero(table[:, t] >= 0)[0]
+                R[rows, lay.RC + table[rows, t]] += 1
+        elif op == "share":
+            child = self.next_fork[i][R[:, lay.br(i, "done")].astype(np.int64)]
+            for c in sorted(set(_host(child).tolist())):
+                rows = xp.nonzero(child == c)[0]
+                born = R[rows]
+                born[:, lay.br(c, "status"):lay.br(c, "status") + lay.BW] = -1
+                for field, value in (("status", RUNNING), ("pos", born[:, lay.br(i, "pos")]), ("done", 0),
+                                     ("wlen", born[:, lay.br(i, "wlen")]), ("plen", born[:, lay.br(i, "wlen")])):
+                    born[:, lay.br(c, field)] = value
+                born[:, lay.wt(c):lay.wt(c) + lay.W] = born[:, lay.wt(i):lay.wt(i) + lay.W]
+                born[:, lay.pt(c):lay.pt(c) + lay.W] = born[:, lay.wt(i):lay.wt(i) + lay.W]
+                born[:, lay.br(c, "step")] = 0
+                R[rows] = born
         elif op == "check-output":
             table = R[:, lay.wt(i):lay.wt(i) + lay.W].astype(np.int64)
             wlen = R[:, lay.br(i, "wlen")]
@@ -594,7 +625,7 @@ class Frontier:
                 valid = (q < pos) & (idx < wlen)
                 blk = xp.maximum(table[:, min(idx, lay.W - 1)], 0)
                 read = xp.where(valid, R[ar, lay.SL + blk * lay.B + q % lay.B], 0)
-                bad |= (q < pos) & (read != lay.token(i, q))
+                bad |= (q < pos) & (read != self.tokens[i, q])
             out.violate("faithful-output", bad, src)
         return None
 
@@ -713,16 +744,14 @@ class Frontier:
             touched |= (q <= pos // B) & free[ar, xp.maximum(snap[:, q], 0)] & (snap[:, q] >= 0)
         out.violate("no-use-after-free", touched, src)
         # the write, then the attention read of positions 0 .. pos
-        token = xp.where(pos < lay.L, pos + 1, 1 + lay.L + j * lay.T + (pos - lay.L))
-        R[ar, lay.SL + target * B + pos % B] = token
+        R[ar, lay.SL + target * B + pos % B] = self.tokens[j, pos]
         self._retire(R, k)
         bad = xp.zeros(len(R), dtype=bool)
         for p in range(int(pos.max()) + 1):
             m = p <= pos
             blk = xp.maximum(snap[:, min(p // B, lay.W - 1)], 0)
             read = R[ar, lay.SL + blk * B + p % B]
-            want = (p + 1) if p < lay.L else 1 + lay.L + j * lay.T + (p - lay.L)
-            bad |= m & (read != want)
+            bad |= m & (read != self.tokens[j, p])
         out.violate("faithful-output", bad, src)
         out.add(src, R, 0)
 

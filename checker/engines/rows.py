@@ -5,15 +5,17 @@ The row holds exactly what tells two states of the explicit model
 (cowcheck.model.state) apart, so that two rows are equal exactly when the
 states are: per block its refcount, holds and slots; the free list, front
 first; per branch its status, pos, operations done, program (an append path,
-`cancel` or `finish`), step, locals and both tables; the device queue in
-launch order, each op as (kind, a, b, c, snapshot length, snapshot). What a
+`cancel`, `finish` or `fork`), step, locals and both tables; the device queue
+in launch order, each op as (kind, a, b, c, snapshot length, snapshot). What a
 state holds that the row does not (a branch's write counter, its sequence, a
 kernel's token and expected sequence) is a function of what it does, as long
-as every branch is a root that only appends. Every unused cell is -1.
+as no branch speculates (no rollback rewinds a sequence): a child is born at
+its parent's fork at a position fixed by the programs (`births`), with its
+parent's sequence up to there. Every unused cell is -1.
 
 Tokens are small integers: 0 is an empty slot, the prompt's `p<k>` is 1 + k,
 branch j's t-th token is 1 + L + j * T + (t - 1), T the most appends of any
-branch.
+branch; `tokens` gives each branch's sequence, position by position.
 
 `refusal` says, in one line, what of a scenario the layout does not cover;
 the engine refuses such a scenario as bad input, never with a silent gap."""
@@ -32,10 +34,10 @@ from cowcheck.model.structure import Op
 
 #: the step kinds the frontier engine applies to rows (docs/reference/engines.md#frontier)
 SUPPORTED_STEPS = frozenset(("alloc", "incref", "decref", "hold", "release", "copy", "copy-block", "wait-copy", "append",
-                             "replace", "publish", "write", "wait-kernel", "decref-all", "check-output"))
+                             "replace", "publish", "write", "wait-kernel", "decref-all", "check-output", "incref-all", "share"))
 #: the statuses a row stores, by code
-STATUSES = (Status.RUNNING, Status.FINISHED, Status.CANCELLED)
-RUNNING, FINISHED, CANCELLED = 0, 1, 2
+STATUSES = (Status.RUNNING, Status.FINISHED, Status.CANCELLED, Status.UNBORN)
+RUNNING, FINISHED, CANCELLED, UNBORN = 0, 1, 2, 3
 #: a queue entry's kind
 EMPTY, COPY, KERNEL = -1, 1, 2
 #: the cells of a branch before its two tables, and of a queue entry before its snapshot
@@ -61,11 +63,11 @@ def refusal(scenario: Scenario) -> Optional[str]:
     if scenario.reuse == "any":
         return "reuse = \"any\" (every free block a choice) is not supported yet; lifo and fifo are"
     for spec, name in zip(scenario.branches, scenario.names):
-        if spec.parent is not None or any(o.op is not Op.APPEND for o in spec.operations):
-            return f"branch {name}'s program has forks or speculation: branch programs are not supported yet"
-    if protocol.atomic_fork or protocol.atomic_rollback or (protocol.atomic_admit and protocol.admit):
-        return f"protocol {protocol.name!r} has an atomic fork, rollback or admission: not supported yet"
-    used = [s for path in protocol.paths.values() for s in path.steps] + list(protocol.cancel + protocol.finish)
+        if any(o.op is Op.ROLLBACK for o in spec.operations):
+            return f"branch {name}'s program speculates: speculation and rollback are not supported yet"
+    forks = any(o.op is Op.FORK for spec in scenario.branches for o in spec.operations)
+    used = [s for path in protocol.paths.values() for s in path.steps] + list(protocol.cancel + protocol.finish) \
+        + list(protocol.fork if forks else ())
     step = next((s.op for s in used if s.op not in SUPPORTED_STEPS), None)
     if step is not None:
         return f"protocol {protocol.name!r} uses the step {step!r}, which the frontier engine does not apply yet"
@@ -85,23 +87,45 @@ class Layout:
     W: int
     Q: int
     appends: tuple[int, ...]
-    #: the programs a branch may be inside: the append paths, then cancel, then finish
+    #: the programs a branch may be inside: the append paths, then cancel, finish and fork
     programs: tuple[tuple, ...]
     paths: tuple[str, ...]
+    #: each branch's flattened program: per operation the child it forks, or -1 for an append
+    forks: tuple[tuple[int, ...], ...]
+    #: each branch's sequence as tokens, position by position, as long as it can grow
+    tokens: tuple[tuple[int, ...], ...]
 
     @staticmethod
     def of(scenario: Scenario) -> "Layout":
         protocol = scenario.protocol
         paths = tuple(protocol.paths)
-        programs = tuple(protocol.paths[p].steps for p in paths) + (protocol.cancel, protocol.finish)
+        programs = tuple(protocol.paths[p].steps for p in paths) + (protocol.cancel, protocol.finish, protocol.fork)
         appends = tuple(spec.appends for spec in scenario.branches)
         per_path = max((sum(s.op == "append" for s in p) for p in programs[:len(paths)]), default=0)
-        launches = max((sum(STEPS[s.op].launches is not None for s in p) for p in programs[:len(paths)]), default=0)
-        tables = sum(STEPS[s.op].launches is not None for s in protocol.cancel + protocol.finish)
+
+        def launches(program: tuple) -> int:
+            return sum(STEPS[s.op].launches is not None for s in program)
+        per_append = max((launches(p) for p in programs[:len(paths)]), default=0)
+        tables = launches(protocol.cancel + protocol.finish)
+        forks = tuple(tuple(o.arg if o.op is Op.FORK else -1 for o in spec.operations) for spec in scenario.branches)
+        T = max(appends, default=0) or 1
+        # a branch's sequence: its parent's up to the fork (a root: the prompt), then its own tokens
+        tokens: list[tuple[int, ...]] = [()] * len(appends)
+        table: list[int] = [0] * len(appends)        # the most entries its working table can reach
+        for i in _parents_first(scenario):
+            spec = scenario.branches[i]
+            if spec.parent is None:
+                start, table[i] = tuple(range(1, scenario.prompt + 1)), scenario.prompt_blocks
+            else:
+                at = next(k for k, child in enumerate(forks[spec.parent]) if child == i)
+                born = len(tokens[spec.parent]) - appends[spec.parent] + sum(c == -1 for c in forks[spec.parent][:at])
+                start, table[i] = tokens[spec.parent][:born], table[spec.parent]
+            tokens[i] = start + tuple(1 + scenario.prompt + i * T + t for t in range(appends[i]))
+            table[i] += appends[i] * per_path
         B = scenario.block_size
-        return Layout(P=scenario.pool, B=B, L=scenario.prompt, N=len(appends), T=max(appends, default=0) or 1,
-                      W=scenario.prompt_blocks + max(appends, default=0) * per_path,
-                      Q=sum(a * launches + tables for a in appends), appends=appends, programs=programs, paths=paths)
+        return Layout(P=scenario.pool, B=B, L=scenario.prompt, N=len(appends), T=T, W=max(table, default=0) or 1,
+                      Q=sum(a * per_append + tables for a in appends) + sum(c >= 0 for f in forks for c in f) * launches(protocol.fork),
+                      appends=appends, programs=programs, paths=paths, forks=forks, tokens=tuple(tokens))
 
     # -- offsets ------------------------------------------------------------
     @property
@@ -158,11 +182,18 @@ class Layout:
     def finish(self) -> int:
         return len(self.paths) + 1
 
-    # -- tokens -------------------------------------------------------------
-    def token(self, branch: int, pos: int) -> int:
-        """The token at position `pos` of branch `branch`'s sequence."""
-        return pos + 1 if pos < self.L else 1 + self.L + branch * self.T + (pos - self.L)
+    @property
+    def fork(self) -> int:
+        return len(self.paths) + 2
 
+    @property
+    def numbers(self) -> dict[tuple[Op, Optional[str]], int]:
+        """Each program's number in a row's `prog` cell, by (operation, path)."""
+        out: dict[tuple[Op, Optional[str]], int] = {(Op.APPEND, p): k for k, p in enumerate(self.paths)}
+        out.update({(Op.CANCEL, None): self.cancel, (Op.FINISH, None): self.finish, (Op.FORK, None): self.fork})
+        return out
+
+    # -- tokens -------------------------------------------------------------
     def token_of(self, text: Optional[str], names: tuple[str, ...]) -> int:
         if text is None:
             return 0
@@ -181,8 +212,7 @@ class Layout:
             row[self.RC + b], row[self.HO + b] = blk.refcount, blk.holds
             row[self.SL + b * self.B:self.SL + (b + 1) * self.B] = [self.token_of(t, names) for t in blk.slots]
         row[self.FREE:self.FREE + len(state.free)] = state.free
-        progs: dict[tuple[Op, Optional[str]], int] = {**{(Op.APPEND, p): k for k, p in enumerate(self.paths)}, (Op.CANCEL, None): self.cancel,
-                 (Op.FINISH, None): self.finish}
+        progs = self.numbers
         for i, br in enumerate(state.branches):
             cells: tuple[int, ...] = (STATUSES.index(br.status), br.pos, br.done, -1 if br.op is None else progs[br.op, br.path], br.step,
                      -1 if br.tail is None else br.tail, -1 if br.new is None else br.new, len(br.working),
@@ -201,3 +231,11 @@ class Layout:
             row[self.q(k, "kind"):self.q(k, "kind") + len(entry)] = entry
             row[self.q(k, "snap"):self.q(k, "snap") + len(snapshot)] = snapshot
         return row
+
+
+def _parents_first(scenario: Scenario) -> list[int]:
+    """The branches, each after its parent."""
+    out: list[int] = []
+    for root in scenario.roots:
+        out += [root, *scenario.descendants(root)]
+    return out

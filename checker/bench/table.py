@@ -232,6 +232,11 @@ def _shares(stats: dict, adapter_file: str) -> dict[str, float]:
             "search and hashing": round(max(0.0, 1 - (snapshots + calls + bookkeeping + judging) / total), 2)}
 
 
+def _figures(result: ExplicitResult) -> tuple:
+    """What two runs of one check must share: states, transitions, every verdict and its length."""
+    return (result.x.states, result.x.transitions, {k: (str(v.outcome), v.length) for k, v in result.verdicts.items()})
+
+
 def _measure_cache_harness(args, conn) -> None:
     """One allocator through the harness on one prefix-caching scenario:
     states per second of a full run, and where the time goes, from a
@@ -242,23 +247,33 @@ def _measure_cache_harness(args, conn) -> None:
     import pstats
 
     from cowcheck import api
+    from cowcheck.model import memo
     from cowcheck.model.errors import SpecError
     label, allocator = args
     row = {"benchmark": label, "allocator": allocator}
     scenario = bench_scenario(label)
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = cast(ExplicitResult, api.check(scenario, allocator=allocator, symmetry=False))
     except SpecError as err:
         conn.send({**row, "skipped": str(err)})
         conn.close()
         return
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    # the same check without the harness's memo of host calls (cowcheck.model.memo): what it saves, and the same search
+    memo.LIMIT, kept = 0, memo.LIMIT
+    start, bare_cpu = time.perf_counter(), time.process_time()
+    bare = cast(ExplicitResult, api.check(scenario, allocator=allocator, symmetry=False))
+    bare_seconds, bare_cpu = time.perf_counter() - start, time.process_time() - bare_cpu
+    memo.LIMIT = kept
     profile = cProfile.Profile()
     profile.runcall(api.check, scenario, allocator=allocator, symmetry=False, max_states=HARNESS_PROFILE_STATES)
     stats = pstats.Stats(profile).stats        # type: ignore[attr-defined]  # pstats keeps its table here
     module = importlib.import_module(allocator.split(":")[0])
-    conn.send({**row, "states": result.x.states, "seconds": round(seconds, 2), "states_per_second": round(result.x.states / seconds),
+    conn.send({**row, "states": result.x.states, "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
+               "states_per_second": round(result.x.states / seconds),
+               "without_memo": {"states": bare.x.states, "transitions": bare.x.transitions, "seconds": round(bare_seconds, 2),
+                                "cpu_seconds": round(bare_cpu, 2), "same": _figures(bare) == _figures(result)},
                "summary": str(result.summary), "share": _shares(stats, inspect.getsourcefile(module) or "")})
     conn.close()
 
@@ -347,14 +362,15 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     if cache_harness:
         ctable = Table(title="prefix caching through the harness: the V1-style pool and vLLM V1's own code (async, no reduction)",
                        title_justify="left")
-        for col in ("scenario", "allocator", "states", "s", "states/s", "where the time goes"):
+        for col in ("scenario", "allocator", "states", "s", "states/s", "s without memo", "where the time goes"):
             ctable.add_column(col, justify="left" if col in ("scenario", "allocator", "where the time goes") else "right")
         for r in cache_harness:
             if "skipped" in r:
-                ctable.add_row(r["benchmark"], r["allocator"], "", "", "", f"skipped: {r['skipped']}")
+                ctable.add_row(r["benchmark"], r["allocator"], "", "", "", "", f"skipped: {r['skipped']}")
             else:
+                bare = r["without_memo"]
                 ctable.add_row(r["benchmark"], r["allocator"], f"{r['states']:,}", str(r["seconds"]), f"{r['states_per_second']:,}",
-                               ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
+                               f"{bare['seconds']}" + ("" if bare["same"] else " (a different search!)"), ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
         console.print(ctable)
     if end_to_end is None or replays is None:
         return

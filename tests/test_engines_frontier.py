@@ -63,8 +63,8 @@ def test_agrees_on_shipped_scenarios(path):
     agree(load_scenario(path))
 
 
-def test_covers_the_append_and_fork_scenarios():
-    assert len(covered()) >= 38
+def test_covers_every_protocol_file_scenario_but_any_reuse():
+    assert len(covered()) >= 47
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -87,23 +87,19 @@ def test_agrees_under_the_scheduler_lock(scenario):
 
 
 @st.composite
-def forking(draw):
-    """Scenarios whose branches fork (tests/conftest.program_branches, its
-    speculations made appends: the frontier engine refuses those)."""
-    branches = program_branches(draw, st)
-    for b in branches:
-        b["program"] = ["append" if op.startswith("speculate") else op for op in b.get("program", [])] or ["append"]
-        b.pop("appends", None)
-    return make_scenario(draw(st.integers(1, 3)), draw(st.integers(0, 4)), branches,
+def programs(draw):
+    """Scenarios with branch programs: forks and speculation (tests/conftest.program_branches)."""
+    return make_scenario(draw(st.integers(1, 3)), draw(st.integers(0, 4)), program_branches(draw, st),
                          draw(st.sampled_from(builtin_names(cache=False))), device=draw(st.sampled_from(DEVICES)),
                          reuse=draw(st.sampled_from(("lifo", "fifo"))))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(forking())
-def test_agrees_on_random_forks(scenario):
-    """Forks: incref-all, share, unborn children (and their cancel with a
-    cancelled parent), a child's sequence its parent's up to the fork."""
+@given(programs())
+def test_agrees_on_random_programs(scenario):
+    """Forks (incref-all, share, unborn children, cancelled with a cancelled
+    parent) and speculation (verify's choices, rewind, trim, a sequence
+    that depends on the run)."""
     assume(refusal(scenario) is None)
     bound = check(scenario, max_states=3_000, symmetry=False, por=False)
     assume(bound.exploration.complete)
@@ -125,8 +121,8 @@ def test_max_memory_stops_with_a_partial_result():
 
 def test_refuses_what_it_does_not_cover_in_one_line():
     with pytest.raises(SpecError) as refused:
-        check(SPECS / "cow-speculate.toml", engine="frontier")
-    assert "speculation and rollback are not supported yet" in str(refused.value) and "\n" not in str(refused.value)
+        check(SPECS / "prefix-cache-warm.toml", engine="frontier")
+    assert "prefix caching is not in the row layout yet" in str(refused.value) and "\n" not in str(refused.value)
     with pytest.raises(SpecError, match="reuse"):
         check(make_scenario(2, 3, [(1, False)], "cow", reuse="any"), engine="frontier")
 

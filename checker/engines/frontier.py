@@ -133,6 +133,7 @@ class Frontier:
         self.longest = max(len(program) for program in lay.programs)
         # per branch and operations done: the child its next operation forks, -1 an append, -2 none left
         self.next_fork = [xp.asarray(np.array(forks + (-2,), dtype=np.int64)) for forks in lay.forks]
+        self.next_drafts = [xp.asarray(np.array(drafts + (0,), dtype=np.int64)) for drafts in lay.drafts]
         # each branch's sequence, position by position (the tokens its kernels write and read)
         self.tokens = xp.asarray(np.array([t + (0,) * (max(map(len, lay.tokens)) + 1 - len(t)) for t in lay.tokens], dtype=np.int64))
         self.lineage = self.scenario.lineage
@@ -429,11 +430,14 @@ class Frontier:
         running = st == RUNNING if allowed is None else (st == RUNNING) & allowed
         idle = running & (prog == -1)
         may_cancel = self.scenario.branches[i].may_cancel
-        # between operations: the next one of its program (an append's decide, or a fork), else finish
-        forks = self.next_fork[i][xp.minimum(done.astype(np.int64), len(lay.forks[i]))]
-        self._decide(F, i, idle & (forks == -1), out)
-        if lay.programs[lay.fork] and bool((forks >= 0).any()):
+        # between operations: the next one of its program (an append's decide, a fork, a rollback's verify), else finish
+        at = xp.minimum(done.astype(np.int64), len(lay.forks[i]))
+        forks, drafts = self.next_fork[i][at], self.next_drafts[i][at]
+        self._decide(F, i, idle & (forks == -1) & (drafts == 0), out)
+        if bool((forks >= 0).any()):
             self._step(F, i, idle & (forks >= 0), lay.fork, 0, out, start=True)
+        if bool((drafts > 0).any()):
+            self._verify(F, i, idle & (drafts > 0), drafts, out)
         self._step(F, i, idle & (done == len(lay.forks[i])), lay.finish, 0, out, start=True)
         if may_cancel:
             self._step(F, i, idle, lay.cancel, 0, out, start=True)
@@ -484,6 +488,39 @@ class Frontier:
         R[:, lay.br(i, "new")] = -1
         out.add(src, R, 0)
 
+    def _verify(self, F: Any, i: int, mask: Any, drafts: Any, out: _Successors) -> None:
+        """A rollback's first action, in every row of `mask`: the verifier
+        accepts j of the k drafts, each j its own successor, binding
+        `rejected` (an empty [rollback] ends the operation here)."""
+        lay, xp = self.lay, self.xp
+        for k in sorted(set(_host(drafts[mask]).tolist())):
+            src = xp.nonzero(mask & (drafts == k))[0]
+            for accepted in range(k + 1):
+                R = F[src]
+                R[:, lay.br(i, "prog")] = lay.rollback
+                R[:, lay.br(i, "step")] = 0
+                R[:, lay.rejected(i)] = k - accepted
+                if not lay.programs[lay.rollback]:
+                    self._end(R, i, lay.rollback)
+                out.add(src, R, 0)
+
+    def _end(self, R: Any, i: int, p: int) -> None:
+        """Branch i's program p is done in rows R: locals cleared, and the
+        program moved on (or the branch finished or cancelled)."""
+        lay, xp = self.lay, self.xp
+        R[:, lay.br(i, "status")] = CANCELLED if p == lay.cancel else FINISHED if p == lay.finish else RUNNING
+        if p < lay.cancel or p in (lay.fork, lay.rollback):
+            R[:, lay.br(i, "done")] += 1
+        if p == lay.cancel:         # the children it never forked (and theirs) are cancelled with it
+            for c in self.lineage[i]:
+                status = R[:, lay.br(c, "status")]
+                R[:, lay.br(c, "status")] = xp.where(status == UNBORN, CANCELLED, status)
+        for field in ("prog", "tail", "new"):
+            R[:, lay.br(i, field)] = -1
+        R[:, lay.br(i, "step")] = 0
+        if lay.S:
+            R[:, lay.rejected(i)] = -1
+
     def _local(self, R: Any, i: int, name: str, step: Any) -> Any:
         values = R[:, self.lay.br(i, name)].astype(np.int64)
         if bool((values < 0).any()):
@@ -526,16 +563,7 @@ class Frontier:
         if k + 1 < len(lay.programs[p]):
             R[:, lay.br(i, "step")] = k + 1
         else:
-            R[:, lay.br(i, "status")] = CANCELLED if p == lay.cancel else FINISHED if p == lay.finish else RUNNING
-            if p < lay.cancel or p == lay.fork:
-                R[:, lay.br(i, "done")] += 1
-            if p == lay.cancel:         # the children it never forked (and theirs) are cancelled with it
-                for c in self.lineage[i]:
-                    status = R[:, lay.br(c, "status")]
-                    R[:, lay.br(c, "status")] = xp.where(status == UNBORN, CANCELLED, status)
-            for field in ("prog", "tail", "new"):
-                R[:, lay.br(i, field)] = -1
-            R[:, lay.br(i, "step")] = 0
+            self._end(R, i, p)
         for rows, blocks in freed:
             out.violate("no-use-after-free", self._in_use(R[rows], blocks), src[rows])
         out.add(src, R, int(op in COPIES))
@@ -586,9 +614,31 @@ class Frontier:
         elif op == "write":
             keep = R[:, lay.br(i, "plen")] > pos // lay.B
             out.violate("kernel-table-miss", ~keep, src)
-            self._launch(R, (KERNEL, xp.full(n, i), pos, 0, R[:, lay.br(i, "plen")]), R[:, lay.pt(i):lay.pt(i) + lay.W])
+            expected = None
+            if lay.S:               # the token `<name><writes + 1>` at pos: what the kernel must read, with the rest
+                R[ar, lay.seq(i) + pos] = 1 + lay.L + i * lay.T + R[:, lay.writes(i)].astype(np.int64)
+                R[:, lay.writes(i)] += 1
+                expected = R[:, lay.seq(i):lay.seq(i) + lay.S]
+            self._launch(R, (KERNEL, xp.full(n, i), pos, 0, R[:, lay.br(i, "plen")]), R[:, lay.pt(i):lay.pt(i) + lay.W],
+                         expected)
             R[:, lay.br(i, "pos")] += 1
             return keep
+        elif op == "rewind":
+            pos = pos - R[:, lay.rejected(i)].astype(np.int64)
+            R[:, lay.br(i, "pos")] = pos
+            cells = xp.arange(lay.S)[None, :]
+            R[:, lay.seq(i):lay.seq(i) + lay.S] = xp.where(cells < pos[:, None], R[:, lay.seq(i):lay.seq(i) + lay.S], -1)
+        elif op == "trim":
+            keep = -(-pos // lay.B)
+            wlen = R[:, lay.br(i, "wlen")].astype(np.int64)
+            table = R[:, lay.wt(i):lay.wt(i) + lay.W].astype(np.int64).copy()
+            for t in reversed(range(lay.W)):        # the dropped entries, last first
+                rows = xp.nonzero((t >= keep) & (t < wlen))[0]
+                if len(rows):
+                    self._decrement(R, rows, table[rows, t], True, out, src, freed)
+            cells = xp.arange(lay.W)[None, :]
+            R[:, lay.wt(i):lay.wt(i) + lay.W] = xp.where(cells < keep[:, None], table, -1)
+            R[:, lay.br(i, "wlen")] = xp.minimum(wlen, keep)
         elif op == "decref-all":
             table = R[:, lay.wt(i):lay.wt(i) + lay.W].astype(np.int64).copy()
             for t in range(lay.W):
@@ -615,6 +665,9 @@ class Frontier:
                 born[:, lay.wt(c):lay.wt(c) + lay.W] = born[:, lay.wt(i):lay.wt(i) + lay.W]
                 born[:, lay.pt(c):lay.pt(c) + lay.W] = born[:, lay.wt(i):lay.wt(i) + lay.W]
                 born[:, lay.br(c, "step")] = 0
+                if lay.S:           # its write counter from 0, its sequence its parent's
+                    born[:, lay.writes(c)] = 0
+                    born[:, lay.seq(c):lay.seq(c) + lay.S] = born[:, lay.seq(i):lay.seq(i) + lay.S]
                 R[rows] = born
         elif op == "check-output":
             table = R[:, lay.wt(i):lay.wt(i) + lay.W].astype(np.int64)
@@ -625,7 +678,7 @@ class Frontier:
                 valid = (q < pos) & (idx < wlen)
                 blk = xp.maximum(table[:, min(idx, lay.W - 1)], 0)
                 read = xp.where(valid, R[ar, lay.SL + blk * lay.B + q % lay.B], 0)
-                bad |= (q < pos) & (read != self.tokens[i, q])
+                bad |= (q < pos) & (read != (R[:, lay.seq(i) + q] if lay.S else self.tokens[i, q]))
             out.violate("faithful-output", bad, src)
         return None
 
@@ -655,8 +708,9 @@ class Frontier:
             R[rows, lay.FREE + length] = b
         freed.append((rows, b))
 
-    def _launch(self, R: Any, cells: tuple, snapshot: Optional[Any]) -> None:
-        """Put an op at the end of each row's queue."""
+    def _launch(self, R: Any, cells: tuple, snapshot: Optional[Any], expected: Optional[Any] = None) -> None:
+        """Put an op at the end of each row's queue (a kernel: with the
+        table it reads and, with speculation, the sequence it must read)."""
         lay, xp = self.lay, self.xp
         ar = xp.arange(len(R))
         at = (self._kinds(R) != -1).sum(axis=1).astype(np.int64)
@@ -668,6 +722,9 @@ class Frontier:
         if snapshot is not None:
             for t in range(lay.W):
                 R[ar, base + 5 + t] = snapshot[:, t]
+        if expected is not None:
+            for t in range(lay.S):
+                R[ar, base + 5 + lay.W + t] = expected[:, t]
 
     def _in_use(self, R: Any, blocks: Any) -> Any:
         """no-use-after-free's "freed while in use", on the state after the
@@ -743,15 +800,18 @@ class Frontier:
         for q in range(lay.W):
             touched |= (q <= pos // B) & free[ar, xp.maximum(snap[:, q], 0)] & (snap[:, q] >= 0)
         out.violate("no-use-after-free", touched, src)
-        # the write, then the attention read of positions 0 .. pos
-        R[ar, lay.SL + target * B + pos % B] = self.tokens[j, pos]
+        # the write, then the attention read of positions 0 .. pos (the sequence it must read: the
+        # kernel's own with speculation, else the branch's, fixed by the programs)
+        start = base + 5 + lay.W
+        expected = R[:, start:start + lay.S].astype(np.int64).copy() if lay.S else self.tokens[j]
+        R[ar, lay.SL + target * B + pos % B] = expected[ar, pos]
         self._retire(R, k)
         bad = xp.zeros(len(R), dtype=bool)
         for p in range(int(pos.max()) + 1):
             m = p <= pos
             blk = xp.maximum(snap[:, min(p // B, lay.W - 1)], 0)
             read = R[ar, lay.SL + blk * B + p % B]
-            bad |= m & (read != self.tokens[j, p])
+            bad |= m & (read != expected[:, p])
         out.violate("faithful-output", bad, src)
         out.add(src, R, 0)
 

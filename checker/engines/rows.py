@@ -9,9 +9,12 @@ first; per branch its status, pos, operations done, program (an append path,
 in launch order, each op as (kind, a, b, c, snapshot length, snapshot). What a
 state holds that the row does not (a branch's write counter, its sequence, a
 kernel's token and expected sequence) is a function of what it does, as long
-as no branch speculates (no rollback rewinds a sequence): a child is born at
-its parent's fork at a position fixed by the programs (`births`), with its
-parent's sequence up to there. Every unused cell is -1.
+as no branch speculates: a child is born at its parent's fork at a position
+fixed by the programs, with its parent's sequence up to there (`tokens`).
+Where a branch speculates, a rollback's `rewind` makes the sequence depend
+on the run, and the row holds it: per branch its write counter, `rejected`
+and its sequence (S cells), per kernel the sequence it must read (S cells).
+Every unused cell is -1.
 
 Tokens are small integers: 0 is an empty slot, the prompt's `p<k>` is 1 + k,
 branch j's t-th token is 1 + L + j * T + (t - 1), T the most appends of any
@@ -34,7 +37,8 @@ from cowcheck.model.structure import Op
 
 #: the step kinds the frontier engine applies to rows (docs/reference/engines.md#frontier)
 SUPPORTED_STEPS = frozenset(("alloc", "incref", "decref", "hold", "release", "copy", "copy-block", "wait-copy", "append",
-                             "replace", "publish", "write", "wait-kernel", "decref-all", "check-output", "incref-all", "share"))
+                             "replace", "publish", "write", "wait-kernel", "decref-all", "check-output", "incref-all", "share",
+                             "rewind", "trim"))
 #: the statuses a row stores, by code
 STATUSES = (Status.RUNNING, Status.FINISHED, Status.CANCELLED, Status.UNBORN)
 RUNNING, FINISHED, CANCELLED, UNBORN = 0, 1, 2, 3
@@ -62,12 +66,9 @@ def refusal(scenario: Scenario) -> Optional[str]:
         return "a cache scenario (cache = \"prefix\"): prefix caching is not in the row layout yet"
     if scenario.reuse == "any":
         return "reuse = \"any\" (every free block a choice) is not supported yet; lifo and fifo are"
-    for spec, name in zip(scenario.branches, scenario.names):
-        if any(o.op is Op.ROLLBACK for o in spec.operations):
-            return f"branch {name}'s program speculates: speculation and rollback are not supported yet"
-    forks = any(o.op is Op.FORK for spec in scenario.branches for o in spec.operations)
+    ops = {o.op for spec in scenario.branches for o in spec.operations}
     used = [s for path in protocol.paths.values() for s in path.steps] + list(protocol.cancel + protocol.finish) \
-        + list(protocol.fork if forks else ())
+        + list(protocol.fork if Op.FORK in ops else ()) + list(protocol.rollback if Op.ROLLBACK in ops else ())
     step = next((s.op for s in used if s.op not in SUPPORTED_STEPS), None)
     if step is not None:
         return f"protocol {protocol.name!r} uses the step {step!r}, which the frontier engine does not apply yet"
@@ -90,16 +91,21 @@ class Layout:
     #: the programs a branch may be inside: the append paths, then cancel, finish and fork
     programs: tuple[tuple, ...]
     paths: tuple[str, ...]
-    #: each branch's flattened program: per operation the child it forks, or -1 for an append
+    #: each branch's flattened program: per operation the child it forks, or -1 for an append or rollback
     forks: tuple[tuple[int, ...], ...]
-    #: each branch's sequence as tokens, position by position, as long as it can grow
+    #: per operation the drafts a rollback verifies, 0 for an append or fork
+    drafts: tuple[tuple[int, ...], ...]
+    #: each branch's sequence as tokens, position by position, as long as it can grow (without speculation)
     tokens: tuple[tuple[int, ...], ...]
+    #: the sequence cells of a branch and of a kernel: 0 without speculation (the sequences are `tokens`)
+    S: int = 0
 
     @staticmethod
     def of(scenario: Scenario) -> "Layout":
         protocol = scenario.protocol
         paths = tuple(protocol.paths)
-        programs = tuple(protocol.paths[p].steps for p in paths) + (protocol.cancel, protocol.finish, protocol.fork)
+        programs = tuple(protocol.paths[p].steps for p in paths) + (protocol.cancel, protocol.finish, protocol.fork,
+                                                                    protocol.rollback)
         appends = tuple(spec.appends for spec in scenario.branches)
         per_path = max((sum(s.op == "append" for s in p) for p in programs[:len(paths)]), default=0)
 
@@ -108,6 +114,7 @@ class Layout:
         per_append = max((launches(p) for p in programs[:len(paths)]), default=0)
         tables = launches(protocol.cancel + protocol.finish)
         forks = tuple(tuple(o.arg if o.op is Op.FORK else -1 for o in spec.operations) for spec in scenario.branches)
+        drafts = tuple(tuple(o.arg if o.op is Op.ROLLBACK else 0 for o in spec.operations) for spec in scenario.branches)
         T = max(appends, default=0) or 1
         # a branch's sequence: its parent's up to the fork (a root: the prompt), then its own tokens
         tokens: list[tuple[int, ...]] = [()] * len(appends)
@@ -118,14 +125,17 @@ class Layout:
                 start, table[i] = tuple(range(1, scenario.prompt + 1)), scenario.prompt_blocks
             else:
                 at = next(k for k, child in enumerate(forks[spec.parent]) if child == i)
-                born = len(tokens[spec.parent]) - appends[spec.parent] + sum(c == -1 for c in forks[spec.parent][:at])
+                born = len(tokens[spec.parent]) - appends[spec.parent] + sum(o.op is Op.APPEND for o in
+                                                                             scenario.branches[spec.parent].operations[:at])
                 start, table[i] = tokens[spec.parent][:born], table[spec.parent]
             tokens[i] = start + tuple(1 + scenario.prompt + i * T + t for t in range(appends[i]))
             table[i] += appends[i] * per_path
         B = scenario.block_size
         return Layout(P=scenario.pool, B=B, L=scenario.prompt, N=len(appends), T=T, W=max(table, default=0) or 1,
-                      Q=sum(a * per_append + tables for a in appends) + sum(c >= 0 for f in forks for c in f) * launches(protocol.fork),
-                      appends=appends, programs=programs, paths=paths, forks=forks, tokens=tuple(tokens))
+                      Q=sum(a * per_append + tables for a in appends) + sum(c >= 0 for f in forks for c in f) * launches(protocol.fork)
+                      + sum(k > 0 for d in drafts for k in d) * launches(protocol.rollback),
+                      appends=appends, programs=programs, paths=paths, forks=forks, drafts=drafts, tokens=tuple(tokens),
+                      S=max(map(len, tokens)) if any(k > 0 for d in drafts for k in d) else 0)
 
     # -- offsets ------------------------------------------------------------
     @property
@@ -147,7 +157,7 @@ class Layout:
     @property
     def BW(self) -> int:
         """The cells of one branch."""
-        return len(BRANCH_FIELDS) + 2 * self.W
+        return len(BRANCH_FIELDS) + 2 * self.W + (2 + self.S if self.S else 0)
 
     def br(self, i: int, field: str) -> int:
         return self.FREE + self.P + i * self.BW + BRANCH_FIELDS.index(field)
@@ -158,6 +168,17 @@ class Layout:
     def pt(self, i: int) -> int:
         return self.wt(i) + self.W
 
+    def writes(self, i: int) -> int:
+        """Branch i's write counter, then its `rejected`, then its sequence
+        (S cells; only where a branch speculates)."""
+        return self.pt(i) + self.W
+
+    def rejected(self, i: int) -> int:
+        return self.writes(i) + 1
+
+    def seq(self, i: int) -> int:
+        return self.writes(i) + 2
+
     @property
     def QU(self) -> int:
         return self.FREE + self.P + self.N * self.BW
@@ -165,7 +186,7 @@ class Layout:
     @property
     def QW(self) -> int:
         """The cells of one queue entry."""
-        return len(ENTRY_FIELDS) + self.W
+        return len(ENTRY_FIELDS) + self.W + self.S      # the snapshot, then (with speculation) the expected sequence
 
     def q(self, k: int, field: str) -> int:
         return self.QU + k * self.QW + (ENTRY_FIELDS.index(field) if field != "snap" else len(ENTRY_FIELDS))
@@ -190,8 +211,13 @@ class Layout:
     def numbers(self) -> dict[tuple[Op, Optional[str]], int]:
         """Each program's number in a row's `prog` cell, by (operation, path)."""
         out: dict[tuple[Op, Optional[str]], int] = {(Op.APPEND, p): k for k, p in enumerate(self.paths)}
-        out.update({(Op.CANCEL, None): self.cancel, (Op.FINISH, None): self.finish, (Op.FORK, None): self.fork})
+        out.update({(Op.CANCEL, None): self.cancel, (Op.FINISH, None): self.finish, (Op.FORK, None): self.fork,
+                    (Op.ROLLBACK, None): self.rollback})
         return out
+
+    @property
+    def rollback(self) -> int:
+        return len(self.paths) + 3
 
     # -- tokens -------------------------------------------------------------
     def token_of(self, text: Optional[str], names: tuple[str, ...]) -> int:
@@ -220,6 +246,10 @@ class Layout:
             row[self.br(i, "status"):self.br(i, "status") + len(cells)] = cells
             row[self.wt(i):self.wt(i) + len(br.working)] = br.working
             row[self.pt(i):self.pt(i) + len(br.published)] = br.published
+            if self.S:
+                row[self.writes(i)] = br.writes
+                row[self.rejected(i)] = -1 if br.rejected is None else br.rejected
+                row[self.seq(i):self.seq(i) + len(br.seq)] = [self.token_of(t, names) for t in br.seq]
         for k, op in enumerate(state.queue):
             entry: tuple[int, ...]
             if type(op) is Copy:
@@ -230,6 +260,9 @@ class Layout:
                 entry, snapshot = (KERNEL, op.branch, op.pos, 0, len(op.snapshot)), op.snapshot
             row[self.q(k, "kind"):self.q(k, "kind") + len(entry)] = entry
             row[self.q(k, "snap"):self.q(k, "snap") + len(snapshot)] = snapshot
+            if self.S and type(op) is Kernel:
+                at = self.q(k, "snap") + self.W
+                row[at:at + len(op.expected)] = [self.token_of(t, names) for t in op.expected]
         return row
 
 

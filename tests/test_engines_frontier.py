@@ -63,12 +63,13 @@ def test_agrees_on_shipped_scenarios(path):
     agree(load_scenario(path))
 
 
-def test_covers_every_protocol_file_scenario_but_any_reuse():
-    assert len(covered()) >= 47
+def test_covers_every_protocol_file_scenario():
+    assert len(covered()) >= 48
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_appends=2))
+@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_appends=2,
+                 reuses=("lifo", "fifo", "any")))
 def test_agrees_on_random_scenarios(scenario):
     assume(refusal(scenario) is None)
     bound = check(scenario, max_states=3_000, symmetry=False, por=False)
@@ -91,7 +92,7 @@ def programs(draw):
     """Scenarios with branch programs: forks and speculation (tests/conftest.program_branches)."""
     return make_scenario(draw(st.integers(1, 3)), draw(st.integers(0, 4)), program_branches(draw, st),
                          draw(st.sampled_from(builtin_names(cache=False))), device=draw(st.sampled_from(DEVICES)),
-                         reuse=draw(st.sampled_from(("lifo", "fifo"))))
+                         reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -123,8 +124,8 @@ def test_refuses_what_it_does_not_cover_in_one_line():
     with pytest.raises(SpecError) as refused:
         check(SPECS / "prefix-cache-warm.toml", engine="frontier")
     assert "prefix caching is not in the row layout yet" in str(refused.value) and "\n" not in str(refused.value)
-    with pytest.raises(SpecError, match="reuse"):
-        check(make_scenario(2, 3, [(1, False)], "cow", reuse="any"), engine="frontier")
+    with pytest.raises(SpecError, match="allocator code"):
+        check(SPECS / "engine-code.toml", engine="frontier")
 
 
 @settings(max_examples=60, deadline=None)

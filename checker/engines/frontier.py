@@ -97,7 +97,7 @@ class Frontier:
         self.dtype = dtype_for(lay)
         per_word = 8 // np.dtype(self.dtype).itemsize
         self.width = -(-lay.width // per_word) * per_word      # whole 64-bit words, for the hash
-        self.reuse_lifo = self.scenario.reuse == "lifo"
+        self.reuse = self.scenario.reuse
         self.device = self.scenario.device
         self.max_memory = memory_bound(options.max_memory_mib)
         rng = np.random.default_rng(0x5EED)
@@ -555,29 +555,35 @@ class Frontier:
             R, src = R[ok], src[ok]
             if not len(src):
                 return
-        freed: list[tuple[Any, Any]] = []
-        keep = self._apply(R, i, step, out, src, freed)
-        if keep is not None:            # a write: it frees nothing
-            out.attempted(src[~keep])
-            R, src = R[keep], src[keep]
-        if k + 1 < len(lay.programs[p]):
-            R[:, lay.br(i, "step")] = k + 1
+        if op == "alloc" and self.reuse == "any":       # every free block a choice, each its own successor
+            choices = [(f, R[m], src[m]) for f in range(lay.P) for m in [R[:, lay.FREE + f] != -1] if bool(m.any())]
         else:
-            self._end(R, i, p)
-        for rows, blocks in freed:
-            out.violate("no-use-after-free", self._in_use(R[rows], blocks), src[rows])
-        out.add(src, R, int(op in COPIES))
+            choices = [(0, R, src)]
+        for at, R, src in choices:
+            freed: list[tuple[Any, Any]] = []
+            keep = self._apply(R, i, step, out, src, freed, at)
+            if keep is not None:            # a write: it frees nothing
+                out.attempted(src[~keep])
+                R, src = R[keep], src[keep]
+            if k + 1 < len(lay.programs[p]):
+                R[:, lay.br(i, "step")] = k + 1
+            else:
+                self._end(R, i, p)
+            for rows, blocks in freed:
+                out.violate("no-use-after-free", self._in_use(R[rows], blocks), src[rows])
+            out.add(src, R, int(op in COPIES))
 
-    def _apply(self, R: Any, i: int, step: Any, out: _Successors, src: Any, freed: list) -> Optional[Any]:
-        """The step's effect on rows R (in place). Returns the rows that
-        lead somewhere (None: all of them); `freed` gets the blocks freed."""
+    def _apply(self, R: Any, i: int, step: Any, out: _Successors, src: Any, freed: list, at: int = 0) -> Optional[Any]:
+        """The step's effect on rows R (in place; an alloc takes the free
+        list's entry `at`). Returns the rows that lead somewhere (None: all
+        of them); `freed` gets the blocks freed."""
         lay, xp = self.lay, self.xp
         op, n = step.op, len(R)
         ar = xp.arange(n)
         pos = R[:, lay.br(i, "pos")].astype(np.int64)
         if op == "alloc":
-            b = R[:, lay.FREE].astype(np.int64)
-            R[:, lay.FREE:lay.FREE + lay.P - 1] = R[:, lay.FREE + 1:lay.FREE + lay.P].copy()
+            b = R[:, lay.FREE + at].astype(np.int64)
+            R[:, lay.FREE + at:lay.FREE + lay.P - 1] = R[:, lay.FREE + at + 1:lay.FREE + lay.P].copy()
             R[:, lay.FREE + lay.P - 1] = -1
             R[ar, lay.RC + b] = 1
             R[:, lay.br(i, step.args[0])] = b
@@ -700,9 +706,15 @@ class Frontier:
         rows, b = rows[~listed], b[~listed]
         if not len(rows):
             return
-        if self.reuse_lifo:
+        if self.reuse == "lifo":
             R[rows, lay.FREE + 1:lay.FREE + lay.P] = R[rows, lay.FREE:lay.FREE + lay.P - 1]
             R[rows, lay.FREE] = b
+        elif self.reuse == "any":       # kept ascending: the order is irrelevant, and canonical
+            cells = R[rows, lay.FREE:lay.FREE + lay.P]
+            place = ((cells < b[:, None]) & (cells != -1)).sum(axis=1)[:, None]
+            slot = xp.arange(lay.P)[None, :]
+            before = xp.concatenate((cells[:, :1], cells[:, :-1]), axis=1)
+            R[rows, lay.FREE:lay.FREE + lay.P] = xp.where(slot < place, cells, xp.where(slot == place, b[:, None], before))
         else:
             length = (R[rows, lay.FREE:lay.FREE + lay.P] != -1).sum(axis=1)
             R[rows, lay.FREE + length] = b

@@ -64,8 +64,6 @@ def refusal(scenario: Scenario) -> Optional[str]:
         return "allocator code (the engine harness) is checked by the explicit engine"
     if scenario.cache:
         return "a cache scenario (cache = \"prefix\"): prefix caching is not in the row layout yet"
-    if scenario.reuse == "any":
-        return "reuse = \"any\" (every free block a choice) is not supported yet; lifo and fifo are"
     ops = {o.op for spec in scenario.branches for o in spec.operations}
     used = [s for path in protocol.paths.values() for s in path.steps] + list(protocol.cancel + protocol.finish) \
         + list(protocol.fork if Op.FORK in ops else ()) + list(protocol.rollback if Op.ROLLBACK in ops else ())

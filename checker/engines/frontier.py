@@ -607,13 +607,13 @@ class Frontier:
         elif op == "replace":
             x, y = self._local(R, i, step.args[0], step), self._local(R, i, step.args[1], step)
             table = R[:, lay.wt(i):lay.wt(i) + lay.W]
-            at = table == x[:, None]
-            if not bool(at.any(axis=1).all()):
-                r = int(xp.argmin(at.any(axis=1)))
+            found = table == x[:, None]
+            if not bool(found.any(axis=1).all()):
+                r = int(xp.argmin(found.any(axis=1)))
                 working = [int(v) for v in table[r].tolist() if v >= 0]
                 raise SpecError(self.model.source, step.where, f"step {step.text!r}: block {int(x[r])} ({step.args[0]}) "
                                 f"is not in the working table {working}")
-            R[ar, lay.wt(i) + xp.argmax(at, axis=1)] = y
+            R[ar, lay.wt(i) + xp.argmax(found, axis=1)] = y
         elif op == "publish":
             R[:, lay.pt(i):lay.pt(i) + lay.W] = R[:, lay.wt(i):lay.wt(i) + lay.W]
             R[:, lay.br(i, "plen")] = R[:, lay.br(i, "wlen")]

@@ -146,3 +146,14 @@ def test_hash_table_maps_what_was_inserted(batches, probes):
     asked = list(stored) + probes
     found = table.lookup(np.array(asked, dtype=np.uint64)).tolist()
     assert found == [stored.get(h, -1) for h in asked]
+
+
+@pytest.mark.parametrize("name", ["cow-fork", "cow-speculate", "vllm-bmv1-streams", "cow-any-reuse", "double-decrement"])
+def test_cupy_agrees_with_numpy(name):
+    """The same array code on CuPy (a GPU; .ci/gpu runs this, where a
+    missing GPU fails instead of skipping)."""
+    from tests.test_traces_pool import _gpu
+    _gpu()
+    on_host = check(SPECS / f"{name}.toml", engine="frontier")
+    on_gpu = check(SPECS / f"{name}.toml", engine="frontier", array="cupy")
+    assert figures(on_gpu) == figures(on_host)

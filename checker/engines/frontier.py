@@ -36,7 +36,7 @@ from cowcheck.engines.hashtable import HashTable
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.results import FrontierResult, Search
 from cowcheck.engines.options import SearchOptions
-from cowcheck.engines.rows import CANCELLED, COPY, FINISHED, KERNEL, RUNNING, UNBORN, Layout, dtype_for, refusal
+from cowcheck.engines.rows import CANCELLED, COPY, FINISHED, KERNEL, RUNNING, SNAP, UNBORN, Layout, dtype_for, refusal
 from cowcheck.engines.stop import Stop, StopKind, interrupted
 
 #: frontier rows expanded at once: bounds the memory of one batch of successors
@@ -124,7 +124,7 @@ class Frontier:
         # the cells that may hold a block: every working table, then every queue entry's snapshot; a copy's source and target
         queue = lay.QU + lay.QW * np.arange(lay.Q)
         self.held = xp.asarray(np.concatenate([np.arange(lay.wt(i), lay.wt(i) + lay.W) for i in range(lay.N)]
-                                              + [q + 5 + np.arange(lay.W) for q in queue]))
+                                              + [q + SNAP + np.arange(lay.W) for q in queue]))
         self.copy_src, self.copy_dst = xp.asarray(queue + 1), xp.asarray(queue + 2)
         # each branch's status, pos, published length and published table; a table cell's index
         self.status, self.pos, self.plen = (xp.asarray([lay.br(i, f) for i in range(lay.N)]) for f in ("status", "pos", "plen"))
@@ -596,7 +596,7 @@ class Frontier:
         elif op in COPIES:
             x, y = self._local(R, i, step.args[0], step), self._local(R, i, step.args[1], step)
             count = pos % lay.B if op == "copy" else xp.full(n, lay.B)
-            self._launch(R, (COPY, x, y, count, 0), None)
+            self._launch(R, (COPY, x, y, count), None)
         elif op == "append":
             x = self._local(R, i, step.args[0], step)
             wlen = R[:, lay.br(i, "wlen")].astype(np.int64)
@@ -625,7 +625,7 @@ class Frontier:
                 R[ar, lay.seq(i) + pos] = 1 + lay.L + i * lay.T + R[:, lay.writes(i)].astype(np.int64)
                 R[:, lay.writes(i)] += 1
                 expected = R[:, lay.seq(i):lay.seq(i) + lay.S]
-            self._launch(R, (KERNEL, xp.full(n, i), pos, 0, R[:, lay.br(i, "plen")]), R[:, lay.pt(i):lay.pt(i) + lay.W],
+            self._launch(R, (KERNEL, xp.full(n, i), pos, 0), R[:, lay.pt(i):lay.pt(i) + lay.W],
                          expected)
             R[:, lay.br(i, "pos")] += 1
             return keep
@@ -733,10 +733,10 @@ class Frontier:
             R[ar, base + c] = value
         if snapshot is not None:
             for t in range(lay.W):
-                R[ar, base + 5 + t] = snapshot[:, t]
+                R[ar, base + SNAP + t] = snapshot[:, t]
         if expected is not None:
             for t in range(lay.S):
-                R[ar, base + 5 + lay.W + t] = expected[:, t]
+                R[ar, base + SNAP + lay.W + t] = expected[:, t]
 
     def _in_use(self, R: Any, blocks: Any) -> Any:
         """no-use-after-free's "freed while in use", on the state after the
@@ -790,8 +790,8 @@ class Frontier:
     def _kernel_done(self, R: Any, k: int, src: Any, out: _Successors) -> None:
         lay, xp = self.lay, self.xp
         base, ar, B = lay.QU + k * lay.QW, xp.arange(len(R)), lay.B
-        j, pos, slen = (R[:, base + c].astype(np.int64) for c in (1, 2, 4))
-        snap = R[:, base + 5:base + 5 + lay.W].astype(np.int64).copy()
+        j, pos = (R[:, base + c].astype(np.int64) for c in (1, 2))
+        snap = R[:, base + SNAP:base + SNAP + lay.W].astype(np.int64).copy()
         target = snap[ar, pos // B]
         t = target[:, None]
         # judged before the write: exclusive-write, refcount-write, copy-before-use, no-use-after-free
@@ -814,7 +814,7 @@ class Frontier:
         out.violate("no-use-after-free", touched, src)
         # the write, then the attention read of positions 0 .. pos (the sequence it must read: the
         # kernel's own with speculation, else the branch's, fixed by the programs)
-        start = base + 5 + lay.W
+        start = base + SNAP + lay.W
         expected = R[:, start:start + lay.S].astype(np.int64).copy() if lay.S else self.tokens[j]
         R[ar, lay.SL + target * B + pos % B] = expected[ar, pos]
         self._retire(R, k)

@@ -6,7 +6,8 @@ The row holds exactly what tells two states of the explicit model
 states are: per block its refcount, holds and slots; the free list, front
 first; per branch its status, pos, operations done, program (an append path,
 `cancel`, `finish` or `fork`), step, locals and both tables; the device queue
-in launch order, each op as (kind, a, b, c, snapshot length, snapshot). What a
+in launch order, each op as (kind, a, b, c, snapshot): a copy's source,
+target and count, a kernel's branch, position, 0 and the table it reads. What a
 state holds that the row does not (a branch's write counter, its sequence, a
 kernel's token and expected sequence) is a function of what it does, as long
 as no branch speculates: a child is born at its parent's fork at a position
@@ -46,7 +47,9 @@ RUNNING, FINISHED, CANCELLED, UNBORN = 0, 1, 2, 3
 EMPTY, COPY, KERNEL = -1, 1, 2
 #: the cells of a branch before its two tables, and of a queue entry before its snapshot
 BRANCH_FIELDS = ("status", "pos", "done", "prog", "step", "tail", "new", "wlen", "plen")
-ENTRY_FIELDS = ("kind", "a", "b", "c", "slen")
+ENTRY_FIELDS = ("kind", "a", "b", "c")
+#: where a queue entry's snapshot starts
+SNAP = len(ENTRY_FIELDS)
 
 
 def dtype_for(layout: "Layout") -> type:
@@ -251,11 +254,11 @@ class Layout:
         for k, op in enumerate(state.queue):
             entry: tuple[int, ...]
             if type(op) is Copy:
-                entry = (COPY, op.src, op.dst, op.n, 0)
+                entry = (COPY, op.src, op.dst, op.n)
                 snapshot: tuple[int, ...] = ()
             else:
                 assert type(op) is Kernel
-                entry, snapshot = (KERNEL, op.branch, op.pos, 0, len(op.snapshot)), op.snapshot
+                entry, snapshot = (KERNEL, op.branch, op.pos, 0), op.snapshot
             row[self.q(k, "kind"):self.q(k, "kind") + len(entry)] = entry
             row[self.q(k, "snap"):self.q(k, "snap") + len(snapshot)] = snapshot
             if self.S and type(op) is Kernel:

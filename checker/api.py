@@ -95,7 +95,8 @@ def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None
 def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICIT,
           invariants: tuple[Invariant, ...] = INVARIANTS, depth: int = 20,
           options: Optional[SearchOptions] = None, progress: Optional[Callable[..., None]] = None,
-          allocator: Union[Callable[[int, int], Any], str, None] = None, **search: Any) -> Result:
+          allocator: Union[Callable[[int, int], Any], str, None] = None, array: str = "numpy",
+          **search: Any) -> Result:
     """Check a scenario (an object or a path) with one engine and return its
     result: a verdict per invariant (each violated one with its shortest
     counterexample), the summary, whether `expect` is met, and the engine's
@@ -105,7 +106,8 @@ def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICI
     `check(path, symmetry=False, max_states=10_000)`. `allocator`: check
     allocator code through the engine harness instead of the scenario's
     protocol (a factory `(pool, block_size) -> adapter`, or its
-    "module:factory" reference; docs/how-to/allocator-code.md).
+    "module:factory" reference; docs/how-to/allocator-code.md). `array`:
+    the frontier engine's array module, numpy or cupy.
     Writes nothing."""
     if options is not None and search:
         raise SpecError("check()", sorted(search)[0], "give the search options either as `options` or as keywords, not both")
@@ -117,6 +119,11 @@ def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICI
         scenario, system = with_allocator(scenario, allocator)
     if engine is Engine.EXPLICIT:
         return _explicit.explore(scenario, options, invariants=invariants, progress=progress, system=system)
+    if engine is Engine.FRONTIER:
+        from cowcheck.engines.frontier import explore_frontier
+        from cowcheck.traces.pool import array_module     # the replay's numpy/CuPy switch: one for both
+        return explore_frontier(scenario, options, invariants=invariants, progress=progress, xp=array_module(array),
+                                array=array)
     if scenario.allocator is not None:
         raise SpecError(scenario.source, "allocator", f"the {engine} engine checks protocol files; allocator code is checked by the explorer (--engine explicit)")
     if scenario.scheduler is not None:

@@ -67,6 +67,7 @@ from cowcheck.model import queue
 from cowcheck.model.action import Action, Transition, completion
 from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Freed, Keyed, OutputChecked, TableMiss
 from cowcheck.model.errors import KindMismatch, SpecError, error_text
+from cowcheck.model.memo import DETERMINISTIC, OUT_OF_BLOCKS, After, Memo, Outcome
 from cowcheck.model.branches import Operation
 from cowcheck.model.code import Code, code_from_json
 from cowcheck.model.scenario import HARNESS_NO_TRANSFERS, Scenario
@@ -268,6 +269,11 @@ class HarnessModel(TransitionSystem):
         #: the completions the allocator is told of (its copy_done, kernel_done)
         self.told = {name: callable(getattr(adapter, name, None)) for name in NOTIFICATIONS}
         self.tagged = self.waits or any(self.told.values())
+        #: host calls already made, replayed (cowcheck.model.memo); None: the adapter is not deterministic
+        deterministic = getattr(adapter, DETERMINISTIC, True)
+        if type(deterministic) is not bool:
+            raise self._bad(DETERMINISTIC, f"must be True or False (whether its calls depend on its pickle alone), got {deterministic!r}")
+        self.memo: Optional[Memo] = Memo() if deterministic else None
         #: invariant id -> why it is not checked (an observer is missing)
         self.unsupported = {inv: f"not checked: the adapter has no {name}()"
                             for name, invs in needs.items() if not self.observes[name] for inv in invs}
@@ -329,6 +335,12 @@ class HarnessModel(TransitionSystem):
         return adapter
 
     def _freeze(self, adapter: Any, tags: tuple[Tag, ...] = (), pending: tuple[Note, ...] = ()) -> Snapshot:
+        if type(adapter) is After:      # after a memoized call: its snapshot, taken once
+            outcome = adapter.outcome
+            if outcome.frozen is None:
+                snap = self._freeze(outcome.live, tags, pending)
+                outcome.frozen, outcome.live = (snap.key, snap.blob), None
+            return Snapshot(outcome.frozen[0], outcome.frozen[1], tags, pending)
         try:
             blob = pickle.dumps(adapter, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
@@ -644,7 +656,6 @@ class HarnessModel(TransitionSystem):
         action (copies and kernel launched, output checked, children born
         or cancelled)."""
         name, br = self.names[i], state.branches[i]
-        adapter = self._thaw(state)
         d = Draft(state, "lifo")
         branches = list(state.branches)
         binds: list[tuple[str, Any]] = []
@@ -658,16 +669,34 @@ class HarnessModel(TransitionSystem):
         call = f"{method}({', '.join(map(repr, args))})"
         try:
             with self.guard(call):      # the observers right after it count in its time
-                returned = getattr(adapter, method)(*args)
-                out.append(self._after(state, adapter, i, op, method, returned, d, branches, binds, token, child, rejected))
-        except OutOfBlocks:
-            return              # not enabled: the branch waits for a block
+                outcome = self._host_call(state, method, args, call)
+                if outcome.returned is OUT_OF_BLOCKS:
+                    return      # not enabled: the branch waits for a block
+                out.append(self._after(state, After(outcome), i, op, method, outcome.returned, d, branches, binds, token,
+                                       child, rejected))
         except SpecError:
             raise
         except Exception as err:  # the call itself, or an observer right after it
             raised = error_text(err)
             d.facts.append(AllocatorRaised(i, call, raised, self.user_frames(err)))
             out.append(Transition(Action(name, op, method, (("call", call), ("raised", raised))), None, tuple(d.facts)))
+
+    def _host_call(self, state: State, method: str, args: tuple[Any, ...], call: str) -> Outcome:
+        """The call on the state's adapter, or, made before on the same
+        adapter pickle, its outcome from the memo. Only a call that returns
+        or raises OutOfBlocks is kept; any other exception propagates."""
+        key = (state.code.blob, call)
+        known = self.memo.get(key) if self.memo is not None else None
+        if known is not None:
+            return known
+        adapter = self._thaw(state)
+        try:
+            outcome = Outcome(getattr(adapter, method)(*args), adapter)
+        except OutOfBlocks:
+            outcome = Outcome(OUT_OF_BLOCKS, None)
+        if self.memo is not None:
+            self.memo.put(key, outcome)
+        return outcome
 
     def _after(self, state: State, adapter: Any, i: int, op: Op, method: str, returned: Any, d: Draft,
                branches: list[Branch], binds: list[tuple[str, Any]], token: str, child: Optional[int],

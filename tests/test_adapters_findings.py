@@ -223,6 +223,7 @@ def test_bench_splits_the_time_of_the_shipped_pool():
     assert row["states"] == 1263 and row["summary"] == UNSAFE
     assert set(row["share"]) == {"allocator calls", "snapshots (pickle)", "harness bookkeeping", "invariants", "search and hashing"}
     assert 0.9 <= sum(row["share"].values()) <= 1.1 and row["share"]["allocator calls"] > 0
+    assert row["without_memo"]["same"] and row["without_memo"]["states"] == 1263     # the memo changes nothing but time
 
 
 def test_bench_runs_v1_canonically_or_says_why_not(v1, tmp_path, monkeypatch):

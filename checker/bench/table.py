@@ -144,21 +144,31 @@ def bench_scenario(label: str, spec: tuple | dict | None = None) -> Scenario:
     return make_scenario(B, L, branches, protocol, name=label, **(keywords[0] if keywords else {}))
 
 
+#: the unreduced runs the frontier engine measures too, beside the explicit engine
+FRONTIER = "frontier"
+
+
 def _measure(args, conn) -> None:
     from cowcheck.engines.explicit import explore
-    label, (symmetry, por, compact, fingerprints) = args
+    from cowcheck.engines.frontier import explore_frontier
+    label, (symmetry, por, compact, fingerprints), *engine = args
     scenario = bench_scenario(label)
-    start = time.perf_counter()
-    result = explore(scenario, SearchOptions(symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints))
+    start, cpu = time.perf_counter(), time.process_time()
+    options = SearchOptions(symmetry=symmetry, por=por, compact=compact, fingerprints=fingerprints)
+    result = explore_frontier(scenario, options) if engine == [FRONTIER] else explore(scenario, options)
+    cpu = time.process_time() - cpu
     x = result.x
     conn.send({
         "benchmark": label,
+        "engine": engine[0] if engine else "explicit",
         "reductions": _label((symmetry, por, compact, fingerprints)),
         "states": x.states,
         "transitions": x.transitions,
         "depth": x.depth,
         "explore_seconds": round(x.seconds, 2),
         "total_seconds": round(time.perf_counter() - start, 2),
+        # this process's CPU time for the whole check: on a shared machine two rows' ratio in CPU time holds where wall clock does not
+        "cpu_seconds": round(cpu, 2),
         "states_per_second": round(x.rate),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "bytes_per_state": round(x.bytes_per_state or 0),
@@ -254,6 +264,11 @@ def _shares(stats: dict, adapter_file: str) -> dict[str, float]:
             "search and hashing": round(max(0.0, 1 - (snapshots + calls + bookkeeping + judging) / total), 2)}
 
 
+def _figures(result: ExplicitResult) -> tuple:
+    """What two runs of one check must share: states, transitions, every verdict and its length."""
+    return (result.x.states, result.x.transitions, {k: (str(v.outcome), v.length) for k, v in result.verdicts.items()})
+
+
 def _measure_cache_harness(args, conn) -> None:
     """One allocator through the harness on one prefix-caching scenario:
     states per second of a full run, and where the time goes, from a
@@ -264,23 +279,33 @@ def _measure_cache_harness(args, conn) -> None:
     import pstats
 
     from cowcheck import api
+    from cowcheck.model import memo
     from cowcheck.model.errors import SpecError
     label, allocator = args
     row = {"benchmark": label, "allocator": allocator}
     scenario = bench_scenario(label)
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = cast(ExplicitResult, api.check(scenario, allocator=allocator, symmetry=False))
     except SpecError as err:
         conn.send({**row, "skipped": str(err)})
         conn.close()
         return
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    # the same check without the harness's memo of host calls (cowcheck.model.memo): what it saves, and the same search
+    memo.LIMIT, kept = 0, memo.LIMIT
+    start, bare_cpu = time.perf_counter(), time.process_time()
+    bare = cast(ExplicitResult, api.check(scenario, allocator=allocator, symmetry=False))
+    bare_seconds, bare_cpu = time.perf_counter() - start, time.process_time() - bare_cpu
+    memo.LIMIT = kept
     profile = cProfile.Profile()
     profile.runcall(api.check, scenario, allocator=allocator, symmetry=False, max_states=HARNESS_PROFILE_STATES)
     stats = pstats.Stats(profile).stats        # type: ignore[attr-defined]  # pstats keeps its table here
     module = importlib.import_module(allocator.split(":")[0])
-    conn.send({**row, "states": result.x.states, "seconds": round(seconds, 2), "states_per_second": round(result.x.states / seconds),
+    conn.send({**row, "states": result.x.states, "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
+               "states_per_second": round(result.x.states / seconds),
+               "without_memo": {"states": bare.x.states, "transitions": bare.x.transitions, "seconds": round(bare_seconds, 2),
+                                "cpu_seconds": round(bare_cpu, 2), "same": _figures(bare) == _figures(result)},
                "summary": str(result.summary), "share": _shares(stats, inspect.getsourcefile(module) or "")})
     conn.close()
 
@@ -319,11 +344,14 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     for label, reductions, heavy in RUNS:
         if (heavy and not full) or not selected(label, only):
             continue
-        row = in_child(_measure, (label, reductions))
-        assert row is not None      # no limit
-        rows.append(row)
-        if not as_json:
-            console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')}: {rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
+        # the unreduced runs: the frontier engine beside the explicit one (docs/explanation/speed.md)
+        for engine in ("explicit", FRONTIER) if reductions == NONE else ("explicit",):
+            row = in_child(_measure, (label, reductions, engine))
+            assert row is not None      # no limit
+            rows.append(row)
+            if not as_json:
+                console.print(f"  {escape(label)} {escape('[' + _label(reductions) + ']')} ({engine}): "
+                              f"{rows[-1]['states']:,} states in {rows[-1]['explore_seconds']} s", style="dim")
     symbolic = [row for label, invariant, heavy in SYMBOLIC_RUNS if (full or not heavy) and selected(label, only)
                 if (row := in_child(_measure_symbolic, (label, invariant))) is not None]
     harness = [row for shape in HARNESS_SHAPES if selected(f"engine allocator {shape[0]}", only)
@@ -339,11 +367,12 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
         print()
         return
     table = Table(title=f"cowcheck bench (python {sys.version.split()[0]})", title_justify="left")
-    for col in ("benchmark", "reductions", "states", "transitions", "explore s", "states/s", "peak RSS MiB", "bytes/state"):
-        table.add_column(col, justify="left" if col in ("benchmark", "reductions") else "right")
+    for col in ("benchmark", "engine", "reductions", "states", "transitions", "explore s", "states/s", "CPU s", "peak RSS MiB",
+                "bytes/state"):
+        table.add_column(col, justify="left" if col in ("benchmark", "engine", "reductions") else "right")
     for r in rows:
-        table.add_row(r["benchmark"], r["reductions"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["explore_seconds"]),
-                      f"{r['states_per_second']:,}", str(r["peak_rss_mib"]), f"{r['bytes_per_state']:,}")
+        table.add_row(r["benchmark"], r["engine"], r["reductions"], f"{r['states']:,}", f"{r['transitions']:,}", str(r["explore_seconds"]),
+                      f"{r['states_per_second']:,}", str(r["cpu_seconds"]), str(r["peak_rss_mib"]), f"{r['bytes_per_state']:,}")
     if rows:
         console.print(table)
     if not full and only is None:
@@ -365,14 +394,15 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     if cache_harness:
         ctable = Table(title="prefix caching through the harness: the V1-style pool and vLLM V1's own code (async, no reduction)",
                        title_justify="left")
-        for col in ("scenario", "allocator", "states", "s", "states/s", "where the time goes"):
+        for col in ("scenario", "allocator", "states", "s", "states/s", "s without memo", "where the time goes"):
             ctable.add_column(col, justify="left" if col in ("scenario", "allocator", "where the time goes") else "right")
         for r in cache_harness:
             if "skipped" in r:
-                ctable.add_row(r["benchmark"], r["allocator"], "", "", "", f"skipped: {r['skipped']}")
+                ctable.add_row(r["benchmark"], r["allocator"], "", "", "", "", f"skipped: {r['skipped']}")
             else:
+                bare = r["without_memo"]
                 ctable.add_row(r["benchmark"], r["allocator"], f"{r['states']:,}", str(r["seconds"]), f"{r['states_per_second']:,}",
-                               ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
+                               f"{bare['seconds']}" + ("" if bare["same"] else " (a different search!)"), ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
         console.print(ctable)
     if end_to_end is None or replays is None:
         return

@@ -31,6 +31,7 @@ from cowcheck.model.device import Device, Transfer
 from cowcheck.model.scenario import DEVICES, REUSES, TRANSFERS, Scenario, load_scenario
 from cowcheck.traces import output
 from cowcheck.traces.output import write_result
+from cowcheck.traces.pool import POOLS
 from cowcheck.views.pages import write_check_pages
 from cowcheck.views.junit import junit_xml
 from cowcheck.views.report import overview, show, show_failing
@@ -64,6 +65,9 @@ class Progress:
             words += (f"{states:,} states, {explorer.result.transitions:,} transitions, "
                       f"depth {explorer.result.depth}, {self.queued:,} queued, {states / elapsed:,.0f} states/s, "
                       f"{len(explorer.result.violations)} invariant(s) broken so far")
+            levels = getattr(explorer, "levels", None)      # the frontier engine: its frontier per depth
+            if levels and len(levels) > 1:
+                words += f"; frontier {levels[-1]:,} at depth {len(levels) - 1}, x{levels[-1] / max(levels[-2], 1):.2f} on the level before"
         else:
             words += f"starting, {elapsed:.0f} s"
         call = deadline.running()
@@ -156,9 +160,13 @@ class Skipped:
 @click.option("--call-deadline", "call_deadline", type=click.FloatRange(min=0), metavar="SECONDS",
               help="Allocator code: stop the check once one adapter call has run this long, naming it "
                    "[default: the scenario's call_deadline, else 10; 0: no deadline].")
-@click.option("--engine", type=click.Choice(["explicit", "bmc", "kind"]), default="explicit", show_default=True,
-              help="explicit: breadth-first exploration (exhaustive, every measure); bmc: z3 bounded model checking "
-                   "(shortest bugs in deep scenarios); kind: z3 k-induction (proofs).")
+@click.option("--engine", type=click.Choice(["explicit", "frontier", "bmc", "kind"]), default="explicit", show_default=True,
+              help="explicit: breadth-first exploration (exhaustive, every measure); frontier: the same search over "
+                   "states as rows of integers, a level at a time (numpy or CuPy; no reductions; protocol files it "
+                   "covers, others refused); bmc: z3 bounded model checking (shortest bugs in deep scenarios); kind: "
+                   "z3 k-induction (proofs).")
+@click.option("--array", type=click.Choice(POOLS), default="numpy", show_default=True,
+              help="--engine frontier: the array module its rows live in (cupy: on a CUDA GPU).")
 @click.option("--depth", type=click.IntRange(min=0), default=20, show_default=True,
               help="Bound for --engine bmc|kind: actions per run.")
 @click.option("--symmetry/--no-symmetry", default=True, show_default=True,
@@ -183,8 +191,9 @@ class Skipped:
 @click.option("--quiet", "-q", is_flag=True,
               help="Print only the closing lines, and one line per scenario that fails the run (its expect not met; "
                    "under an override, unsafe), instead of every scenario's table.")
-def check(paths, device, reuse, transfer, protocol, allocator, scheduler, kind, invariant_ids, first, max_states, max_depth, max_memory, call_deadline, engine,
-          depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir, quiet) -> None:
+def check(paths, device, reuse, transfer, protocol, allocator, scheduler, kind, invariant_ids, first, max_states, max_depth, max_memory,
+          call_deadline, engine, array, depth, symmetry, por, compact, fingerprints, json_path, junit_path, out_dir, html_dir,
+          quiet) -> None:
     """Explore every reachable state of each scenario (files or folders) and
     judge every invariant. Exit 0 when every scenario meets its `expect`,
     1 when one does not, 2 on bad input, 3 when a run without an `expect`
@@ -249,7 +258,7 @@ def check(paths, device, reuse, transfer, protocol, allocator, scheduler, kind, 
             progress = Progress(scenario.name)
             try:
                 result = api.check(scenario, engine=engine, invariants=selected, depth=depth, options=options,
-                                   progress=progress)
+                                   progress=progress, array=array)
             finally:
                 progress.close()
             results.append(result)

@@ -26,7 +26,7 @@ and transition counts, and the time, may differ."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
@@ -77,8 +77,25 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     else:
         staged = _without(searches, invariants, f"{'--por: not applied' if options.por else 'auto: without'} "
                                                 f"partial-order reduction: {unused}")
-    x, shortest = staged.main.result, staged.shortest
+    x = staged.main.result
     x.seconds = searches.seconds
+    where = _hung(staged) if x.stop is not None and x.stop.kind is StopKind.CALL_DEADLINE else None
+    return report(scenario, model, invariants, unsupported, x, staged.shortest, staged.peak, where,
+                  searches=tuple(searches.done), partial_order=options.por_asked, choice=staged.why,
+                  host_peak_searches=(staged.peak, staged.main))
+
+
+def report(scenario: Scenario, model: TransitionSystem, invariants: tuple[Invariant, ...], unsupported: dict,
+           x: Exploration, shortest: Any, peak_search: Any, where: Optional[tuple[Any, Hung]] = None, *,
+           searches: tuple[Search, ...] = (), partial_order: str = "off", choice: str = "",
+           host_peak_searches: tuple[Any, ...] = (), kind: type[ExplicitResult] = ExplicitResult) -> ExplicitResult:
+    """A search's verdicts, counterexamples and figures as a result: `x`
+    its figures, `shortest` what rebuilds each violation's trace
+    (`trace_of`), `peak_search` the peak state's (`path_to`), `where` a
+    call that did not return and the search it stopped. Any engine that
+    rebuilds its traces on the model reports through it (the explorer,
+    the frontier engine)."""
+    harness = model.adapter is not None
     init = model.init_state()
     code = model.code
     verdicts = {}
@@ -106,30 +123,30 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
     for inv_id, why in unsupported.items():
         verdicts[inv_id] = Verdict(inv_id, Kind(why[0]), Outcome.UNSUPPORTED, note=why[1])
     peak = None
-    peak_state = staged.peak.result.peak_state
+    peak_state = peak_search.result.peak_state
     if peak_state is not None:
-        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: staged.peak.path_to(peak_state)), peak=x.peak,
+        peak = Counterexample.from_run(scenario, init, rebuilt(lambda: peak_search.path_to(peak_state)), peak=x.peak,
                                        allocator_code=code)
-    host_peak = _host_peak_trace(scenario, staged, x, lambda search, sid: rebuilt(lambda: search.path_to(sid)), init, code)
+    host_peak = _host_peak_trace(scenario, host_peak_searches, x, lambda search, sid: rebuilt(lambda: search.path_to(sid)),
+                                 init, code)
     hung = None
-    where = _hung(staged) if x.stop is not None and x.stop.kind is StopKind.CALL_DEADLINE else None
     if where is not None:
         search, call = where
         hung = Counterexample.from_run(scenario, init, rebuilt(lambda: search.path_to(call.state_id)), call=call.call,
                                        deadline=call.seconds, allocator_code=code)
-    return ExplicitResult(scenario, verdicts, x.complete, x.stop, x.seconds, allocator_code=code, exploration=x, peak_trace=peak,
-                          host_peak_trace=host_peak, deadline_trace=hung, searches=tuple(searches.done), partial_order=options.por_asked,
-                          choice=staged.why)
+    return kind(scenario, verdicts, x.complete, x.stop, x.seconds, allocator_code=code, exploration=x, peak_trace=peak,
+                host_peak_trace=host_peak, deadline_trace=hung, searches=searches, partial_order=partial_order, choice=choice)
 
 
-def _host_peak_trace(scenario: Scenario, staged: "_Staged", x: Exploration, path_to: Callable[[Explorer, int], list],
+def _host_peak_trace(scenario: Scenario, searches: tuple[Any, ...], x: Exploration, path_to: Callable[[Any, int], list],
                      init: State, code: Optional[Code]) -> Optional[Counterexample]:
     """A scenario with a host tier: the trace to its host peak, from the
-    search that reports the peak's trace if it reached the host peak too,
-    else from the one that reports the measures; None without a host tier."""
+    first of `searches` that reached the host peak (the explorer passes
+    the search that reports the peak's trace, then the one that reports
+    the measures); None without a host tier."""
     if not scenario.transfers or not scenario.host_pool or x.host_peak is None:
         return None
-    for search in (staged.peak, staged.main):
+    for search in searches:
         sid = search.result.host_peak_state
         if sid is not None and search.result.host_peak == x.host_peak:
             return Counterexample.from_run(scenario, init, path_to(search, sid), host_peak=x.host_peak, allocator_code=code)

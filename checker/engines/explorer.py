@@ -539,35 +539,50 @@ class Explorer:
     def path_to(self, sid: int) -> list[tuple[Any, Any]]:
         """[(action, state after it)] from the real initial state to a state
         whose key is `sid`'s: at each step, a successor with the stored key."""
-        state = self.model.init_state()
-        out: list[tuple[Any, Any]] = []
-        for nid in self._ids_to(sid)[1:]:
-            want = self.keys[nid]
-            offered = self.model.successors(state)
-            tr = next((t for t in offered if t.state is not None and self.key(t.state) == want), None)
-            if tr is None:  # a fingerprint collision, or a model that is not deterministic
-                raise NotRebuilt(f"cannot rebuild the trace at step {len(out) + 1}: no successor has the stored "
-                                 f"{'fingerprint' if self.fingerprints else 'key'}; rerun without --fingerprints",
-                                 [action for action, _ in out], want, offered)
-            assert tr.state is not None
-            out.append((tr.action, tr.state))
-            state = tr.state
-        return out
+        # no successor with the stored key: a fingerprint collision, or a model that is not deterministic
+        return walk(self.model, [self.keys[nid] for nid in self._ids_to(sid)[1:]], lambda s, want: self.key(s) == want,
+                    lambda step: f"cannot rebuild the trace at step {step}: no successor has the stored "
+                                 f"{'fingerprint' if self.fingerprints else 'key'}; rerun without --fingerprints")
 
     def trace_of(self, violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
         """A concrete shortest trace for a violation and the witness judged on
         it (block and branch names as in the trace, not as stored)."""
-        path = self.path_to(violation.state_id)
-        state = path[-1][1] if path else self.model.init_state()
-        judge = Judge(tuple(inv for inv in self.invariants if inv.id == violation.invariant))
-        if violation.action is None:
-            trs = self.model.successors(state)
-            witness = next(w for _, w in judge.state(self.model, state, self.model.is_final(state), not trs))
-            return path, witness
-        for tr in self.model.successors(state):
-            for _, witness in judge.action(self.model, state, tr):
-                return path + [(tr.action, tr.state)], witness
-        raise AssertionError(f"no action breaks {violation.invariant} from the stored state")
+        return trace_for(self.model, self.invariants, self.path_to(violation.state_id), violation)
+
+
+def walk(model: TransitionSystem, wanted: list, same: Callable[[Any, Any], bool],
+         failure: Callable[[int], str]) -> list[tuple[Any, Any]]:
+    """[(action, state after it)] from the model's initial state, at each
+    step the first successor that is the `same` as the next stored one
+    (`wanted`); NotRebuilt, with `failure(step)` as its message, where none is."""
+    state = model.init_state()
+    out: list[tuple[Any, Any]] = []
+    for want in wanted:
+        offered = model.successors(state)
+        tr = next((t for t in offered if t.state is not None and same(t.state, want)), None)
+        if tr is None:
+            raise NotRebuilt(failure(len(out) + 1), [action for action, _ in out], want, offered)
+        assert tr.state is not None
+        out.append((tr.action, tr.state))
+        state = tr.state
+    return out
+
+
+def trace_for(model: TransitionSystem, invariants: tuple[Invariant, ...], path: list[tuple[Any, Any]],
+              violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
+    """A violation's trace from the path to its stored state (any engine's
+    search that rebuilds paths on the model), and its witness: the state's,
+    or the first action out of it that breaks the invariant."""
+    state = path[-1][1] if path else model.init_state()
+    judge = Judge(tuple(inv for inv in invariants if inv.id == violation.invariant))
+    if violation.action is None:
+        trs = model.successors(state)
+        witness = next(w for _, w in judge.state(model, state, model.is_final(state), not trs))
+        return path, witness
+    for tr in model.successors(state):
+        for _, witness in judge.action(model, state, tr):
+            return path + [(tr.action, tr.state)], witness
+    raise AssertionError(f"no action breaks {violation.invariant} from the stored state")
 
 
 class NotRebuilt(RuntimeError):

@@ -49,6 +49,7 @@ CALL_DID_NOT_RETURN = "partial: a call did not return"
 
 class Engine(StrEnum):
     EXPLICIT = "explicit"
+    FRONTIER = "frontier"
     BMC = "bmc"
     KIND = "kind"
 
@@ -319,6 +320,13 @@ class ExplicitResult(Result):
             return {}
         return {"call_deadline": {"call": hung.call, "deadline": hung.deadline, "length": hung.length,
                                   "counterexample": self.deadline_path}}
+
+
+@dataclass
+class FrontierResult(ExplicitResult):
+    """The frontier engine's (cowcheck.engines.frontier): the explicit
+    engine's figures, from a search over rows of integers."""
+    engine = Engine.FRONTIER
 
 
 @dataclass

@@ -1,0 +1,159 @@
+"""The frontier engine (cowcheck.engines.frontier) agrees exactly with the
+explicit engine without reductions: states, transitions, depth, verdicts,
+shortest lengths, peak, copies and the steady count, on every shipped
+scenario it covers and on random ones; its counterexamples replay; what it
+does not cover it refuses in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from cowcheck import check
+from cowcheck.engines.rows import refusal
+from cowcheck.model.errors import SpecError
+from cowcheck.model.protocol import builtin_names
+from cowcheck.model.scenario import load_scenario, make_scenario
+from cowcheck.traces.replay import replay
+
+from tests.conftest import program_branches
+from tests.test_engines_random import DEVICES, scenarios
+
+SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
+#: covered scenarios whose explicit search takes seconds
+SLOW = {"cow-three-writers", "holds-three-writers", "cow-full-prompt", "sampling-cow"}
+
+
+def figures(result) -> dict:
+    x = result.exploration
+    return {"states": x.states, "transitions": x.transitions, "depth": x.depth, "peak": x.peak, "copies": x.cost_range,
+            "steady": x.steady, "complete": x.complete,
+            "verdicts": {k: (str(v.outcome), v.length) for k, v in result.verdicts.items()}}
+
+
+def agree(scenario, **limits) -> None:
+    explicit = check(scenario, symmetry=False, por=False, **limits)
+    frontier = check(scenario, engine="frontier", **limits)
+    assert figures(frontier) == figures(explicit)
+    assert frontier.summary == explicit.summary
+    assert frontier.to_json()["engine"] == "frontier"
+    for verdict in frontier.verdicts.values():
+        if verdict.counterexample is not None:
+            replayed = replay(verdict.counterexample)
+            assert replayed.ok, replayed.message
+            assert verdict.counterexample.length == verdict.length
+    if frontier.peak_trace is not None:
+        assert frontier.peak_trace.length == explicit.peak_trace.length
+
+
+def covered() -> list:
+    out = []
+    for path in sorted(SPECS.glob("*.toml")):
+        if refusal(load_scenario(path)) is None:
+            marks = [pytest.mark.slow] if path.stem in SLOW else []
+            out.append(pytest.param(path, id=path.stem, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("path", covered())
+def test_agrees_on_shipped_scenarios(path):
+    agree(load_scenario(path))
+
+
+def test_covers_every_protocol_file_scenario():
+    assert len(covered()) >= 48
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_appends=2,
+                 reuses=("lifo", "fifo", "any")))
+def test_agrees_on_random_scenarios(scenario):
+    assume(refusal(scenario) is None)
+    bound = check(scenario, max_states=3_000, symmetry=False, por=False)
+    assume(bound.exploration.complete)
+    agree(scenario)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scenarios(protocols=("vllm-bmv1", "vllm-bmv2"), max_block=3, max_prompt=5, max_branches=3, max_appends=2))
+def test_agrees_under_the_scheduler_lock(scenario):
+    """Protocols with atomic paths: while a branch is inside one (short of
+    its wait), no other branch moves, in rows as in the model."""
+    bound = check(scenario, max_states=3_000, symmetry=False, por=False)
+    assume(bound.exploration.complete)
+    agree(scenario)
+
+
+@st.composite
+def programs(draw):
+    """Scenarios with branch programs: forks and speculation (tests/conftest.program_branches)."""
+    return make_scenario(draw(st.integers(1, 3)), draw(st.integers(0, 4)), program_branches(draw, st),
+                         draw(st.sampled_from(builtin_names(cache=False))), device=draw(st.sampled_from(DEVICES)),
+                         reuse=draw(st.sampled_from(("lifo", "fifo", "any"))))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(programs())
+def test_agrees_on_random_programs(scenario):
+    """Forks (incref-all, share, unborn children, cancelled with a cancelled
+    parent) and speculation (verify's choices, rewind, trim, a sequence
+    that depends on the run)."""
+    assume(refusal(scenario) is None)
+    bound = check(scenario, max_states=3_000, symmetry=False, por=False)
+    assume(bound.exploration.complete)
+    agree(scenario)
+
+
+def test_max_states_is_a_partial_result():
+    scenario = make_scenario(2, 3, [(2, False), (2, False)], "cow")
+    partial = check(scenario, engine="frontier", max_states=50)
+    assert not partial.complete and partial.exploration.states == 50
+    assert partial.exploration.stop.kind.name == "STATES"
+
+
+def test_max_memory_stops_with_a_partial_result():
+    scenario = make_scenario(2, 3, [(2, True), (2, False), (1, False)], "cow")
+    partial = check(scenario, engine="frontier", max_memory_mib=1)
+    assert not partial.complete and partial.exploration.stop.kind.name == "MEMORY"
+
+
+def test_refuses_what_it_does_not_cover_in_one_line():
+    with pytest.raises(SpecError) as refused:
+        check(SPECS / "prefix-cache-warm.toml", engine="frontier")
+    assert "prefix caching is not in the row layout yet" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(SpecError, match="allocator code"):
+        check(SPECS / "engine-code.toml", engine="frontier")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 2 ** 64 - 1), max_size=40), max_size=8),
+       st.lists(st.integers(1, 2 ** 64 - 1), max_size=40))
+def test_hash_table_maps_what_was_inserted(batches, probes):
+    """The open-addressing table against a dict: batches inserted one after
+    another (it grows from 4 slots), then every stored hash and some others looked up."""
+    import numpy as np
+
+    from cowcheck.engines.hashtable import HashTable
+    table, stored = HashTable(np, capacity=4), {}
+    for batch in batches:
+        fresh = list(dict.fromkeys(h for h in batch if h not in stored))
+        ids = list(range(len(stored), len(stored) + len(fresh)))
+        table.insert(np.array(fresh, dtype=np.uint64), np.array(ids, dtype=np.int64))
+        stored.update(zip(fresh, ids))
+    asked = list(stored) + probes
+    found = table.lookup(np.array(asked, dtype=np.uint64)).tolist()
+    assert found == [stored.get(h, -1) for h in asked]
+
+
+@pytest.mark.parametrize("name", ["cow-fork", "cow-speculate", "vllm-bmv1-streams", "cow-any-reuse", "double-decrement"])
+def test_cupy_agrees_with_numpy(name):
+    """The same array code on CuPy (a GPU; .ci/gpu runs this, where a
+    missing GPU fails instead of skipping)."""
+    from tests.test_traces_pool import _gpu
+    _gpu()
+    on_host = check(SPECS / f"{name}.toml", engine="frontier")
+    on_gpu = check(SPECS / f"{name}.toml", engine="frontier", array="cupy")
+    assert figures(on_gpu) == figures(on_host)

@@ -20,7 +20,8 @@ from cowcheck.model.scenario import load_scenario, make_scenario
 from cowcheck.traces.replay import replay
 
 from tests.conftest import program_branches
-from tests.test_engines_random import DEVICES, scenarios
+from cowcheck.model.scenario import DEVICES
+from tests.test_engines_random import scenarios
 
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 #: covered scenarios whose explicit search takes seconds
@@ -68,7 +69,7 @@ def test_covers_every_protocol_file_scenario():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_appends=2,
+@given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_ops=2,
                  reuses=("lifo", "fifo", "any")))
 def test_agrees_on_random_scenarios(scenario):
     assume(refusal(scenario) is None)
@@ -78,10 +79,11 @@ def test_agrees_on_random_scenarios(scenario):
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(scenarios(protocols=("vllm-bmv1", "vllm-bmv2"), max_block=3, max_prompt=5, max_branches=3, max_appends=2))
+@given(scenarios(protocols=("vllm-bmv1", "vllm-bmv2"), max_block=3, max_prompt=5, max_branches=3, max_ops=2))
 def test_agrees_under_the_scheduler_lock(scenario):
     """Protocols with atomic paths: while a branch is inside one (short of
     its wait), no other branch moves, in rows as in the model."""
+    assume(refusal(scenario) is None)
     bound = check(scenario, max_states=3_000, symmetry=False, por=False)
     assume(bound.exploration.complete)
     agree(scenario)

@@ -30,12 +30,15 @@ def _long_walk(seed: int = 0):
 
 
 def replayable(folder) -> list:
-    """The counterexample files in `folder`, each one the model replays."""
+    """The counterexample files in `folder` that the model and the pool
+    both replay: scheduler code's traces replay in the model only (they
+    re-drive the scheduler), so they are left out."""
     from pathlib import Path
 
     from cowcheck.traces.replay import load_replayed
 
-    return [load_replayed(f)[0] for f in sorted(Path(folder).glob("*.json"))]
+    loaded = [load_replayed(f)[0] for f in sorted(Path(folder).glob("*.json"))]
+    return [cx for cx in loaded if cx.scenario.scheduler is None]
 
 
 def replay_figures(traces: list) -> dict:

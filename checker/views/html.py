@@ -24,13 +24,17 @@ from typing import Optional
 from cowcheck.engines.counterexample import CALL_DEADLINE, HOST_PEAK
 from cowcheck.engines.results import CALL_DID_NOT_RETURN, Summary
 from cowcheck.views.words import (action_words, against_reference, describe, doing, host_calls, initial_words, is_cache, is_harness,
-                                  is_plain, key_text, program_summary, reuse_words, token)
+                                  is_plain, key_text, program_summary, reuse_words, subject, token)
 from cowcheck.engines.invariants import BY_ID
 from cowcheck.model.code import code_from_json
 
 def harness_description(scenario: dict) -> str:
-    """What the header says of allocator code, in place of a protocol's
-    description: the host calls its scenario's kind makes."""
+    """What the header says of allocator or scheduler code, in place of a
+    protocol's description: the host calls its scenario's kind makes."""
+    if scenario.get("scheduler") is not None:
+        return ("Scheduler code, driven through the scheduler harness: each call (add, schedule, output, abort) is one "
+                "step; cowcheck plays the worker (the plan's kernels, copies and transfers), the device and the remote "
+                "engine; a request's table is what the scheduler's table(request) returns.")
     return (f"Allocator code, driven through the engine harness: each host call ({', '.join(host_calls(scenario))}) "
             "is one step, its copies and the branch's kernel launched in that same step; a branch's table is "
             "what the allocator's table(branch) returns, and the refcounts and free list are as it reports them.")
@@ -177,7 +181,7 @@ def stepper_data(cx: dict, decoded: Optional[dict] = None, holds_when: Optional[
         "scenario": {k: scenario[k] for k in ("name", "block_size", "prompt", "pool", "device", "reuse")},
         "cache": is_cache(scenario),     # a prefix cache: keys on blocks, the cache map, requests that wait
         **_transfers(scenario, cx["initial"]),
-        "protocol": ({"name": scenario["allocator"], "description": harness_description(scenario)} if protocol is None else
+        "protocol": ({"name": subject(scenario)[1], "description": harness_description(scenario)} if protocol is None else
                      {"name": protocol["name"], "description": " ".join(protocol.get("description", "").split())}),
         "subject": "allocator" if harness else "protocol",
         **_code(cx),     # allocator code: the engine code the trace was found in (release, tree)

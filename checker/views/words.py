@@ -182,9 +182,9 @@ def _waiting(protocol: Optional[dict], spec: dict, state: Optional[dict]) -> str
 
 
 def is_harness(scenario: dict) -> bool:
-    """A scenario (JSON form) whose subject is allocator code, checked
-    through the engine harness, rather than a protocol."""
-    return scenario.get("allocator") is not None
+    """A scenario (JSON form) whose subject is allocator or scheduler
+    code, checked through a harness, rather than a protocol."""
+    return scenario.get("allocator") is not None or scenario.get("scheduler") is not None
 
 
 def host_calls(scenario: dict) -> tuple[str, ...]:
@@ -206,7 +206,7 @@ def reuse_words(reuse: Optional[str], harness: bool) -> str:
 def subject(scenario: dict) -> tuple[str, str]:
     """What a scenario (JSON form) checks, as ("protocol", its name) or
     ("allocator", the code's reference)."""
-    if is_harness(scenario):
+    if scenario.get("allocator") is not None:
         return "allocator", str(scenario["allocator"])
     if scenario.get("scheduler") is not None:
         return "scheduler", str(scenario["scheduler"])

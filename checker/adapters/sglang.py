@@ -95,7 +95,7 @@ import numpy as np
 
 from cowcheck.adapters import OutOfBlocks
 from cowcheck.adapters.recorded import folder
-from cowcheck.adapters.sources import Fill, SourceError, digest, dumps, unload, extract, load, release, restore
+from cowcheck.adapters.sources import Fill, SourceError, digest, dumps, extract, installed, load, release, restore
 from cowcheck.model.errors import SpecError
 
 ENV = "COWCHECK_SGLANG_SOURCE"
@@ -316,15 +316,11 @@ def engine(source: Optional[str]) -> dict[str, types.ModuleType]:
     wanted = (f"{MC}.radix_cache", f"{MC}.base_prefix_cache", f"{MC}.allocator.token", f"{MC}.allocator.paged",
               f"{MC}.cache_init_params")
     if source is None:
-        import importlib
-        unload("sglang")
         try:
-            mods = {name: importlib.import_module(name) for name in wanted}
+            mods, code = installed("sglang", wanted)
         except ImportError as err:
             raise SpecError(REF, "factory", f"SGLang is not importable ({err}): pip install sglang=={TESTED[-1]}, "
                             f"or set {ENV} to a folder of SGLang's Python sources (an unpacked wheel or a checkout)") from None
-        files = {Path(m.__file__) for m in mods.values() if m.__file__}
-        code = digest(Path(sys.modules["sglang"].__file__ or ".").parent.parent, files)
     else:
         root = Path(source)
         if not (root / "sglang/srt/mem_cache/radix_cache.py").is_file():

@@ -125,6 +125,16 @@ def unload(top: str) -> None:
         _forget([top])
 
 
+def installed(top: str, wanted: Sequence[str]) -> tuple[dict[str, types.ModuleType], str]:
+    """The `wanted` modules of the installed package `top` (any module
+    `load` put under that name forgotten first) and the digest of their
+    files; ImportError where the package or one of its imports is missing."""
+    unload(top)
+    mods = {name: importlib.import_module(name) for name in wanted}
+    files = {Path(m.__file__) for m in mods.values() if m.__file__}
+    return mods, digest(Path(sys.modules[top].__file__ or ".").parent.parent, files)
+
+
 def load(root: Path, top: str, real: Sequence[str], stand_ins: Mapping[str, Fill],
          wanted: Sequence[str], read: Optional[set[Path]] = None) -> dict[str, types.ModuleType]:
     """Import the `wanted` modules of package `top` from `root`, running

@@ -8,6 +8,7 @@ vLLM can be loaded."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,84 @@ def test_the_default_folder_and_the_skip(monkeypatch, tmp_path):
     assert (why is None) == (vllm_scheduler.importlib.util.find_spec("vllm") is not None)
     if why is not None:
         assert "COWCHECK_VLLM_SOURCE" in why and "\n" not in why
+
+
+# -- each cited fix on the last release without it and the first with it (vllm_scheduler.FIXES) --------------
+
+def release(version: str) -> Path:
+    folder = CACHE / f"vllm-{version}"
+    if not (folder / ".complete").is_file():
+        pytest.skip(f"{folder.name}'s sources are not in build/engines")
+    return folder
+
+
+def on(monkeypatch, version: str, fix: str, **changes):
+    """The fix's scenario under its configuration, on `version`."""
+    monkeypatch.setenv(vllm_v1.ENV, str(release(version)))
+    found = vllm_scheduler.FIXES[fix]
+    return run(found.scenario, f"cowcheck.adapters.vllm_scheduler:{found.factory}", **changes)
+
+
+def test_32255_the_shipped_bug_in_0_15_1_and_the_fix_in_0_16_0(monkeypatch):
+    """0.15.1's finish_requests frees a consumer aborted in
+    WAITING_FOR_REMOTE_KVS at once: b is given the block a's recv still
+    writes, and b's kernel reads a's prompt (p0) where its own x2 was; the
+    invariants free-at-abort (the protocol file of that order) breaks.
+    0.16.0 delays the free until finished_recving: S3 holds."""
+    assert vllm_scheduler.FIXES["32255"][2:] == ("0.15.1", "0.16.0")
+    before = on(monkeypatch, "0.15.1", "32255")
+    assert broken(before) == {"no-use-after-free": 4, "exclusive-write": 7, "copy-before-use": 7, "cache-immutable": 7,
+                              "faithful-output": 11}
+    assert set(broken(before)) == protocol_broken("pd-consumer-abort", "free-at-abort") & checked(before)
+    witness = before.verdicts["faithful-output"].witness
+    assert (witness["branch"], witness["position"], witness["expected"], witness["read"]) == ("b", 2, "x2", "p0")
+    assert str(on(monkeypatch, "0.16.0", "32255").summary) == "safe and disciplined"
+
+
+def test_45357_the_shipped_bug_in_0_23_0_and_the_fix_in_0_24_0(monkeypatch):
+    """0.23.0's AsyncScheduler has no defer_block_free: the abort frees a's
+    blocks under its in-flight kernel, as the no-defer configuration of
+    0.34.0 does; 0.24.0 defers the free: only the pipeline's exclusive-write."""
+    assert vllm_scheduler.FIXES["45357"][2:] == ("0.23.0", "0.24.0")
+    before = on(monkeypatch, "0.23.0", "45357")
+    assert broken(before) == {"no-use-after-free": 3, "refcount-write": 4, "exclusive-write": 4, "copy-before-use": 6,
+                              "faithful-output": 10}
+    assert broken(on(monkeypatch, "0.24.0", "45357")) == {"exclusive-write": 4}
+
+
+def s1_with_appends(tmp_path: Path, transfer: str) -> Path:
+    """S1 with a generating two tokens (and a third GPU block): in 0.23.0
+    and 0.24.0 a request that finishes with its prefill is never stored
+    (no finish-time flush); with a next step, the eager store of a's first
+    block is decided while the prefill that fills it is in flight."""
+    text = (SCENARIOS / "offload-eager-store.toml").read_text()
+    text = re.sub(r"^expect = .*\n", "", text, flags=re.M)
+    text = re.sub(r"^protocol = .*", f'scheduler = "{EAGER_ASYNC}"', text, flags=re.M)
+    text = re.sub(r"^transfer = .*", f'transfer = "{transfer}"', text, flags=re.M)
+    text = text.replace("pool = 2\n", "pool = 3\n", 1).replace("prompt = 3\n", "prompt = 3\nappends = 2\n", 1)
+    path = tmp_path / f"s1-appends-{transfer}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("version", ["0.23.0", "0.24.0"])
+def test_46278_is_the_workers_event_the_scheduler_stores_ahead_in_both(monkeypatch, tmp_path, version):
+    """46278 adds a compute-done event in the worker (simple_kv_offload/
+    worker.py) and leaves the scheduler alone: 0.23.0's and 0.24.0's
+    SimpleCPUOffloadScheduler both count the prompt tokens of a prefill in
+    flight as confirmed (num_computed_tokens - num_output_placeholders) and
+    store a's first block while the prefill still writes it. Without the
+    event (own-stream) the store reads the empty block, the host keys
+    (p0 p1) over _ _, and c loads it; with it (own-stream-fenced) S1 is
+    safe. The release does not move the verdict: the transfer model does.
+    The shipped S1 (a finishes with its prefill) launches no store on
+    these releases, and holds vacuously."""
+    assert vllm_scheduler.FIXES["46278"][2:] == ("0.23.0", "0.24.0")
+    monkeypatch.setenv(vllm_v1.ENV, str(release(version)))
+    assert launched("offload-eager-store", EAGER_ASYNC) == set()
+    before = api.check(s1_with_appends(tmp_path, "own-stream"))
+    assert broken(before) == {"exclusive-write": 4, "refcount-write": 4, "host-key-content": 6, "faithful-output": 22}
+    assert "keyed (p0 p1) but holds _ _" in before.verdicts["host-key-content"].witness["message"]
+    after = api.check(s1_with_appends(tmp_path, "own-stream-fenced"))
+    assert str(after.summary) == "safe but undisciplined"
+    assert broken(after) == {"exclusive-write": 4, "refcount-write": 4}

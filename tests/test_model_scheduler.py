@@ -121,3 +121,28 @@ def test_an_observer_that_raises_is_an_allocator_error_whatever_the_call_freed()
     result = run("pd-consumer-abort", "host_cached_raises", host_pool=2)
     assert "allocator-error" in broken(result)
     assert "host_cached() after an abort" in result.verdicts["allocator-error"].witness["message"]
+
+
+def test_the_json_result_and_the_check_table_name_the_scheduler(tmp_path):
+    """`--json` carries the scenario's `scheduler` (result.schema.json has
+    it), and the closing table's protocol / allocator column shows the
+    scheduler's short label, not the protocol file the scenario also names."""
+    import json
+
+    from click.testing import CliRunner
+    from jsonschema import Draft202012Validator
+
+    from cowcheck.cli import main
+    from cowcheck.schemas import load
+
+    out = tmp_path / "r.json"
+    done = CliRunner().invoke(main, ["check", str(SCENARIOS / "pd-consumer-abort.toml"),
+                                     str(SCENARIOS / "pd-consumer-ahead.toml"), "--scheduler",
+                                     str(HERE / "toy_schedulers.py") + ":correct", "--json", str(out),
+                                     "--out", str(tmp_path / "cx")], terminal_width=200)
+    assert done.exit_code in (0, 1), done.output
+    result = json.loads(out.read_text())[0]
+    assert result["scheduler"].endswith("toy_schedulers.py:correct") and "allocator" not in result
+    assert not list(Draft202012Validator(load("result")).iter_errors(result))
+    table = done.output[done.output.rindex("protocol / allocator"):]
+    assert "toy_schedulers.correct" in table and "free-at-abort" not in table and "kv-connector" not in table

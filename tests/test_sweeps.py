@@ -123,6 +123,31 @@ def test_an_allocator_axis_checks_code_through_the_harness():
     assert err.value.key == "grid.reuse" and "its own order" in err.value.message
 
 
+def test_a_scheduler_axis_checks_code_through_the_scheduler_harness():
+    """`scheduler` takes the place of `protocol` as `allocator` does; its
+    path is relative to the grid file. The toy scheduler whose abort frees
+    at once under two plans in flight breaks no-use-after-free where the
+    request may be cancelled; a cell without a cache is that cell's error."""
+    tests = Path(__file__).resolve().parent
+    table = {"block_size": 2, "prompt": 3, "device": "stream", "cache": "prefix", "pool": 2, "may_cancel": 1,
+             "prompts": [[3, ["q0", "q1", "q2"]]], "after": [["", "a"]],
+             "scheduler": ["toy_schedulers.py:correct", "toy_schedulers.py:ahead_eager_abort"]}
+    grid = grid_from_dict({"grid": table}, str(tests / "g.toml"), tests, "g")
+    assert [c.name for c in expand([grid])] == ["g~toy_schedulers.correct-stream-B2-P3+q0.q1.q2-2x1-prefix-after_a-c1-p2",
+                                                "g~toy_schedulers.ahead_eager_abort-stream-B2-P3+q0.q1.q2-2x1-prefix-after_a-c1-p2"]
+    result = cowcheck.sweep([grid], workers=0)
+    assert result.cells[0].verdict == "safe and disciplined"
+    assert result.cells[1].verdict == "safe but undisciplined" and "no-use-after-free" in result.cells[1].broken()
+    assert result.cells[0].data["scheduler"] == "toy_schedulers.py:correct"
+    for extra, key in (({"protocol": "cow"}, "grid.scheduler"), ({"allocator": "m:f"}, "grid.scheduler"),
+                       ({"reuse": "fifo"}, "grid.reuse")):
+        with pytest.raises(SpecError) as err:
+            grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "scheduler": "m:f", **extra}}, "g.toml", Path("."), "g")
+        assert err.value.key == key, extra
+    [cell] = expand([grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "scheduler": "m:f"}}, "g.toml", Path("."), "g")])
+    assert cell.data is not None and "cache" in cell.data["error"]
+
+
 def test_a_program_cell_that_makes_no_scenario_is_invalid_and_says_why():
     grid = grid_from_dict({"grid": {"block_size": 2, "prompt": 3, "branches": 3,
                                     "program": [[["fork b"], ["append"]], [["fork z"]]]}}, "g.toml", Path("."), "g")

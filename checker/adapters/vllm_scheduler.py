@@ -63,7 +63,7 @@ import inspect
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from cowcheck.adapters.sources import dumps, restore
 from cowcheck.adapters.vllm_v1 import (STAND_INS, KVCacheEvent, Placeholder, SamplingParams, VllmV1, _ANY, _Real, _StandIn,
@@ -77,8 +77,31 @@ SCHEDULER = ("vllm.v1.core.sched.scheduler", "vllm.v1.core.sched.async_scheduler
              "vllm.v1.core.encoder_cache_manager")
 #: SimpleCPUOffloadScheduler's modules, where the release has them
 OFFLOAD = ("vllm.v1.simple_kv_offload.manager", "vllm.v1.simple_kv_offload.metadata")
-#: the releases whose scheduler this adapter drives (tests/test_adapters_scheduler.py)
-TESTED = ("0.33.0", "0.34.0")
+#: the releases whose scheduler this adapter drives (tests/test_adapters_scheduler.py): the newest, and for
+#: each fix of FIXES the last release without it and the first with it
+TESTED = ("0.15.1", "0.16.0", "0.23.0", "0.24.0", "0.33.0", "0.34.0")
+
+
+class Fix(NamedTuple):
+    """One of vLLM's fixes the transfer section cites, and where it shipped:
+    the scenario that shows the bug, the configuration (a factory of this
+    module) it runs under, the last release without the fix and the first
+    with it (read from the releases' sources)."""
+    scenario: str
+    factory: str
+    without: str
+    first: str
+
+
+#: the fixes by vLLM pull request (docs/how-to/scheduler-code.md, "Releases tested")
+FIXES = {
+    # finish_requests delays the free of a request aborted in WAITING_FOR_REMOTE_KVS
+    "32255": Fix("pd-consumer-abort", "scheduler", "0.15.1", "0.16.0"),
+    # AsyncScheduler's defer_block_free and deferred_frees
+    "45357": Fix("pd-consumer-ahead", "async_scheduler", "0.23.0", "0.24.0"),
+    # the worker's compute-done event before a store (simple_kv_offload/worker.py, no scheduler change)
+    "46278": Fix("offload-eager-store", "offload_eager_async", "0.23.0", "0.24.0"),
+}
 
 
 # -- stand-ins for what the scheduler imports beyond V1's core -------------------
@@ -141,17 +164,24 @@ STAND_INS_SCHEDULER: dict[str, _StandIn] = {
                                          untrack_long_lists=lambda *args, **kwargs: None)),
     "vllm.sampling_params": _StandIn(dict(SamplingParams=SamplingParams), frozenset({"RepetitionDetectionParams"})),
     "vllm.envs": _StandIn(dict(VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=False, VLLM_PREFIX_CACHE_RETENTION_INTERVAL=None,
-                               VLLM_XPU_PP_MICROBATCH=False)),
+                               VLLM_XPU_PP_MICROBATCH=False, VLLM_USE_V2_MODEL_RUNNER=False)),
     "vllm.platforms": _StandIn(dict(current_platform=types.SimpleNamespace(
         register_custom_kv_cache_specs=lambda config: None, is_xpu=lambda: False))),
     "vllm.v1.engine": _StandIn(placeholders=frozenset({"EngineCoreEvent", "EngineCoreRequest", "EngineCoreEventType",
                                                        "EngineCoreOutput", "EngineCoreOutputs"})),
+    # older releases: a decorator that marks classes for vLLM's own API linter; routed experts (the config leaves them off)
+    "vllm._bc_linter": _StandIn(dict(bc_linter_include=lambda obj=None, **kwargs: obj if obj is not None else (lambda o: o))),
+    "vllm.model_executor.layers.fused_moe.routed_experts_capturer": _PLACES,
+    # older releases ask the registry (0.34, the model config) whether inputs may be multimodal
+    "vllm.multimodal": _StandIn(dict(MULTIMODAL_REGISTRY=types.SimpleNamespace(
+        supports_multimodal_inputs=lambda config: False, get_encdec_max_encoder_len=lambda config: 0)),
+                                _ANY),
     # for annotations, isinstance, stats and features the config leaves off
     **{name: _PLACES for name in (
         "vllm.compilation.cuda_graph", "vllm.config.ec_manager_config", "vllm.v1.structured_output.utils", "vllm.distributed.aux_output_connector.connector",
         "vllm.distributed.ec_transfer.ec_connector.base", "vllm.distributed.ec_transfer.ec_connector.factory",
         "vllm.distributed.ec_transfer.ec_connector.metrics", "vllm.distributed.kv_transfer.kv_connector.v1.metrics",
-        "vllm.multimodal", "vllm.multimodal.encoder_budget", "vllm.outputs", "vllm.v1.metrics.perf",
+        "vllm.multimodal.encoder_budget", "vllm.outputs", "vllm.v1.metrics.perf",
         "vllm.v1.spec_decode.dynamic.utils", "vllm.v1.spec_decode.metrics", "vllm.v1.structured_output")},
 }
 
@@ -196,6 +226,8 @@ class StopParams(SamplingParams):
     stop_token_ids: Optional[list[int]] = None
     min_tokens: int = 0
     repetition_detection: Any = None
+    ignore_eos: bool = False                    # older releases
+    logprobs: Optional[int] = None              # older releases
     num_logprobs: Optional[int] = None
 
 
@@ -211,6 +243,11 @@ class NoGrammar:
     @staticmethod
     def accept_tokens(request: Any, token_ids: Any) -> bool:
         return True
+
+    @staticmethod
+    def should_advance(request: Any) -> bool:
+        """Older releases: whether a request's grammar takes its tokens (none has one)."""
+        return False
 
 
 class _NoEncoderCacheManager:
@@ -232,7 +269,8 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
     long = 1 << 16
     return Settings(
         model_config=Settings(uses_mrope=False, is_encoder_decoder=False, max_model_len=long, runner_type="generate",
-                              is_diffusion=False, supports_multimodal_inputs=False, return_sampling_mask=False),
+                              is_diffusion=False, supports_multimodal_inputs=False, return_sampling_mask=False,
+                              enable_return_routed_experts=False),
         scheduler_config=Settings(max_num_seqs=16, max_num_active_seqs=None, max_num_scheduled_tokens=None,
                                   max_num_batched_tokens=long, long_prefill_token_threshold_adaptive=False,
                                   long_prefill_token_threshold=0, policy="fcfs", prefill_schedule_interval=1,
@@ -285,6 +323,10 @@ class PDConnector:
     requires_kv_delivery = True
 
     def bind_kv_cache_manager(self, manager: Any) -> None:
+        return None
+
+    def bind_gpu_block_pool(self, pool: Any) -> None:
+        """Older releases bind the pool itself (0.34, the manager)."""
         return None
 
     def on_new_request(self, request: Any) -> None:
@@ -411,6 +453,9 @@ class OffloadConnector(SupportsHMA):
     def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
         self.manager.bind_gpu_block_pool(kv_cache_manager.block_pool)
 
+    def bind_gpu_block_pool(self, pool: Any) -> None:
+        self.manager.bind_gpu_block_pool(pool)
+
     def __getattr__(self, name: str) -> Any:
         if name in ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
                     "update_connector_output", "request_finished", "request_finished_all_groups", "take_events"):
@@ -502,9 +547,10 @@ class VllmScheduler(VllmV1):
         config = _config(pool + 1, block_size, batches, None)
         if offload:
             # one byte a block: the host pool holds host_pool + 1 blocks (its own null block 0 renumbered away)
-            manager = mods["vllm.v1.simple_kv_offload.manager"].SimpleCPUOffloadScheduler(
-                config, kv_config, host_pool + 1, scheduler_block_size=block_size, hash_block_size=block_size,
-                lazy_offload=offload == "lazy", num_cpu_blocks=host_pool + 1)
+            manager = _call(mods["vllm.v1.simple_kv_offload.manager"].SimpleCPUOffloadScheduler, dict(
+                vllm_config=config, kv_cache_config=kv_config, cpu_capacity_bytes=host_pool + 1,
+                scheduler_block_size=block_size, hash_block_size=block_size, lazy_offload=offload == "lazy",
+                num_cpu_blocks=host_pool + 1))
             self.connector = OffloadConnector(manager)
         config.kv_transfer_config.connector = self.connector
         sched = mods["vllm.v1.core.sched.async_scheduler"].AsyncScheduler if batches > 1 else \
@@ -648,7 +694,8 @@ class VllmOffloadScheduler(VllmScheduler):
         SimpleCPUOffload takes on a GPU block for each store that reads it,
         queued or in flight, until the store's completion releases them."""
         m = self.connector.manager
-        stores = [*m._pending_finished_stores, *m._store_event_to_blocks.values(), *m._abandoned_store_event_to_blocks.values()]
+        stores = [*getattr(m, "_pending_finished_stores", ()), *m._store_event_to_blocks.values(),
+                  *getattr(m, "_abandoned_store_event_to_blocks", {}).values()]   # from 0.30, from 0.24
         return super().holds(block) + sum(t.gpu_block_ids.count(block + 1) for t in stores)
 
     def host_refcount(self, h: int) -> int:

@@ -216,6 +216,7 @@ class Result(Stoppable):
             "source": s.source,
             "protocol": s.subject,
             **({"allocator": s.allocator} if s.allocator is not None else {}),
+            **({"scheduler": s.scheduler} if s.scheduler is not None else {}),
             **(self.allocator_code.fields() if self.allocator_code is not None else {}),
             "device": s.device,
             "reuse": None if s.code_ref is not None else s.reuse,    # allocator code takes free blocks in its own order

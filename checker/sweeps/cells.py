@@ -112,6 +112,8 @@ def scenario_data(protocol: Protocol, c: dict[str, Any]) -> dict[str, Any]:
         data["host_pool"] = c["host_pool"]
     if c.get("allocator") is not None:
         data["allocator"] = c["allocator"]
+    elif c.get("scheduler") is not None:
+        data["scheduler"] = c["scheduler"]     # a cell without a cache is its error, as for any scenario
     elif cache:
         # inline, every table counts as given: the tables a cache scenario
         # (a transfer scenario: one with a host tier) takes from its default

@@ -17,7 +17,7 @@ check` tells it from a scenario and skips it) and an optional `[budget]`:
     seconds = 30
 
 Every axis but `block_size` and `prompt` has a default; `program` may take
-the place of `appends`, and `allocator` that of `protocol`. A grid that
+the place of `appends`, and `allocator` or `scheduler` that of `protocol`. A grid that
 breaks these rules is refused whole (SpecError: its key and why); a cell
 whose coordinates make no valid scenario is only that cell's error."""
 
@@ -41,7 +41,8 @@ from cowcheck.sweeps.cells import INVALID, Cell, _error_data, cell_name, scenari
 #: the axes, in the order cells are expanded (the last varies fastest).
 #: `program` (branch programs: forks, speculation) takes the place of
 #: `appends`: a grid gives one or the other, and the one left out is None.
-#: `allocator` (code through the engine harness) takes the place of
+#: `allocator` (code through the engine harness) or `scheduler` (code
+#: through the scheduler harness: cache cells only) takes the place of
 #: `protocol` in the same way.
 #: `cache` ("none" or "prefix") makes cache scenarios, whose requests may
 #: take their own prompts (`prompts`, one per request) and an `after`
@@ -49,11 +50,13 @@ from cowcheck.sweeps.cells import INVALID, Cell, _error_data, cell_name, scenari
 #: `transfer` (a transfer model) and `host_pool` (host blocks: a host tier
 #: makes a transfer scenario) are for cache grids; a cell without a cache
 #: that sets either is that cell's error.
-AXES = ("protocol", "allocator", "device", "transfer", "reuse", "cache", "block_size", "prompt", "prompts", "branches", "appends",
+AXES = ("protocol", "allocator", "scheduler", "device", "transfer", "reuse", "cache", "block_size", "prompt", "prompts", "branches", "appends",
         "program", "after", "may_cancel", "pool", "host_pool")
-DEFAULTS: dict[str, Any] = {"protocol": "cow", "allocator": None, "device": "async", "transfer": "nic", "reuse": "lifo", "cache": "none",
+DEFAULTS: dict[str, Any] = {"protocol": "cow", "allocator": None, "scheduler": None, "device": "async", "transfer": "nic", "reuse": "lifo", "cache": "none",
                             "prompts": None, "branches": 2, "appends": 1, "program": None, "after": None, "may_cancel": 0,
                             "pool": "default", "host_pool": 0}
+#: the axes of code checked through a harness: each takes the place of `protocol`
+CODE_AXES = ("allocator", "scheduler")
 GRID_KEYS = ("name", "description") + AXES
 BUDGET_KEYS = ("max_states", "seconds", "max_memory")
 TOP_KEYS = ("grid", "budget")
@@ -118,7 +121,7 @@ def _check_value(axis: str, value: Any, source: str, key: str) -> Any:
         if not isinstance(value, str) or not value:
             raise SpecError(source, key, f"must be a built-in protocol name or a path to a protocol file, got {value!r}")
         return value
-    if axis == "allocator":
+    if axis in ("allocator", "scheduler"):
         if not isinstance(value, str) or ":" not in value:
             raise SpecError(source, key, f"must be \"module:factory\" or \"path/to/file.py:factory\" (relative to the grid file), got {value!r}")
         return value
@@ -207,9 +210,12 @@ def _check_axis_keys(table: dict[str, Any], source: str) -> None:
     for key in ("block_size", "prompt"):
         if key not in table:
             raise SpecError(source, f"grid.{key}", "missing; give a value, a list or a range {from, to}")
-    if "allocator" in table and "protocol" in table:
-        raise SpecError(source, "grid.allocator", "give either 'protocol' or 'allocator' (code through the engine harness), not both")
-    if "allocator" in table and "reuse" in table:
+    code = [axis for axis in CODE_AXES if axis in table]
+    if code and "protocol" in table:
+        raise SpecError(source, f"grid.{code[0]}", f"give either 'protocol' or '{code[0]}' (code through a harness), not both")
+    if len(code) > 1:
+        raise SpecError(source, "grid.scheduler", "give either 'allocator' or 'scheduler', not both")
+    if code and "reuse" in table:
         raise SpecError(source, "grid.reuse", ALLOCATOR_REUSE)
     if "program" in table and "appends" in table:
         raise SpecError(source, "grid.program", "give either 'appends' or 'program', not both (a program says what each branch appends)")
@@ -219,9 +225,9 @@ def _axis(axis: str, table: dict[str, Any], source: str) -> list[Any]:
     """One axis's values, each checked and none twice: the grid's, or the
     default; [None] for an axis with no default the grid leaves out, or
     whose place the other of its pair takes (`program` for `appends`,
-    `allocator` for `protocol`)."""
+    `allocator` or `scheduler` for `protocol`)."""
     raw = table.get(axis, DEFAULTS.get(axis))
-    if (axis == "appends" and "program" in table) or (axis in ("protocol", "reuse") and "allocator" in table):
+    if (axis == "appends" and "program" in table) or (axis in ("protocol", "reuse") and any(a in table for a in CODE_AXES)):
         raw = None
     if raw is None:
         return [None]
@@ -362,9 +368,9 @@ def expand(grids: list[Grid], made: Optional[Callable[[int], None]] = None) -> l
     names: dict[str, int] = {}
     for grid in grids:
         for coords in grid.coordinates():
-            allocator = coords.get("allocator")
+            code = coords.get("allocator") or coords.get("scheduler")
             protocol = _protocol(coords["protocol"] or "cow", grid.base, grid.source)
-            name = cell_name(grid.name, allocator_label(allocator) if allocator else protocol.name, coords)
+            name = cell_name(grid.name, allocator_label(code) if code else protocol.name, coords)
             cell = Cell(len(cells), grid.name, coords, name)
             if name in names:
                 raise SpecError(grid.source, "grid.name", f"cell {name} is also cell {names[name]}: two grids of one sweep need different names")

@@ -48,7 +48,7 @@ td.v-invalid { background: #efe3f7; }
 """
 
 #: the axes a grid's table has a row per value of; the others give its columns
-ROW_AXES = ("protocol", "allocator", "device", "reuse")
+ROW_AXES = ("protocol", "allocator", "scheduler", "device", "reuse")
 
 COLUMN_AXES = tuple(a for a in AXES if a not in ROW_AXES)
 #: axes not worth a word at their default: the transfer axes, which matter
@@ -65,7 +65,7 @@ def _value(axis: str, c: dict[str, Any]) -> str:
     value = c.get(axis)
     if axis == "program":
         return branch_texts(c) if value is not None else "appends"
-    if axis == "allocator":
+    if axis in ("allocator", "scheduler"):
         return allocator_label(value) if value else ""
     if axis == "reuse" and value is None:
         return "the allocator's"
@@ -96,7 +96,7 @@ def grid_tables(grid: Grid, cells: list[Cell], links: dict[int, str]) -> str:
     varying = [a for a in AXES if len(grid.axes.get(a, ())) > 1]
     row_axes = [a for a in ROW_AXES if a in varying]
     col_axes = [a for a in COLUMN_AXES if a in varying]
-    code = grid.axes.get("allocator") not in (None, [None])
+    code = any(grid.axes.get(a) not in (None, [None]) for a in ("allocator", "scheduler"))
     fixed = [a for a in AXES if a not in varying and (grid.axes.get(a) not in ([None], ["none"]) or (a == "reuse" and code))
              and not (a in SILENT_AT_DEFAULT and grid.axes.get(a) == [DEFAULTS[a]])]
     sample = cells[0].coordinates if cells else {}

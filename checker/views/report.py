@@ -111,8 +111,8 @@ def overview(results: list[Result], console: Console) -> None:
     scenario's name never breaks, the other columns wrap at word
     boundaries, and below the width the whole table needs the lesser
     columns are left out, named in a line under it (the scenario's own
-    section above gives everything). Allocator code is named by its short
-    label (module and factory)."""
+    section above gives everything). Allocator and scheduler code are named
+    by their short label (module and factory)."""
     any_cache = any(r.scenario.cache for r in results)
     columns = OVERVIEW if any_cache else OVERVIEW[:-1]
     rows = []
@@ -125,7 +125,7 @@ def overview(results: list[Result], console: Console) -> None:
             steady = "n/a" if x.steady is None else str(x.steady)
             copies = span(x.cost_range)
             hits = span(x.hits_range) if r.scenario.cache else ""
-        subject = r.scenario.protocol.name if r.scenario.allocator is None else allocator_label(r.scenario.allocator)
+        subject = r.scenario.protocol.name if r.scenario.code_ref is None else allocator_label(r.scenario.code_ref)
         row = [escape(r.scenario.name), escape(subject), r.scenario.device,
                f"[{headline_style(r)}]{escape(r.headline)}[/]", escape(broken), peak, steady, copies]
         rows.append(row + [hits] if any_cache else row)

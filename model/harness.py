@@ -74,7 +74,7 @@ from cowcheck.model.scenario import HARNESS_NO_TRANSFERS, Scenario
 from cowcheck.model.state import (UNBORN, WAITING, Block, Branch, Copy, Kernel, State, Status, born, cancel_unborn, is_final,
                                   is_quiescent, is_steady, prompt, prompt_slots, read)
 from cowcheck.model.structure import Op
-from cowcheck.model.system import ProtocolModel, TransitionSystem
+from cowcheck.model.system import TransitionSystem
 
 #: the prefix of the module name a file named by path is imported under
 PATH_MODULE = "cowcheck_allocator_"
@@ -813,15 +813,3 @@ class HarnessModel(TransitionSystem):
                 raise self._bad(method, f"must return the copies as a list of (src, dst) block-id pairs, got {returned!r}")
             out.append((self._block_id(method, pair[0], "a copy's source"), self._block_id(method, pair[1], "a copy's destination")))
         return out
-
-
-def system_for(scenario: Scenario) -> TransitionSystem:
-    """The transition system a scenario is checked on: its protocol file's
-    model, its allocator code through the engine harness, or its scheduler
-    code through the scheduler harness (cowcheck.model.scheduler)."""
-    if scenario.allocator is not None:
-        return HarnessModel(scenario)
-    if scenario.scheduler is not None:
-        from cowcheck.model.scheduler import SchedulerModel     # it extends this module's harness
-        return SchedulerModel(scenario)
-    return ProtocolModel(scenario)

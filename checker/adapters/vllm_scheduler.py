@@ -53,7 +53,12 @@ before 45357's deferred frees); `offload_eager`, `offload_lazy` and their
 
 States are keyed by the exact pickle of the scheduler (no canonical
 snapshot): vLLM's scheduler keeps counters and queues a snapshot would
-have to list in full."""
+have to list in full.
+
+One idea, over 500 lines: the stand-ins, the P/D connector and
+SimpleCPUOffload's delegation all exist to run vllm/v1/core/sched/
+unchanged, and each is a few dozen lines that only make sense beside the
+others."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ import types
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from cowcheck.adapters import OutOfBlocks
 from cowcheck.adapters.recorded import folder
@@ -651,11 +651,16 @@ def scheduler(pool: int, block_size: int, host_pool: int) -> Any:
     scheduler harness: `--scheduler cowcheck.adapters.vllm_v1:scheduler`
     (cowcheck.adapters.vllm_scheduler, which also has the AsyncScheduler
     configurations)."""
-    from cowcheck.adapters.vllm_scheduler import scheduler as make_scheduler
-    return make_scheduler(pool, block_size, host_pool)
+    return _scheduler_module().scheduler(pool, block_size, host_pool)
 
 
 def unavailable() -> Optional[str]:
     """Why `scheduler` cannot load a vLLM here, or None (cowcheck check skips a folder's scenarios then)."""
-    from cowcheck.adapters.vllm_scheduler import unavailable as why
-    return why()
+    return cast(Optional[str], _scheduler_module().unavailable())
+
+
+def _scheduler_module() -> Any:
+    """cowcheck.adapters.vllm_scheduler, looked up when a scheduler is asked
+    for: it builds on this module (its stand-ins, loader and key reader),
+    so this module names it at run time instead of importing it back."""
+    return importlib.import_module("cowcheck.adapters.vllm_scheduler")

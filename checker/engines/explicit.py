@@ -35,7 +35,7 @@ from cowcheck.model.state import State, allocated, host_allocated
 from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.compact import Compact
 from cowcheck.model.reduce.symmetry import Symmetry
-from cowcheck.model.harness import system_for
+from cowcheck.model.subject import system_for
 from cowcheck.model.system import TransitionSystem
 
 from cowcheck.adapters.deadline import DEFAULT_SECONDS, Deadline
@@ -55,7 +55,7 @@ def explore(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
             system: Optional[TransitionSystem] = None) -> ExplicitResult:
     """Explore the scenario with the reductions asked for, staged as the
     module docstring says. `system`: the transition system to explore
-    (default: the scenario's, see cowcheck.model.harness.system_for).
+    (default: the scenario's, see cowcheck.model.subject.system_for).
     What it may do with the system, the system says (its capabilities,
     cowcheck.model.system.TransitionSystem): a system whose states the
     reductions cannot read gets none, and one that runs the user's code

@@ -13,7 +13,8 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.state import State, allocated, host_allocated, state_to_json
 from cowcheck.model.action import Transition
 from cowcheck.model.code import other_code
-from cowcheck.model.harness import CallDeadline, system_for
+from cowcheck.model.harness import CallDeadline
+from cowcheck.model.subject import system_for
 from cowcheck.model.system import TransitionSystem
 
 from cowcheck.adapters.deadline import Deadline

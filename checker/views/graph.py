@@ -18,7 +18,11 @@ the caption (docs/semantics.md#transfers).
 
 For allocator code (the engine harness) a branch has one table, what
 `table(branch)` returns: it is drawn once, as a "table" edge in the working
-table's style, and the legend says so."""
+table's style, and the legend says so.
+
+One idea, over 500 lines: one drawing of one state, laid out once and
+written in three formats; the host tier and the transfer arrows are rows
+and edges of the same layout, not a second picture."""
 
 from __future__ import annotations
 

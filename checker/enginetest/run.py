@@ -117,7 +117,8 @@ def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
         return deliver(outputs)
     bp.output_router.deliver_batch = watched_deliver
 
-    submits, finished_at, trace = dict(schedule.submits), {}, []
+    submits, trace = dict(schedule.submits), []
+    finished_at: dict[str, int] = {}
     waiting = {r.name: r for r in sc.requests}
     step = 0
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace as _replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from cowcheck.model.errors import KindMismatch, SpecError
 from cowcheck.model.protocol import Protocol, load_builtin, load_protocol, protocol_from_dict
@@ -32,6 +32,10 @@ from cowcheck.engines.invariants import INVARIANTS, Invariant
 from cowcheck.traces.replay import Replayed, replay as _replay_model
 from cowcheck.engines.results import Engine, Outcome, Result
 from cowcheck.engines.counterexample import Counterexample
+
+if TYPE_CHECKING:
+    from cowcheck.enginetest.explore import EngineResult
+    from cowcheck.enginetest.scenario import EngineScenario
 
 ScenarioLike = Union[Scenario, str, Path]
 
@@ -302,3 +306,18 @@ def assert_violates(scenario: ScenarioLike, invariant: str, length: Optional[int
         raise CheckFailed(f"{result.scenario.name}: expected a shortest {invariant} violation of {length} actions, "
                           f"found {verdict.length}:\n\n{explain(verdict.counterexample, options.get('invariants', ()))}")
     return verdict.counterexample
+
+
+def engine_test(scenario: Union[str, Path, "EngineScenario"], *, max_schedules: int = 1000) -> "EngineResult":
+    """Run an engine scenario (specs/engine/) in transformers' continuous
+    batching on the CPU, every schedule within `max_schedules`, and judge
+    every invariant (docs/how-to/engine-test.md). Needs torch and
+    transformers: `pip install "cowcheck[engine]"`; a SpecError says so."""
+    from cowcheck.enginetest import missing
+    from cowcheck.enginetest.explore import explore
+    from cowcheck.enginetest.scenario import EngineScenario, load
+    why = missing()
+    if why is not None:
+        raise SpecError("engine-test", "", why)
+    loaded = scenario if isinstance(scenario, EngineScenario) else load(Path(scenario))
+    return explore(loaded, max_schedules=max_schedules)

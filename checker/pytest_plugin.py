@@ -43,8 +43,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[p
 
 class ScenarioFile(pytest.File):
     """A TOML file: one item if it is a scenario with an `expect`; protocol
-    files ([append]), grid files ([grid]) and scenarios that expect nothing
-    are skipped, as `cowcheck check` tells them apart."""
+    files ([append]), grid files ([grid]), engine scenarios ([engine]:
+    `cowcheck engine-test`) and scenarios that expect nothing are skipped,
+    as `cowcheck check` tells them apart."""
 
     def collect(self) -> Iterator[pytest.Item]:
         from cowcheck.model.errors import SpecError
@@ -52,7 +53,7 @@ class ScenarioFile(pytest.File):
         from cowcheck.model.scenario import load_scenario
         try:
             data = read_toml(self.path)
-            if "append" in data or "grid" in data or "expect" not in data:
+            if "append" in data or "grid" in data or "engine" in data or "expect" not in data:
                 return
             scenario = load_scenario(self.path)
         except SpecError as err:      # bad input: its one line, not a traceback

@@ -77,7 +77,7 @@ def test_the_root_package_is_imported_by_nothing_inside_it(imports):
 def test_every_module_and_data_file_is_in_the_wheel(tmp_path):
     """setup.py finds the packages (three folders map into one package): a
     wheel built from the checkout holds every module of checker/, model/
-    and specs/ (the shipped scenarios and grids are not installed), the
+    and specs/ (the shipped scenarios, engine scenarios and grids are not installed), the
     protocols, schemas and page assets, and the py.typed marker mypy reads."""
     import subprocess
     import sys
@@ -91,11 +91,11 @@ def test_every_module_and_data_file_is_in_the_wheel(tmp_path):
         prefix = name.replace(".", "/")
         for path in folder.rglob("*"):
             rel = path.relative_to(folder)
-            if path.is_file() and "__pycache__" not in rel.parts and rel.parts[0] not in ("scenarios", "grids") \
+            if path.is_file() and "__pycache__" not in rel.parts and rel.parts[0] not in ("scenarios", "grids", "engine") \
                     and path.suffix in (".py", ".toml", ".json", ".js", ".css"):
                 expected.add(f"{prefix}/{rel.as_posix()}")
     assert expected - names == set(), "missing from the wheel"
-    assert not any(n.startswith(("cowcheck/specs/scenarios/", "cowcheck/specs/grids/")) for n in names)
+    assert not any(n.startswith(("cowcheck/specs/scenarios/", "cowcheck/specs/grids/", "cowcheck/specs/engine/")) for n in names)
 
 
 def _modules():

@@ -7,7 +7,8 @@ share (cowcheck.cli.common).
 - sweep.py: `sweep`, `shrink`
 - fuzz.py: `fuzz`
 - bench.py: `bench`
-- diff.py: `diff`"""
+- diff.py: `diff`
+- enginetest.py: `engine-test`"""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import sys
 import click
 
 from cowcheck import interrupts
-from cowcheck.cli import bench, check, diff, fuzz, pages, sweep, traces
+from cowcheck.cli import bench, check, diff, enginetest, fuzz, pages, sweep, traces
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,7 +27,7 @@ def main() -> None:
 
 
 for _command in (check.check, traces.replay, traces.explain, check.list_, bench.bench, pages.html, pages.graph,
-                 pages.lab, sweep.sweep, sweep.shrink, fuzz.fuzz, diff.diff):
+                 pages.lab, sweep.sweep, sweep.shrink, fuzz.fuzz, diff.diff, enginetest.engine_test):
     main.add_command(_command)
 
 

@@ -92,15 +92,16 @@ def writable_folder(folder: Path, flag: str, output: Optional[str] = None) -> No
 def scenario_files(paths: tuple[str, ...]) -> list[Path]:
     """Scenario files named on the command line, or found in folders. In a
     folder, TOML files with an operation's table and no [[branch]] are
-    protocols and those with a [grid] table are grids (cowcheck sweep);
-    both are skipped."""
+    protocols, those with a [grid] table are grids (cowcheck sweep) and
+    those with an [engine] table are engine scenarios (cowcheck
+    engine-test); all are skipped."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             for candidate in sorted(path.rglob("*.toml")):
                 data = read_toml(candidate)
-                if not is_protocol_data(data) and "grid" not in data:
+                if not is_protocol_data(data) and "grid" not in data and "engine" not in data:
                     out.append(candidate)
         elif path.exists():
             data = read_toml(path) if path.suffix == ".toml" else {}

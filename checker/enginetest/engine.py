@@ -1,0 +1,66 @@
+"""torch and transformers for the engine-test mode, and the small random
+model it runs (no weights are ever downloaded: the model is built from a
+config, its weights drawn from a fixed seed).
+
+Which transformers: the folder in $COWCHECK_TRANSFORMERS_SOURCE (the
+folder that holds `transformers/`, as for the allocator adapter,
+cowcheck.adapters.transformers), put first on the import path; else the
+installed one. The adapter's torch-free stand-ins are forgotten first, so
+that the real package, torch included, is what runs here."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from cowcheck.adapters import sources
+from cowcheck.adapters import transformers as adapter
+
+#: the default model: a few layers of a Llama-style config, float32
+MODEL = {"vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+SEED = 0
+#: the attention the engine runs (continuous batching pages it; "paged|eager" also works); the reference
+#: runs "eager" without a cache
+ATTENTION = "sdpa"
+
+
+@dataclass(frozen=True)
+class Release:
+    """Which transformers and torch ran, as a result records them."""
+    transformers: str
+    torch: str
+    source: Optional[str]
+
+    def line(self) -> str:
+        where = f" from {self.source}" if self.source else ""
+        return f"transformers {self.transformers}{where}, torch {self.torch}"
+
+
+def modules() -> tuple[Any, Any, Release]:
+    """torch and transformers, from $COWCHECK_TRANSFORMERS_SOURCE or the
+    installed ones."""
+    source = adapter.source()
+    sources.unload("transformers")
+    if source is not None:
+        root = str(Path(source).resolve())
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        mod = sys.modules.get("transformers")
+        if mod is not None and not str(getattr(mod, "__file__", "")).startswith(root):
+            sources._forget(["transformers"])
+    import torch
+    import transformers
+    return torch, transformers, Release(transformers.__version__, torch.__version__, source)
+
+
+def build_model(torch: Any, transformers: Any, attention: str = ATTENTION, overrides: Optional[dict[str, Any]] = None) -> Any:
+    """The random Llama-style model, deterministic: float32, one thread,
+    torch.manual_seed(SEED) before its weights are drawn."""
+    torch.set_num_threads(1)
+    torch.manual_seed(SEED)
+    config = transformers.LlamaConfig(**{**MODEL, **(overrides or {})})
+    model = transformers.LlamaForCausalLM._from_config(config, attn_implementation=attention, dtype=torch.float32)
+    return model.eval()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,33 @@ def test_on_a_real_local_dask_cluster_the_same_is_found():
     assert on_dask.workers == 2
     assert [t.name for t in on_dask.tried] == [t.name for t in serial.tried]
     assert {k: f.drawn.index for k, f in on_dask.findings.items()} == {k: f.drawn.index for k, f in serial.findings.items()}
+
+
+def test_a_worker_lost_mid_run_has_its_scenarios_checked_again():
+    """As tests/test_sweeps.py kills a worker: here in the middle of a batch (at its first answer, the
+    others in flight), and the run ends with what the serial run finds."""
+    from cowcheck.sweeps.runner import Runner
+    killed: list[int] = []
+    with Runner(workers=2) as runner:
+        check = runner.run
+
+        def run_and_kill(tasks, done):
+            def answered(i, answer):
+                done(i, answer)
+                if not killed:
+                    pid = next(iter(runner.client.run(os.getpid).values()))
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            check(tasks, answered)
+        runner.run = run_and_kill
+        on_dask = fuzz("spare-capacity", seed=0, scenarios=16, keep_going=True, do_shrink=False, runner=runner)
+    serial = fuzz("spare-capacity", seed=0, scenarios=16, keep_going=True, do_shrink=False)
+    assert killed and on_dask.stopped is None and not on_dask.interrupted
+    assert not any(t.error for t in on_dask.tried)
+    strip = lambda r: [(t.index, t.name, t.states, t.broken, t.complete) for t in r.tried]   # noqa: E731
+    assert strip(on_dask) == strip(serial)
+    assert {k: (f.drawn.index, f.counterexample.length, f.scenarios) for k, f in on_dask.findings.items()} == \
+        {k: (f.drawn.index, f.counterexample.length, f.scenarios) for k, f in serial.findings.items()} != {}
 
 
 def _cowcheck(*args, cwd=ROOT):

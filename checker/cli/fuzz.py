@@ -30,9 +30,13 @@ FINDINGS_WORTH = ("invariant", "shrunk to", "shrunk length", "first", "length", 
 @click.option("--protocol", "protocol", metavar="NAME|FILE", help="The protocol to fuzz (a built-in name or a protocol file).")
 @click.option("--allocator", "allocator", metavar="MODULE:FACTORY|FILE.py:FACTORY",
               help="Allocator code to fuzz through the engine harness instead.")
+@click.option("--scheduler-code", "scheduler_code", metavar="MODULE:FACTORY|FILE.py:FACTORY",
+              help="Scheduler code to fuzz through the scheduler harness instead (`check --scheduler`; here --scheduler "
+                   "is the Dask scheduler's address, as in sweep).")
 @click.option("--kind", type=click.Choice(KINDS),
               help="The scenarios to draw [default: the protocol's own kind: transfer where it launches transfers, cache "
-                   "where only a cache scenario runs it, else fork; for allocator code, cache where it answers admit, else fork].")
+                   "where only a cache scenario runs it, else fork; for allocator code, cache where it answers admit, else fork; "
+                   "for scheduler code, transfer].")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The same seed draws the same scenarios.")
 @click.option("--scenarios", "scenarios", type=click.IntRange(min=1), metavar="N",
               help=f"Draw at most N scenarios [default: {DEFAULT_SCENARIOS}, or no bound with --seconds].")
@@ -52,6 +56,12 @@ FINDINGS_WORTH = ("invariant", "shrunk to", "shrunk length", "first", "length", 
 @click.option("--max-ops", type=click.IntRange(min=0, max=8), default=Knobs().max_ops, show_default=True,
               help="Operations per branch program, at most.")
 @click.option("--no-cancels", is_flag=True, help="Draw no may_cancel branch.")
+@click.option("--no-speculation", is_flag=True,
+              help="Draw no `speculate K` (for code without speculative decoding; scheduler code never gets one).")
+@click.option("--no-faults", is_flag=True, help="Draw no failing transfer.")
+@click.option("--no-leases", is_flag=True, help="Draw no lease on a P/D producer's blocks.")
+@click.option("--max-host-pool", type=click.IntRange(min=0, max=8), default=Knobs().max_host_pool, show_default=True,
+              help="Host blocks of a transfer scenario, at most; 0 draws P/D roles only.")
 @click.option("--no-shrink", is_flag=True, help="Write the drawn scenarios as found, unshrunk.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="counterexamples/fuzz", show_default=True,
               help="Where each finding's drawn scenario, its shrunk scenario and their counterexamples are written.")
@@ -60,24 +70,25 @@ FINDINGS_WORTH = ("invariant", "shrunk to", "shrunk length", "first", "length", 
               help="Worker processes of an embedded Dask LocalCluster; 0 (the default without --scheduler) checks serially in this process.")
 @click.option("--scheduler", metavar="tcp://HOST:PORT", help="Run on an existing Dask cluster instead.")
 @_NO_WORKERS_OPTION
-def fuzz(protocol, allocator, kind, seed, scenarios, seconds, keep_going, max_states, check_seconds, invariant_ids, skip_ids, devices,
-         max_branches, max_ops, no_cancels, no_shrink, out_dir, json_path, workers, scheduler, no_workers) -> None:
-    """Draw random scenarios for a protocol or allocator code, check each
-    exhaustively within a budget, stop at the first violation (or go on,
-    --keep-going), shrink the first scenario that broke each invariant to
-    the smallest that still breaks it, and write both with their
-    counterexamples. Exit 0 when nothing unsafe was found, 1 when a harm
+def fuzz(protocol, allocator, scheduler_code, kind, seed, scenarios, seconds, keep_going, max_states, check_seconds, invariant_ids,
+         skip_ids, devices, max_branches, max_ops, no_cancels, no_speculation, no_faults, no_leases, max_host_pool, no_shrink,
+         out_dir, json_path, workers, scheduler, no_workers) -> None:
+    """Draw random scenarios for a protocol, allocator code or scheduler
+    code, check each exhaustively within a budget, stop at the first
+    violation (or go on, --keep-going), shrink the first scenario that
+    broke each invariant to the smallest that still breaks it, and write
+    both with their counterexamples. Exit 0 when nothing unsafe was found, 1 when a harm
     invariant broke, 2 on bad input, 3 when the cluster was left with no
     worker (what was found is written), 130 when interrupted (143 on
     SIGTERM; what was found is written, unshrunk)."""
     try:
         if scheduler is not None and workers is not None:
             raise SpecError("--scheduler", "", "--workers is for the embedded cluster; with --scheduler the cluster's own workers check the scenarios")
-        subject_kind(protocol, allocator, kind)       # bad input before anything starts
+        subject_kind(protocol, allocator, kind, scheduler_code)       # bad input before anything starts
         writable_folder(Path(out_dir), "--out")
         writable_file(json_path, "--json")
-        knobs = Knobs(max_branches=max_branches, max_ops=max_ops, cancels=not no_cancels,
-                      devices=tuple(dict.fromkeys(devices)) if devices else Knobs().devices)
+        knobs = Knobs(max_branches=max_branches, max_ops=max_ops, cancels=not no_cancels, speculation=not no_speculation,
+                      max_host_pool=max_host_pool, faults=() if no_faults else Knobs().faults, leases=not no_leases, devices=tuple(dict.fromkeys(devices)) if devices else Knobs().devices)
         from cowcheck.engines.invariants import select
         for ident in (*invariant_ids, *skip_ids):
             select((ident,), "--skip" if ident in skip_ids else "--invariant")
@@ -92,7 +103,7 @@ def fuzz(protocol, allocator, kind, seed, scenarios, seconds, keep_going, max_st
     bar.start()
     result: Optional[Fuzz] = None
     try:
-        result = run_fuzz(protocol, allocator=allocator, kind=kind, seed=seed,
+        result = run_fuzz(protocol, allocator=allocator, scheduler_code=scheduler_code, kind=kind, seed=seed,
                           scenarios=scenarios if scenarios or seconds else DEFAULT_SCENARIOS, seconds=seconds,
                           check_budget={"max_states": max_states, "seconds": check_seconds}, keep_going=keep_going, knobs=knobs,
                           invariants=tuple(invariant_ids) or None, skip=tuple(skip_ids), do_shrink=not no_shrink, runner=runner,

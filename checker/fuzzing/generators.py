@@ -12,6 +12,11 @@ one generator per scenario kind:
 - transfer: a cache scenario with a host tier, P/D sources and sinks,
   failing transfers, leases and every transfer model.
 
+The subject is a protocol, or code (`Code`) through the engine harness
+(allocator code) or the scheduler harness (scheduler code: cache and
+transfer scenarios only, without speculation, which a scheduler decides
+itself).
+
 A scenario is drawn from its own seed, `<seed>:<index>`, so scenario i is the
 same whatever was drawn before it and wherever it is drawn. GENERATOR_VERSION
 names the generators' behaviour: a change that draws other scenarios from
@@ -51,10 +56,12 @@ class Knobs:
     max_prompt: int = 5
     max_branches: int = 3          # roots and children (fork), or requests (cache, transfer)
     max_ops: int = 2               # operations of one program
-    max_host_pool: int = 3
+    max_host_pool: int = 3         # 0: transfer scenarios of P/D roles only, no host tier
     devices: tuple[str, ...] = DEVICES
     reuses: tuple[str, ...] = REUSES
     transfers: tuple[str, ...] = TRANSFERS
+    faults: tuple[str, ...] = FAULTS
+    leases: bool = True
     cancels: bool = True
     speculation: bool = True
     forks: bool = True
@@ -75,7 +82,16 @@ class Drawn:
     data: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
-Subject = Union[Protocol, str]      # a protocol, or allocator code's "module:factory" reference
+@dataclass(frozen=True)
+class Code:
+    """Code fuzzed through a harness: its "module:factory" reference and
+    the scenario key that names it, `allocator` (the engine harness) or
+    `scheduler` (the scheduler harness)."""
+    ref: str
+    harness: str = "allocator"
+
+
+Subject = Union[Protocol, Code]
 
 
 def draw_scenario(seed: int, index: int, kind: str, subject: Subject, knobs: Knobs = Knobs(),
@@ -96,11 +112,13 @@ def draw_scenario(seed: int, index: int, kind: str, subject: Subject, knobs: Kno
 def scenario_of(draw: Draw, kind: str, subject: Subject, knobs: Knobs, name: str = "fuzz", index: int = 0,
                 base: Optional[Path] = None) -> Drawn:
     """One scenario of `kind` for `subject`, from the choices of `draw`."""
-    allocator = isinstance(subject, str)
-    data = (fork_data if kind == "fork" else cache_data)(draw, knobs, transfers=kind == "transfer", allocator=allocator)
+    code = subject if isinstance(subject, Code) else None
+    if code is not None and code.harness == "scheduler":     # the scheduler harness never speculates
+        knobs = replace(knobs, speculation=False)
+    data = (fork_data if kind == "fork" else cache_data)(draw, knobs, transfers=kind == "transfer", allocator=code is not None)
     data["device"] = draw.choice(knobs.devices)
-    if allocator:
-        data["allocator"] = subject
+    if code is not None:
+        data[code.harness] = code.ref
     else:
         assert isinstance(subject, Protocol)
         data["protocol"] = subject.definition
@@ -230,20 +248,25 @@ def cache_data(draw: Draw, knobs: Knobs, transfers: bool = False, allocator: boo
 
 def _transfer_keys(draw: Draw, knobs: Knobs, data: dict[str, Any], requests: list[dict[str, Any]]) -> None:
     """A host tier, P/D roles, faults, a lease and a transfer model: at least
-    a host tier or one role, so that it is a transfer scenario."""
+    a host tier or one role, so that it is a transfer scenario (one role
+    where max_host_pool is 0)."""
     host_pool = draw.integer(0, knobs.max_host_pool)
     for request in requests:
         role = draw.choice(("none", "none", "source", "sink"))
         if role != "none":
             request[role] = "remote"
     if not host_pool and not any("source" in r or "sink" in r for r in requests):
-        host_pool = draw.integer(1, max(1, knobs.max_host_pool))
+        if knobs.max_host_pool:
+            host_pool = draw.integer(1, knobs.max_host_pool)
+        else:
+            requests[draw.integer(0, len(requests) - 1)][draw.choice(("source", "sink"))] = "remote"
     data["host_pool"] = host_pool
     data["transfer"] = draw.choice(knobs.transfers)
-    faults = [kind for kind in FAULTS if draw.boolean(0.25)]
+    # drawn whatever the knobs allow, so that narrower knobs draw the same scenarios less what they leave out
+    faults = [kind for kind in FAULTS if draw.boolean(0.25) and kind in knobs.faults]
     if faults:
         data["faults"] = faults
-    if any("sink" in r for r in requests) and draw.boolean(0.5):
+    if any("sink" in r for r in requests) and draw.boolean(0.5) and knobs.leases:
         data["lease"] = True
 
 

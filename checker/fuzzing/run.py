@@ -31,7 +31,7 @@ from cowcheck.engines import counterexample as trace
 from cowcheck.engines.counterexample import Counterexample
 from cowcheck.engines.invariants import ALLOCATOR_ERROR, BY_ID, CACHE_INVARIANTS, HOST_INVARIANTS, INVARIANTS
 from cowcheck.engines.results import FORMAT
-from cowcheck.fuzzing.generators import GENERATOR_VERSION, KINDS, Drawn, Knobs, draw_scenario, kind_for
+from cowcheck.fuzzing.generators import GENERATOR_VERSION, KINDS, Code, Drawn, Knobs, Subject, draw_scenario, kind_for
 from cowcheck.fuzzing.greedy import neighbours
 from cowcheck.sweeps.runner import NoWorkers, Runner, task_for
 from cowcheck.sweeps.shrink import Shrunk, scenario_toml, shrink, write_shrunk
@@ -124,16 +124,15 @@ class Fuzz:
                 "findings": [f.to_json() for f in self.findings.values()], "scenarios": [t.to_json() for t in self.tried]}
 
 
-Subject = Union[Protocol, str]
-
-
 def subject_kind(protocol: Optional[Union[Protocol, str, Path]], allocator: Optional[str],
-                 kind: Optional[str]) -> tuple[Subject, str, str]:
-    """What is fuzzed (a protocol, or allocator code's reference), its label,
-    and the scenario kind: given, or the protocol's own (generators.kind_for),
-    or an adapter's (cache when it answers admit, else fork)."""
-    if (protocol is None) == (allocator is None):
-        raise SpecError("fuzz", "", "give one of --protocol (a protocol to fuzz) or --allocator (allocator code)")
+                 kind: Optional[str], scheduler_code: Optional[str] = None) -> tuple[Subject, str, str]:
+    """What is fuzzed (a protocol, or allocator or scheduler code), its
+    label, and the scenario kind: given, or the protocol's own
+    (generators.kind_for), or an allocator adapter's (cache when it answers
+    admit, else fork), or transfer for scheduler code (P/D requests)."""
+    if sum(x is not None for x in (protocol, allocator, scheduler_code)) != 1:
+        raise SpecError("fuzz", "", "give one of --protocol (a protocol to fuzz), --allocator (allocator code) or "
+                        "--scheduler-code (scheduler code)")
     if kind is not None and kind not in KINDS:
         raise SpecError("--kind", "", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
     if protocol is not None:
@@ -142,9 +141,16 @@ def subject_kind(protocol: Optional[Union[Protocol, str, Path]], allocator: Opti
         if kind is not None and own != "fork" and kind == "fork":
             raise SpecError("--kind", "", f"protocol {resolved.name!r} runs in {own} scenarios only, not fork scenarios")
         return resolved, resolved.name, kind or own
+    if scheduler_code is not None:
+        if kind == "fork":
+            raise SpecError("--kind", "", "a scheduler admits requests with their own prompts: scheduler code is fuzzed "
+                            "with cache or transfer scenarios")
+        load_factory(scheduler_code, Path.cwd(), "--scheduler-code", "scheduler")
+        return Code(scheduler_code, "scheduler"), scheduler_code, kind or "transfer"
     assert allocator is not None
     if kind == "transfer":
-        raise SpecError("--kind", "", "allocator code runs no transfers: transfer scenarios are fuzzed with --protocol")
+        raise SpecError("--kind", "", "allocator code runs no transfers: transfer scenarios are fuzzed with --protocol "
+                        "or --scheduler-code")
     if kind is None:
         factory = load_factory(allocator, Path.cwd(), "--allocator")
         try:
@@ -154,7 +160,7 @@ def subject_kind(protocol: Optional[Union[Protocol, str, Path]], allocator: Opti
         except Exception as err:     # the user's code: one line, not a traceback
             raise SpecError("--allocator", "", f"{allocator}(8, 2) failed: {type(err).__name__}: {err}") from None
         kind = "cache" if all(callable(getattr(adapter, m, None)) for m in CACHE_REQUIRED) else "fork"
-    return allocator, allocator, kind
+    return Code(allocator), allocator, kind
 
 
 def judged(drawn: Drawn, selected: Optional[tuple[str, ...]] = None, skipped: tuple[str, ...] = ()) -> list[str]:
@@ -169,14 +175,17 @@ def judged(drawn: Drawn, selected: Optional[tuple[str, ...]] = None, skipped: tu
     return [i for i in ids if (selected is None or i in selected) and i not in skipped]
 
 
-def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Optional[str] = None, kind: Optional[str] = None,
+def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Optional[str] = None,
+         scheduler_code: Optional[str] = None, kind: Optional[str] = None,
          seed: int = 0, scenarios: Optional[int] = DEFAULT_SCENARIOS, seconds: Optional[float] = None,
          check_budget: Optional[dict[str, Any]] = None, keep_going: bool = False, knobs: Knobs = Knobs(),
          invariants: Optional[tuple[str, ...]] = None, skip: tuple[str, ...] = (), do_shrink: bool = True, workers: Optional[int] = 0,
          scheduler: Optional[str] = None, runner: Optional[Runner] = None,
          progress: Optional[Callable[[Fuzz], None]] = None) -> Fuzz:
     """Draw scenarios of `kind` for a protocol (an object, a built-in name or
-    a file) or allocator code ("module:factory"), check each within
+    a file), allocator code or scheduler code ("module:factory": through
+    the engine or the scheduler harness; `scheduler` is the Dask
+    scheduler's address, as in `cowcheck.sweep`), check each within
     `check_budget` (max_states, seconds; default DEFAULT_CHECK_BUDGET), and
     stop at the first violation, or with `keep_going` at the end of the
     budget: `scenarios` drawn, `seconds` spent (either may be None, not
@@ -186,7 +195,7 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
     otherwise on Dask as `cowcheck.sweep` does. Writes nothing
     (`write_fuzz` does). A Ctrl-C ends the run with what was found, unshrunk
     (`interrupted`); a cluster left without workers likewise (`stopped`)."""
-    subject, label, kind = subject_kind(protocol, allocator, kind)
+    subject, label, kind = subject_kind(protocol, allocator, kind, scheduler_code)
     if scenarios is None and seconds is None:
         raise SpecError("fuzz", "", "give a budget: a number of scenarios, seconds, or both")
     for ident in (*(invariants or ()), *skip):
@@ -332,8 +341,9 @@ def write_fuzz(result: Fuzz, out_dir: Union[str, Path]) -> list[Path]:
     return written
 
 
-def scenario_at(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Optional[str] = None, kind: Optional[str] = None,
-                seed: int = 0, index: int = 0, knobs: Knobs = Knobs()) -> Scenario:
+def scenario_at(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Optional[str] = None,
+                scheduler_code: Optional[str] = None, kind: Optional[str] = None, seed: int = 0, index: int = 0,
+                knobs: Knobs = Knobs()) -> Scenario:
     """Scenario `index` of `seed`, as a fuzz run with these arguments draws it."""
-    subject, _, kind = subject_kind(protocol, allocator, kind)
+    subject, _, kind = subject_kind(protocol, allocator, kind, scheduler_code)
     return draw_scenario(seed, index, kind, subject, knobs).scenario

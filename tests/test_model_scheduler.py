@@ -146,3 +146,18 @@ def test_the_json_result_and_the_check_table_name_the_scheduler(tmp_path):
     assert not list(Draft202012Validator(load("result")).iter_errors(result))
     table = done.output[done.output.rindex("protocol / allocator"):]
     assert "toy_schedulers.correct" in table and "free-at-abort" not in table and "kv-connector" not in table
+
+
+def test_a_scheduler_scenario_is_written_back_with_its_scheduler(tmp_path):
+    """What `shrink` and `fuzz` write for scheduler code names the
+    scheduler (not the protocol a scheduler scenario carries by default),
+    and reads back as the same scenario."""
+    from cowcheck.model.scenario import load_scenario
+    from cowcheck.sweeps.shrink import scenario_toml
+    scenario = dataclasses.replace(api.as_scenario(SCENARIOS / "pd-consumer-abort.toml"), scheduler="toy_schedulers:correct",
+                                   allocator_base=str(HERE), expect=())
+    text = scenario_toml(scenario, "written back", "holds", tmp_path)
+    assert 'scheduler = "toy_schedulers:correct"' in text and "protocol =" not in text and "reuse =" not in text
+    (tmp_path / "back.toml").write_text(text)
+    back = load_scenario(tmp_path / "back.toml")
+    assert back.scheduler == scenario.scheduler and back.branches == scenario.branches and back.pool == scenario.pool

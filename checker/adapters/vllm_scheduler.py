@@ -358,14 +358,19 @@ class PDConnector:
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         """One recv per block that holds a remote token, launched by this
-        step; the request loads once (NIXL clears do_remote_prefill)."""
+        step; the request loads once (NIXL clears do_remote_prefill). A
+        block of a local prefix hit is keyed already and is never received
+        into: as NIXL's `get_unhashed_block_ids`, the recvs go to the
+        blocks after the request's leading keyed ones (its local hit)."""
         if not (num_external_tokens and self.may_load_async(request)):
             return
         request.kv_transfer_params["do_remote_prefill"] = False
         ids = blocks.get_block_ids()[0]
-        first = request.num_computed_tokens // self.B
-        last = (request.num_computed_tokens + num_external_tokens - 1) // self.B
-        for index in range(first, last + 1):
+        fresh = set(blocks.get_unhashed_block_ids()) if hasattr(blocks, "get_unhashed_block_ids") else set(ids)
+        local = next((i for i, bid in enumerate(ids) if bid in fresh), len(ids)) * self.B
+        local = max(local, request.num_computed_tokens)
+        first, last = local // self.B, (local + num_external_tokens - 1) // self.B
+        for index in range(first, min(last, len(ids) - 1) + 1):
             self._launch("recv", request.request_id, ids[index], index)
 
     def request_finished(self, request: Any, block_ids: Any) -> tuple[bool, Optional[dict[str, Any]]]:

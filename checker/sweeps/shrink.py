@@ -352,39 +352,44 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML for {value!r}")
 
 
-def _allocator_from(scenario: Scenario, folder: Path) -> str:
-    """The scenario's allocator reference, for a file in `folder`: a module
-    stays as it is; a path (relative to the scenario's own folder) is
-    given relative to `folder`, so the file finds the same code."""
-    assert scenario.allocator is not None
+def _code_from(ref: str, scenario: Scenario, folder: Path) -> str:
+    """A scenario's allocator or scheduler reference, for a file in
+    `folder`: a module stays as it is; a path (relative to the scenario's
+    own folder) is given relative to `folder`, so the file finds the same
+    code."""
     base = Path(scenario.allocator_base or Path(scenario.source).parent)
-    path = allocator_file(scenario.allocator, base)
+    path = allocator_file(ref, base)
     if path is None:
-        return scenario.allocator
-    return f"{Path(os.path.relpath(path, Path(folder).resolve())).as_posix()}:{scenario.allocator.rpartition(':')[2]}"
+        return ref
+    return f"{Path(os.path.relpath(path, Path(folder).resolve())).as_posix()}:{ref.rpartition(':')[2]}"
 
 
 def scenario_toml(scenario: Scenario, description: str, expect: str, folder: Union[str, Path] = ".") -> str:
     """A scenario file for `scenario`, to be written in `folder` (its
     protocol by built-in name when it is one, else inline; its allocator
-    code by a reference that holds from there, and no `reuse`, which
-    allocator code does not follow)."""
+    or scheduler code by a reference that holds from there, and no
+    `reuse`, which such code does not follow)."""
     name = scenario.protocol.name
     builtin = name in builtin_names() and for_scenario(load_builtin(name), scenario.cache, "").definition == scenario.protocol.definition
-    checked = (f"allocator = {_toml_value(_allocator_from(scenario, Path(folder)))}" if scenario.allocator is not None else
-               f"protocol = {_toml_value(name) if builtin else _toml_value(scenario.protocol.definition)}")
+    code = scenario.allocator or scenario.scheduler
+    if scenario.allocator is not None:
+        checked = f"allocator = {_toml_value(_code_from(scenario.allocator, scenario, Path(folder)))}"
+    elif scenario.scheduler is not None:
+        checked = f"scheduler = {_toml_value(_code_from(scenario.scheduler, scenario, Path(folder)))}"
+    else:
+        checked = f"protocol = {_toml_value(name) if builtin else _toml_value(scenario.protocol.definition)}"
     lines = [f"description = {_toml_value(description)}", f"expect = {_toml_value(expect)}", checked,
              f"block_size = {scenario.block_size}", f"prompt = {scenario.prompt}"]
     if scenario.cache:
         lines.append('cache = "prefix"')
         definition = scenario.definition()       # a transfer scenario's keys, where they differ from their defaults
         lines += [f"{key} = {_toml_value(definition[key])}" for key in TRANSFER_KEYS if key in definition]
-    default = harness_pool(scenario.block_size, scenario.prompt, scenario.branches, scenario.cache) if scenario.allocator is not None \
+    default = harness_pool(scenario.block_size, scenario.prompt, scenario.branches, scenario.cache) if code is not None \
         else default_pool(scenario.protocol, scenario.block_size, scenario.prompt, scenario.branches, scenario.cache)
     if scenario.pool != default:
         lines.append(f"pool = {scenario.pool}")
     lines.append(f"device = {_toml_value(scenario.device)}")
-    if scenario.allocator is None:
+    if code is None:
         lines.append(f"reuse = {_toml_value(scenario.reuse)}")
     for b in scenario.branches:
         lines.append("[[branch]]")

@@ -339,8 +339,18 @@ class SchedulerModel(HarnessModel):
             raise self._bad(late.call.partition("(")[0], str(late)) from None
 
     def is_final(self, state: State) -> bool:
+        """Every request added and ended, no plan outstanding, nothing in
+        flight or unreported, and nothing left for the scheduler to
+        launch: an engine keeps stepping while its scheduler has work
+        queued (a finished producer's sends, an eager store of a finished
+        request), so a state where `schedule()` would still launch a
+        transfer is not the end, and no-leak is not judged there."""
         books = state.code.books
-        return is_final(state) and not books.plans and all(books.added)
+        if not (is_final(state) and not books.plans and all(books.added)):
+            return False
+        more: list[Transition] = []
+        self._schedule(state, more)
+        return not more
 
     def is_steady(self, state: State) -> bool:
         return False        # a scheduler finishes its requests itself: no steady state before the end

@@ -38,6 +38,7 @@ def _source(monkeypatch):
     monkeypatch.setenv(vllm_v1.ENV, str(VLLM))
 
 
+EAGER = "cowcheck.adapters.vllm_scheduler:offload_eager"
 EAGER_ASYNC = "cowcheck.adapters.vllm_scheduler:offload_eager_async"
 LAZY = "cowcheck.adapters.vllm_scheduler:offload_lazy"
 LAZY_ASYNC = "cowcheck.adapters.vllm_scheduler:offload_lazy_async"
@@ -161,6 +162,14 @@ def test_s6_holds_with_one_batch_lazy_offloading():
     step's output with one batch: nothing is freed under the kernel."""
     assert str(run("early-key-lazy-offload", LAZY).summary) == "safe and disciplined"
     assert launched("early-key-lazy-offload", LAZY) == {"store", "load"}
+
+
+def test_s6_holds_with_eager_offloading_once_its_finish_time_store_is_launched():
+    """The last request's finish queues a store that only the next
+    schedule() launches: the harness's end waits for it (docs/semantics.md,
+    the scheduler harness's decision on "final"), so no-leak holds."""
+    result = run("early-key-lazy-offload", EAGER)
+    assert result.verdicts["no-leak"].holds is True and str(result.summary) == "safe and disciplined"
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ def _rows(label: str, source: Any, limit: float) -> dict[str, dict]:
     return out
 
 
-def _shipped() -> list[Path]:
+def shipped_scenarios() -> list[Path]:
     """specs/scenarios: beside the installed package where it is installed
     from a checkout (editable), else under the working folder (a wheel
     ships the protocols, not the scenarios: run it from a checkout's root)."""
@@ -116,7 +116,7 @@ def run_choice(console: Console, as_json: bool, limit: float, only: Optional[str
                 f"{mode} {r['seconds']} s" if r.get("complete") else f"{mode} stopped" for mode, r in holding[-1].items()),
                 style="dim")
     shipped = []
-    for path in _shipped():
+    for path in shipped_scenarios():
         if not selected(path.stem, only):
             continue
         shipped.append(_rows(path.stem, str(path), limit))

@@ -236,8 +236,12 @@ class Frontier:
         final, quiet, steady, alloc = self._predicates(F)
         out = _Successors(len(F), xp)
         holder = self._holder(F)
+        mirrored = self.orbits.mirrored(F) if self.orbits is not None else None
         for i in range(lay.N):
-            self._branch(F, i, out, None if holder is None else (holder == -1) | (holder == i))
+            allowed = None if holder is None else (holder == -1) | (holder == i)
+            if mirrored is not None:        # a branch whose moves mirror another's: left out (cowcheck.engines.orbits)
+                allowed = ~mirrored[:, i] if allowed is None else allowed & ~mirrored[:, i]
+            self._branch(F, i, out, allowed)
         self._device(F, out)
         # state invariants, in the explicit engine's order of judging
         checks = {"no-use-after-free": self._uaf_state(F), "no-leak": final & self._leaky(F),

@@ -172,6 +172,33 @@ class RowOrbits:
             seen[rows, v] = True
         return inv
 
+    # -- mirrored moves ----------------------------------------------------------------
+    def mirrored(self, R: Any) -> Optional[Any]:
+        """(n, N): the branches whose moves mirror an earlier branch's of its
+        class, which are left out (None: none in any row). Branch j mirrors
+        i when their cells are equal, neither has a kernel in flight and no
+        slot holds a token of either: then swapping them maps the row to
+        itself, so each move of j leads to the orbit of a move of i, with
+        the same facts renamed (the explicit engine's `Symmetry.unmirrored`,
+        for the twins that are plain to see in a row)."""
+        xp, lay = self.xp, self.lay
+        if not self.classes:
+            return None
+        n = len(R)
+        cells = R[:, self.start:self.start + lay.N * lay.BW].reshape(n, lay.N, lay.BW)
+        kinds = R[:, lay.QU:lay.QU + lay.Q * lay.QW:lay.QW]
+        owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + lay.Q * lay.QW:lay.QW], -1)
+        slots = R[:, 2 * lay.P:2 * lay.P + lay.P * lay.B]
+        first = 1 + lay.L
+        out = xp.zeros((n, lay.N), dtype=bool)
+        for members in self.classes:
+            quiet = {i: ~(owner == i).any(axis=1) & ~((slots >= first + i * lay.T) & (slots < first + (i + 1) * lay.T)).any(axis=1)
+                     for i in members}
+            for k, j in enumerate(members[1:], 1):
+                for i in members[:k]:
+                    out[:, j] |= quiet[i] & quiet[j] & (cells[:, i] == cells[:, j]).all(axis=1)
+        return out if bool(out.any()) else None
+
     # -- a renaming applied ---------------------------------------------------------
     def apply(self, R: Any, by: Renaming) -> Any:
         """The rows renamed (a new array): branch order[new] as branch new,

@@ -282,6 +282,11 @@ class Frontier:
     def _hash(self, rows: Any) -> Any:
         xp = self.xp
         words = _words(rows, xp)
+        # each word mixed first: a sum of words times odd constants alone keeps two cells that differ in a
+        # word's top byte apart only modulo 2**8 (rows of one orbit differing in two such cells met at 1 in 256)
+        words = words ^ (words >> xp.uint64(32))
+        words *= _MIX
+        words ^= words >> xp.uint64(29)
         h = words @ self.coef            # wraps modulo 2**64; 2.5 times as fast as multiplying, then summing
         h ^= h >> xp.uint64(31)
         h *= _MIX

@@ -54,8 +54,10 @@ class Renaming(NamedTuple):
 class RowOrbits:
     """A scenario's row symmetries (`of` gives None where it has none)."""
 
-    def __init__(self, lay: Layout, classes: list[tuple[int, ...]], blocks: bool, sort_free: bool, xp: Any):
+    def __init__(self, lay: Layout, classes: list[tuple[int, ...]], blocks: bool, sort_free: bool, xp: Any,
+                 names: tuple[str, ...] = ()):
         self.lay, self.classes, self.blocks, self.sort_free, self.xp = lay, classes, blocks, sort_free, xp
+        self.names = names = names or tuple(map(str, range(lay.N)))
         N, W, P, Q, S, BW, QW = lay.N, lay.W, lay.P, lay.Q, lay.S, lay.BW, lay.QW
         self.start = lay.FREE + P                     # where the branches' cells start
         f = BRANCH_FIELDS.index
@@ -87,7 +89,7 @@ class RowOrbits:
         self.scan_entry = np.array([-1] * (len(working) + len(published))
                                    + [k for k in range(Q) for _ in (1, 2, *range(SNAP, SNAP + W))] + [-1] * P)
         self.sig_fields = [f(name) for name in ("status", "pos", "done", "prog", "step", "wlen", "plen")]
-        self.describe = (["branch symmetry (" + "; ".join(",".join(map(str, c)) for c in classes) + ")"] if classes else []) \
+        self.describe = (["branch symmetry (" + "; ".join("".join(names[i] for i in c) for c in classes) + ")"] if classes else []) \
             + (["block-id symmetry"] if blocks else [])
         if xp is not np:
             for name in ("block_cells", "copy_cells", "kind_cells", "token_cells", "owner", "offset", "scan_cells",
@@ -100,11 +102,11 @@ class RowOrbits:
         blocks = symmetry.blocks_enabled and lay.P > 0
         if not symmetry.classes and not blocks:
             return None
-        return RowOrbits(lay, symmetry.classes, blocks, symmetry.sort_free, xp)
+        return RowOrbits(lay, symmetry.classes, blocks, symmetry.sort_free, xp, tuple(symmetry.names))
 
     def on(self, xp: Any) -> "RowOrbits":
         """The same symmetries over another array module (traces: the host)."""
-        return RowOrbits(self.lay, self.classes, self.blocks, self.sort_free, xp)
+        return RowOrbits(self.lay, self.classes, self.blocks, self.sort_free, xp, self.names)
 
     # -- the canonical form ------------------------------------------------------
     def canonical(self, R: Any) -> tuple[Any, Renaming]:

@@ -162,8 +162,8 @@ class Skipped:
                    "[default: the scenario's call_deadline, else 10; 0: no deadline].")
 @click.option("--engine", type=click.Choice(["explicit", "frontier", "bmc", "kind"]), default="explicit", show_default=True,
               help="explicit: breadth-first exploration (exhaustive, every measure); frontier: the same search over "
-                   "states as rows of integers, a level at a time (numpy or CuPy; no reductions; protocol files it "
-                   "covers, others refused); bmc: z3 bounded model checking (shortest bugs in deep scenarios); kind: "
+                   "states as rows of integers, a level at a time (numpy or CuPy; symmetry only, off with --no-symmetry; protocol "
+                   "files it covers, others refused); bmc: z3 bounded model checking (shortest bugs in deep scenarios); kind: "
                    "z3 k-induction (proofs).")
 @click.option("--array", type=click.Choice(POOLS), default="numpy", show_default=True,
               help="--engine frontier: the array module its rows live in (cupy: on a CUDA GPU).")

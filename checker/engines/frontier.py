@@ -38,6 +38,7 @@ from cowcheck.model.system import ProtocolModel
 from cowcheck.engines.explorer import Exploration, Violation, _resident_bytes, memory_bound, trace_for, walk
 from cowcheck.engines.explicit import report
 from cowcheck.engines.hashtable import HashTable
+from cowcheck.engines.orbits import RowOrbits
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.results import FrontierResult, Search
 from cowcheck.engines.options import SearchOptions
@@ -46,6 +47,8 @@ from cowcheck.engines.stop import Stop, StopKind, interrupted
 
 #: frontier rows expanded at once: bounds the memory of one batch of successors
 CHUNK = 1 << 15
+#: rows renamed to their representatives at once (cowcheck.engines.orbits): small enough to stay in cache
+RENAMED = 2048
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 #: the fewest copies to a state no edge has reached yet
 _NONE = 1 << 30
@@ -105,6 +108,8 @@ class Frontier:
         self.reuse = self.scenario.reuse
         self.device = self.scenario.device
         self.max_memory = memory_bound(options.max_memory_mib)
+        # symmetry (--no-symmetry: off): each row renamed to a member of its orbit before it is stored
+        self.orbits = RowOrbits.of(self.scenario, lay, xp) if options.symmetry else None
         rng = np.random.default_rng(0x5EED)
         self.coef = xp.asarray(rng.integers(1, 2 ** 63, size=self.width // per_word, dtype=np.uint64) * 2 + 1)
         self.count = 0
@@ -182,6 +187,8 @@ class Frontier:
         self.memory_at_start = _resident_bytes()
         init = xp.full((1, self.width), -1, dtype=self.dtype)
         init[0, :lay.width] = xp.asarray(lay.encode(self.model.init_state(), self.model.names))
+        if self.orbits is not None:
+            init = self.orbits.canonical(init)[0]
         self._insert(init, np.array([-1]), 0)
         start, end, depth = 0, 1, 0
         finals: list[np.ndarray] = []
@@ -234,8 +241,12 @@ class Frontier:
         final, quiet, steady, alloc = self._predicates(F)
         out = _Successors(len(F), xp)
         holder = self._holder(F)
+        mirrored = self.orbits.mirrored(F) if self.orbits is not None else None
         for i in range(lay.N):
-            self._branch(F, i, out, None if holder is None else (holder == -1) | (holder == i))
+            allowed = None if holder is None else (holder == -1) | (holder == i)
+            if mirrored is not None:        # a branch whose moves mirror another's: left out (cowcheck.engines.orbits)
+                allowed = ~mirrored[:, i] if allowed is None else allowed & ~mirrored[:, i]
+            self._branch(F, i, out, allowed)
         self._device(F, out)
         # state invariants, in the explicit engine's order of judging
         checks = {"no-use-after-free": self._uaf_state(F), "no-leak": final & self._leaky(F),
@@ -260,7 +271,11 @@ class Frontier:
             cand = xp.concatenate(out.rows)
             src = xp.concatenate(out.src) + c0
             cost = xp.concatenate(out.cost)
-            dst = self._dedup(cand, _host(src), depth + 1)
+            if self.orbits is None:
+                dst = self._dedup(cand, _host(src), depth + 1)
+            else:
+                first, inverse = self._distinct(cand)
+                dst = self._dedup(self._canonical(cand[first]), _host(src[first]), depth + 1)[_host(inverse)]
             self.edges.append((_host(src), dst, _host(cost)))
             self._measure(*self.edges[-1], c1)
         return _host(final)
@@ -272,6 +287,11 @@ class Frontier:
     def _hash(self, rows: Any) -> Any:
         xp = self.xp
         words = _words(rows, xp)
+        # each word mixed first: a sum of words times odd constants alone keeps two cells that differ in a
+        # word's top byte apart only modulo 2**8 (rows of one orbit differing in two such cells met at 1 in 256)
+        words = words ^ (words >> xp.uint64(32))
+        words *= _MIX
+        words ^= words >> xp.uint64(29)
         h = words @ self.coef            # wraps modulo 2**64; 2.5 times as fast as multiplying, then summing
         h ^= h >> xp.uint64(31)
         h *= _MIX
@@ -311,6 +331,29 @@ class Frontier:
         res = self.result
         if res.peak is None or best > res.peak:
             res.peak, res.peak_state = best, int(ids[int(self.xp.argmax(alloc))])
+
+    def _distinct(self, cand: Any) -> tuple[Any, Any]:
+        """The distinct candidates (the first of each, in order) and which
+        one each candidate is: the same row comes from several interleavings,
+        and is renamed once."""
+        xp = self.xp
+        hashes = self._hash(cand)
+        _, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        words = _words(cand, xp)
+        if not bool((words == words[first[inverse]]).all()):
+            raise RuntimeError("frontier engine: two different rows share a 64-bit hash; rerun with --engine explicit")
+        order = xp.argsort(first)
+        rank = xp.empty_like(order)
+        rank[order] = xp.arange(len(order))
+        return first[order], rank[inverse]
+
+    def _canonical(self, rows: Any) -> Any:
+        """The rows renamed to their orbits' representatives, a batch of
+        RENAMED at a time (small batches stay in the processor's cache)."""
+        assert self.orbits is not None
+        canonical = self.orbits.canonical
+        return self.xp.concatenate([canonical(rows[k:k + RENAMED])[0] for k in range(0, len(rows), RENAMED)])
 
     def _dedup(self, cand: Any, src: np.ndarray, depth: int) -> np.ndarray:
         """Each candidate's state id: a stored one, or a new one stored now
@@ -906,8 +949,21 @@ class Frontier:
         the stored one."""
         model, lay = self.model, self.lay
         wanted = [_host(self.rows[nid])[:lay.width] for nid in self._ids_to(sid)[1:]]
-        return walk(model, wanted, lambda s, want: np.array_equal(lay.encode(s, model.names), want),
-                    lambda step: f"frontier engine: no explicit successor has the stored row at step {step}")
+        if self.orbits is None:
+            return walk(model, wanted, lambda s, want: np.array_equal(lay.encode(s, model.names), want),
+                        lambda step: f"frontier engine: no explicit successor has the stored row at step {step}")
+        # with symmetry the stored rows are renamed: carry the renaming that maps the state walked to its row
+        orbits = self.orbits.on(np)
+        carried = [orbits.canonical(lay.encode(model.init_state(), model.names)[None, :])[1]]
+
+        def same(state: Any, want: np.ndarray) -> bool:
+            row, renaming = orbits.canonical(orbits.apply(lay.encode(state, model.names)[None, :], carried[-1]))
+            if not np.array_equal(row[0], want):
+                return False
+            carried.append(carried[-1].then(renaming))
+            return True
+        return walk(model, wanted, same, lambda step: f"frontier engine: no explicit successor has the stored row "
+                    f"(up to symmetry) at step {step}")
 
     def trace_of(self, violation: Violation) -> tuple[list[tuple[Any, Any]], dict]:
         return trace_for(self.model, self.invariants, self.path_to(violation.state_id), violation)
@@ -939,9 +995,11 @@ def explore_frontier(scenario: Scenario, options: SearchOptions = SearchOptions(
     validate_expect(scenario, False)
     search = Frontier(model, invariants, options, xp, progress, array)
     x = search.run()
-    x.reductions = ()
+    x.reductions = tuple(search.orbits.describe) if search.orbits is not None else ()
     searched = Search.of("verdicts", x)
+    what = "with " + " and ".join(x.reductions) + " (rows renamed to an approximate canonical form)" if x.reductions \
+        else "without reductions"
     result = report(scenario, model, invariants, unsupported, x, search, search, searches=(searched,),
-                    partial_order="off", choice="frontier: one search over rows, without reductions", kind=FrontierResult)
+                    partial_order="off", choice=f"frontier: one search over rows, {what}", kind=FrontierResult)
     assert isinstance(result, FrontierResult)
     return result

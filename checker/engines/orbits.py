@@ -1,0 +1,255 @@
+"""Symmetry for the frontier engine: each row renamed to a member of its
+orbit before it is hashed, so that the search stores an orbit of
+interchangeable branches and renamed blocks about once.
+
+The symmetries are the explicit engine's (cowcheck.model.reduce.symmetry):
+branches of one class (plain roots with the same appends and may_cancel,
+`Symmetry.classes`) may swap places, their tokens renamed along, and block
+ids are names (`Symmetry.blocks_enabled`). A renaming is a pair per row:
+the branch order (`order[new] = old`) and the block order (`inv[new] =
+old`). `apply` moves each branch's cells and each block's refcount, holds
+and slots to their new places, and renames every cell that names a
+branch, a block or a token.
+
+`canonical` is an approximate canonical form, computed for a whole batch of
+rows at once: each class is sorted by a signature of its branches (stable:
+ties keep their order), then blocks are numbered by first appearance (the
+tables in the new branch order, then the device queue, then the free list,
+then any block no cell names, by id). Every row it gives is a member of the
+input's orbit, so the search is sound: it reaches every orbit, at the depth
+of its nearest member, and every verdict, shortest length, peak, copies and
+steady count is the one without the reduction. It is not exact: members of
+an orbit whose signatures tie may keep different representatives, so the
+search may store more states than there are orbits
+(docs/explanation/speed.md says by how much). Traces are rebuilt by
+carrying the renaming that maps the explicit state walked to its stored
+row (`Frontier.path_to`)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from cowcheck.model.scenario import Scenario
+from cowcheck.model.reduce.symmetry import Symmetry
+from cowcheck.engines.rows import BRANCH_FIELDS, COPY, KERNEL, SNAP, Layout
+
+#: the multiplier of the branch signature's polynomial hash (wraps modulo 2**64: a tie only weakens the reduction)
+_PRIME = 1_000_003
+
+
+class Renaming(NamedTuple):
+    """Per row: the branch order (order[new] = old) and the block order
+    (inv[new] = old), (n, N) and (n, P); None: the identity."""
+    order: Any
+    inv: Any
+
+    def then(self, other: "Renaming") -> "Renaming":
+        """This renaming, then `other` (both whole): apply(apply(R, self), other) == apply(R, self.then(other))."""
+        return Renaming(np.take_along_axis(self.order, other.order, axis=1),
+                        np.take_along_axis(self.inv, other.inv, axis=1))
+
+
+class RowOrbits:
+    """A scenario's row symmetries (`of` gives None where it has none)."""
+
+    def __init__(self, lay: Layout, classes: list[tuple[int, ...]], blocks: bool, sort_free: bool, xp: Any,
+                 names: tuple[str, ...] = ()):
+        self.lay, self.classes, self.blocks, self.sort_free, self.xp = lay, classes, blocks, sort_free, xp
+        self.names = names = names or tuple(map(str, range(lay.N)))
+        N, W, P, Q, S, BW, QW = lay.N, lay.W, lay.P, lay.Q, lay.S, lay.BW, lay.QW
+        self.start = lay.FREE + P                     # where the branches' cells start
+        f = BRANCH_FIELDS.index
+        head = len(BRANCH_FIELDS)
+        slots = [self.start + i * BW for i in range(N)]
+        entries = [lay.QU + k * QW for k in range(Q)]
+        # the cells that name a block: per branch its locals and both tables (slot by slot), each
+        # snapshot, the free list; a copy's source and target (only where the entry is a copy)
+        tables = [s + c for s in slots for c in [f("tail"), f("new"), *range(head, head + 2 * W)]]
+        self.block_cells = np.array(tables + [e + SNAP + t for e in entries for t in range(W)]
+                                    + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
+        self.copy_cells = np.array([e + c for e in entries for c in (1, 2)], dtype=np.int64)
+        self.kind_cells = np.array(entries, dtype=np.int64)
+        # the cells that hold a token: the slots, and with speculation the sequences and expected ones
+        self.token_cells = np.array(list(range(2 * P, 2 * P + P * lay.B))
+                                    + [s + head + 2 * W + 2 + t for s in slots for t in range(S)]
+                                    + [e + SNAP + W + t for e in entries for t in range(S)], dtype=np.int64)
+        # a token's owner (-1: the prompt, or empty) and its place among the owner's
+        tokens = 1 + lay.L + N * lay.T
+        self.owner = np.array([-1] * (1 + lay.L) + [(t - 1 - lay.L) // lay.T for t in range(1 + lay.L, tokens)])
+        self.offset = np.array([0] * (1 + lay.L) + [(t - 1 - lay.L) % lay.T for t in range(1 + lay.L, tokens)])
+        # the first appearance scan: the working tables and locals, then the published tables, then the queue, then the free list
+        published = [s + head + W + t for s in slots for t in range(W)]
+        working = [c for c in tables if c not in set(published)]
+        self.scan_cells = np.array(working + published + [e + c for e in entries for c in (1, 2, *range(SNAP, SNAP + W))]
+                                   + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
+        self.scan_copy = np.array([False] * (len(working) + len(published))
+                                  + [c in (1, 2) for _ in entries for c in (1, 2, *range(SNAP, SNAP + W))] + [False] * P)
+        self.scan_entry = np.array([-1] * (len(working) + len(published))
+                                   + [k for k in range(Q) for _ in (1, 2, *range(SNAP, SNAP + W))] + [-1] * P)
+        self.sig_fields = [f(name) for name in ("status", "pos", "done", "prog", "step", "wlen", "plen")]
+        self.describe = (["branch symmetry (" + "; ".join("".join(names[i] for i in c) for c in classes) + ")"] if classes else []) \
+            + (["block-id symmetry"] if blocks else [])
+        if xp is not np:
+            for name in ("block_cells", "copy_cells", "kind_cells", "token_cells", "owner", "offset", "scan_cells",
+                         "scan_copy", "scan_entry"):
+                setattr(self, name, xp.asarray(getattr(self, name)))
+
+    @staticmethod
+    def of(scenario: Scenario, lay: Layout, xp: Any) -> Optional["RowOrbits"]:
+        symmetry = Symmetry(scenario)
+        blocks = symmetry.blocks_enabled and lay.P > 0
+        if not symmetry.classes and not blocks:
+            return None
+        return RowOrbits(lay, symmetry.classes, blocks, symmetry.sort_free, xp, tuple(symmetry.names))
+
+    def on(self, xp: Any) -> "RowOrbits":
+        """The same symmetries over another array module (traces: the host)."""
+        return RowOrbits(self.lay, self.classes, self.blocks, self.sort_free, xp, self.names)
+
+    # -- the canonical form ------------------------------------------------------
+    def canonical(self, R: Any) -> tuple[Any, Renaming]:
+        """Each row's representative, and the renaming that gives it."""
+        xp, lay = self.xp, self.lay
+        order = self._order(R) if self.classes else None
+        moved = self.apply(R, Renaming(order, None)) if order is not None else R
+        inv = self._numbering(moved) if self.blocks else None
+        out = self.apply(moved, Renaming(None, inv)) if inv is not None else moved.copy()
+        n = len(R)
+        whole = Renaming(xp.broadcast_to(xp.arange(lay.N), (n, lay.N)) if order is None else order,
+                         xp.broadcast_to(xp.arange(lay.P), (n, lay.P)) if inv is None else inv)
+        return out, whole
+
+    def _order(self, R: Any) -> Any:
+        """Each class sorted by its branches' signatures (ties keep their order)."""
+        xp, lay = self.xp, self.lay
+        n = len(R)
+        cells = R[:, self.start:self.start + lay.N * lay.BW].reshape(n, lay.N, lay.BW)
+        sig = xp.zeros((n, lay.N), dtype=np.int64)
+        for field in self.sig_fields:
+            sig = sig * _PRIME + cells[:, :, field]
+        # the refcount and holds of each block the working table maps: how shared its blocks are
+        head = len(BRANCH_FIELDS)
+        counts = (R[:, :lay.P].astype(np.int64) * 64 + R[:, lay.P:2 * lay.P]) * 2 + 1
+        counts = xp.concatenate((counts, xp.zeros((n, 1), dtype=np.int64)), axis=1)     # -1: no block
+        wt = cells[:, :, head:head + lay.W].reshape(n, -1).astype(np.int64)
+        shared = xp.take_along_axis(counts, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
+        for t in range(lay.W):
+            sig = sig * _PRIME + shared[:, :, t]
+        # the kernels each branch has in flight
+        kinds = R[:, lay.QU:lay.QU + lay.Q * lay.QW:lay.QW]
+        owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + lay.Q * lay.QW:lay.QW], -1)
+        for i in range(lay.N):
+            sig[:, i] = sig[:, i] * _PRIME + (owner == i).sum(axis=1)
+        order = xp.broadcast_to(xp.arange(lay.N), (n, lay.N)).copy()
+        for members in self.classes:
+            m = xp.asarray(members)
+            order[:, m] = m[xp.argsort(sig[:, m], axis=1, kind="stable")]
+        return order
+
+    def _numbering(self, R: Any) -> Any:
+        """inv[new] = old: blocks in order of first appearance in the tables
+        (branch by branch), the device queue, the free list, then by id.
+        One pass over the cells, keeping which blocks each row has seen."""
+        xp, lay = self.xp, self.lay
+        n, P = len(R), lay.P
+        scan = R[:, self.scan_cells]
+        if lay.Q:       # a copy's source and target are blocks, a kernel's branch and position are not
+            scan = xp.where(~self.scan_copy[None, :] | (R[:, self.kind_cells] == COPY)[:, xp.maximum(self.scan_entry, 0)],
+                            scan, -1)
+        scan = xp.concatenate((scan, xp.broadcast_to(xp.arange(P, dtype=scan.dtype), (n, P))),
+                              axis=1).astype(np.int64)     # every block at the end: one no cell names, by id
+        inv = xp.empty((n, P), dtype=np.int64)
+        count, ar = xp.zeros(n, dtype=np.int64), xp.arange(n)
+        seen = xp.zeros((n, P + 1), dtype=bool)
+        seen[:, P] = True                       # -1: no block
+        scan = xp.where(scan < 0, P, scan)
+        for k in _host_list(xp.nonzero((scan != P).any(axis=0))[0]):     # a cell no row uses is skipped
+            v = scan[:, k]
+            new = ~seen[ar, v]
+            rows, v = ar[new], v[new]
+            inv[rows, count[rows]] = v
+            count[rows] += 1
+            seen[rows, v] = True
+        return inv
+
+    # -- mirrored moves ----------------------------------------------------------------
+    def mirrored(self, R: Any) -> Optional[Any]:
+        """(n, N): the branches whose moves mirror an earlier branch's of its
+        class, which are left out (None: none in any row). Branch j mirrors
+        i when their cells are equal, neither has a kernel in flight and no
+        slot holds a token of either: then swapping them maps the row to
+        itself, so each move of j leads to the orbit of a move of i, with
+        the same facts renamed (the explicit engine's `Symmetry.unmirrored`,
+        for the twins that are plain to see in a row)."""
+        xp, lay = self.xp, self.lay
+        if not self.classes:
+            return None
+        n = len(R)
+        cells = R[:, self.start:self.start + lay.N * lay.BW].reshape(n, lay.N, lay.BW)
+        kinds = R[:, lay.QU:lay.QU + lay.Q * lay.QW:lay.QW]
+        owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + lay.Q * lay.QW:lay.QW], -1)
+        slots = R[:, 2 * lay.P:2 * lay.P + lay.P * lay.B]
+        first = 1 + lay.L
+        out = xp.zeros((n, lay.N), dtype=bool)
+        for members in self.classes:
+            quiet = {i: ~(owner == i).any(axis=1) & ~((slots >= first + i * lay.T) & (slots < first + (i + 1) * lay.T)).any(axis=1)
+                     for i in members}
+            for k, j in enumerate(members[1:], 1):
+                for i in members[:k]:
+                    out[:, j] |= quiet[i] & quiet[j] & (cells[:, i] == cells[:, j]).all(axis=1)
+        return out if bool(out.any()) else None
+
+    # -- a renaming applied ---------------------------------------------------------
+    def apply(self, R: Any, by: Renaming) -> Any:
+        """The rows renamed (a new array): branch order[new] as branch new,
+        block inv[new] as block new. A part given as None is the identity."""
+        xp, lay = self.xp, self.lay
+        n = len(R)
+        out = R.copy()
+        ar = xp.arange(n)[:, None]
+        if by.order is not None:
+            start, end = self.start, self.start + lay.N * lay.BW
+            out[:, start:end] = R[:, start:end].reshape(n, lay.N, lay.BW)[ar, by.order].reshape(n, -1)
+            new_of = xp.argsort(by.order, axis=1)
+            owner = out[:, self.kind_cells + 1]
+            kernel = out[:, self.kind_cells] == KERNEL
+            out[:, self.kind_cells + 1] = xp.where(kernel, xp.take_along_axis(new_of, xp.where(kernel, owner, 0).astype(np.int64), 1),
+                                                   owner)
+            # token t of branch j at offset o: the same offset of branch new_of[j] (a table over every token)
+            table = xp.where(self.owner[None, :] >= 0,
+                             1 + lay.L + new_of[:, xp.maximum(self.owner, 0)] * lay.T + self.offset[None, :],
+                             xp.arange(len(self.owner))[None, :])
+            self._map(out, self.token_cells, table)
+        if by.inv is not None:
+            P, B = lay.P, lay.B
+            out[:, :P] = _take(out[:, :P], by.inv, xp)
+            out[:, P:2 * P] = _take(out[:, P:2 * P], by.inv, xp)
+            out[:, 2 * P:2 * P + P * B] = out[:, 2 * P:2 * P + P * B].reshape(n, P, B)[ar, by.inv].reshape(n, -1)
+            new_of = xp.argsort(by.inv, axis=1)
+            cells = out[:, self.copy_cells]
+            copy = (out[:, self.kind_cells] == COPY).repeat(2, axis=1)
+            self._map(out, self.block_cells, new_of)
+            out[:, self.copy_cells] = xp.where(copy, _take(new_of, xp.where(copy, cells, 0), xp), cells)
+            if self.sort_free:          # `any` keeps the free list ascending
+                free = out[:, lay.FREE:lay.FREE + P]
+                free = xp.sort(xp.where(free < 0, P, free), axis=1)
+                out[:, lay.FREE:lay.FREE + P] = xp.where(free == P, -1, free)
+        return out
+
+    def _map(self, out: Any, cells: Any, table: Any) -> None:
+        """Each of `cells` that is not -1 replaced by its entry in the row's `table`."""
+        xp = self.xp
+        values = out[:, cells]
+        out[:, cells] = xp.where(values < 0, values, _take(table, xp.maximum(values, 0), xp))
+
+
+def _take(table: Any, index: Any, xp: Any) -> Any:
+    """table[r, index[r, k]] for every row r and k: one gather over the flat table."""
+    flat = index.astype(np.int64) + (xp.arange(len(table), dtype=np.int64) * table.shape[1])[:, None]
+    return table.ravel()[flat]
+
+
+def _host_list(a: Any) -> list:
+    return (a.get() if hasattr(a, "get") else a).tolist()

@@ -128,6 +128,7 @@ def test_a_counterexample_of_vllm_itself_shrinks_to_a_scenario_that_rechecks(tmp
     assert f'allocator = "{vllm_v1.REF}"' in toml.read_text() and "reuse" not in toml.read_text()
 
 
+@pytest.mark.slow
 def test_sweep_shrink_of_the_engine_code_grid_writes_scenarios_that_recheck(tmp_path):
     done = cowcheck_command(["sweep", ROOT / "specs" / "grids" / "engine-code.toml", "--shrink", "--workers", "0",
                              "--shrink-out", tmp_path / "shrunk"], tmp_path)

@@ -91,6 +91,7 @@ def test_covers_every_protocol_file_scenario():
     assert len(covered()) >= 48
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(scenarios(protocols=tuple(builtin_names(cache=False)), max_block=3, max_prompt=5, max_branches=3, max_ops=2,
                  reuses=("lifo", "fifo", "any")))

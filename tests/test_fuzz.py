@@ -138,6 +138,7 @@ def test_on_a_real_local_dask_cluster_the_same_is_found():
     assert {k: f.drawn.index for k, f in on_dask.findings.items()} == {k: f.drawn.index for k, f in serial.findings.items()}
 
 
+@pytest.mark.slow
 def test_a_worker_lost_mid_run_has_its_scenarios_checked_again():
     """As tests/test_sweeps.py kills a worker: here in the middle of a batch (at its first answer, the
     others in flight), and the run ends with what the serial run finds."""

@@ -333,6 +333,7 @@ def test_shrink_with_an_unreachable_scheduler_is_one_line(tmp_path):
     assert len(run.stderr.splitlines()) == 1, run.stderr
 
 
+@pytest.mark.slow
 def test_a_cluster_whose_every_worker_died_stops_with_what_finished(tmp_path):
     """An external cluster (`dask scheduler`, one `dask worker`) whose only
     worker is killed mid-sweep: the sweep says so in one line, writes the

@@ -184,6 +184,7 @@ def program_scenarios(draw, protocols=tuple(PROGRAM_PROTOCOLS) + ("spare-capacit
                          device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(REUSES)))
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program_scenarios())
 def test_bmc_agrees_with_the_explorer_on_small_programs(scenario):

@@ -307,3 +307,44 @@ def test_fuzz_finds_each_planted_transformers_bug(plant, monkeypatch):
     clean = fuzz(allocator=transformers.REF, kind=kind, seed=0, scenarios=len(found.tried), keep_going=True, do_shrink=False,
                  **HF_STRESS)
     assert not clean.findings, f"transformers as released breaks {sorted(clean.findings)} on the same scenarios"
+
+
+# -- a bug planted in vLLM V1's real Scheduler (cowcheck.adapters.vllm_scheduler) ---------------------
+
+from cowcheck.adapters import vllm_scheduler  # noqa: E402
+
+#: P/D scenarios as for the toy (TOY_STRESS), cancels included: on one stream the released
+#: scheduler keeps no-use-after-free under them; V1 keys a block before its fill lands
+#: (exclusive-write, refcount-write), skipped as in the shipped stress run; 1,000 states a scenario
+VLLM_SCHED_STRESS = {"knobs": Knobs(max_host_pool=0, faults=(), leases=False, devices=("stream",)),
+                     "skip": ("exclusive-write", "refcount-write", "no-leak"), "check_budget": {"max_states": 1_000, "seconds": 10.0}}
+#: the planted bug is found within this many scenarios from seed 0 (at scenario 0, in about a second)
+VLLM_SCHED_BUDGET = 5
+
+
+def _skip_delayed_free(mods):
+    """The delayed free skipped: `_free_request` frees at once what it was
+    told to keep (a consumer aborted while its recv is in flight, vLLM
+    32255; a producer whose sends are still to run)."""
+    scheduler = mods["vllm.v1.core.sched.scheduler"].Scheduler
+    free = scheduler._free_request
+
+    def planted(self, request, delay_free_blocks=False):
+        return free(self, request, delay_free_blocks=False)
+    return scheduler, "_free_request", planted
+
+
+@_have(VLLM["0.34.0"])
+def test_fuzz_finds_a_delayed_free_skipped_in_vllms_real_scheduler(monkeypatch):
+    """From seed 0, without a hand-written scenario: the planted scheduler
+    breaks no-use-after-free; the scheduler as released does not, on the
+    same scenarios."""
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM["0.34.0"]))
+    monkeypatch.setattr(*_skip_delayed_free(vllm_scheduler.load(str(VLLM["0.34.0"])).mods))
+    found = fuzz(scheduler_code=vllm_scheduler.REF, seed=0, scenarios=VLLM_SCHED_BUDGET, do_shrink=False, **VLLM_SCHED_STRESS)
+    assert "no-use-after-free" in found.findings and found.kind == "transfer"
+    monkeypatch.undo()
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM["0.34.0"]))
+    clean = fuzz(scheduler_code=vllm_scheduler.REF, seed=0, scenarios=len(found.tried), keep_going=True, do_shrink=False,
+                 **VLLM_SCHED_STRESS)
+    assert "no-use-after-free" not in clean.findings, sorted(clean.findings)

@@ -25,16 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
-from cowcheck.engines.invariants import BY_ID
 from cowcheck.fuzzing.draws import Draw, RandomDraw
-from cowcheck.fuzzing.generators import GENERATOR_VERSION, Knobs
+from cowcheck.fuzzing.generators import Knobs
+from cowcheck.fuzzing.run import Broken, Fuzz, Tried
 from cowcheck.model.errors import SpecError
 
 if TYPE_CHECKING:
     from cowcheck.enginetest.explore import EngineResult, Verdict
     from cowcheck.enginetest.run import Harness
     from cowcheck.enginetest.scenario import EngineScenario
-    from cowcheck.fuzzing.run import Fuzz
 
 KIND = "engine"
 #: each scenario's exploration, unless told otherwise: this many schedules, shortest first
@@ -72,7 +71,7 @@ class EngineShrunk:
 
 
 @dataclass
-class EngineFinding:
+class EngineFinding(Broken):
     """An invariant a drawn engine scenario broke: the first such scenario,
     its shortest schedule, how many scenarios broke it, and the reduced one."""
     invariant: str
@@ -84,27 +83,23 @@ class EngineFinding:
     files: list[str] = field(default_factory=list)
 
     @property
-    def kind(self) -> str:
-        return str(BY_ID[self.invariant].kind)
-
-    @property
     def length(self) -> int:
-        return self.verdict.schedule.length() if self.verdict.schedule else 0
+        return _length(self.verdict)
 
     def shrunk_to(self) -> tuple[str, str]:
         """The shrunk scenario in words and its schedule's length, for the report's table."""
         s = self.shrunk
-        if s is None:
-            return "(not shrunk)", ""
-        return s.describe(), str(s.verdict.schedule.length() if s.verdict.schedule else 0)
+        return ("(not shrunk)", "") if s is None else (s.describe(), str(_length(s.verdict)))
 
     def to_json(self) -> dict[str, Any]:
         s = self.shrunk
-        return {"invariant": self.invariant, "kind": self.kind, "index": self.drawn.index, "scenario": self.drawn.data,
-                "length": self.length, "scenarios": self.scenarios,
-                "shrunk": None if s is None else {"scenario": s.data, "length": int(s.verdict.schedule.length() if s.verdict.schedule else 0),
-                                                  "smaller": s.smaller, "tried": s.tried, "seconds": round(s.seconds, 3)},
-                "files": self.files}
+        return self.entry(self.drawn.data, self.length, None if s is None else {
+            "scenario": s.data, "length": _length(s.verdict), "smaller": s.smaller, "tried": s.tried, "seconds": round(s.seconds, 3)})
+
+
+def _length(verdict: "Verdict") -> int:
+    """A broken verdict's shortest schedule's length."""
+    return verdict.schedule.length() if verdict.schedule else 0
 
 
 # -- the generator ---------------------------------------------------------------------------------
@@ -301,12 +296,11 @@ class _quiet:
         self.logging.set_verbosity(self.level)
 
 
-def fuzz_engine(result: "Fuzz", *, max_schedules: int, invariants: Optional[tuple[str, ...]], skip: tuple[str, ...],
-                do_shrink: bool, began: float, progress: Optional[Callable[["Fuzz"], None]] = None) -> None:
+def fuzz_engine(result: Fuzz, *, max_schedules: int, invariants: Optional[tuple[str, ...]], skip: tuple[str, ...],
+                do_shrink: bool, began: float, progress: Optional[Callable[[Fuzz], None]] = None) -> None:
     """Draw engine scenarios into `result` until a violation of a judged
     invariant (unless keep_going) or the budget's end, then reduce the
     first scenario that broke each (unless not `do_shrink`)."""
-    from cowcheck.fuzzing.run import Tried
     wanted = judged(invariants, skip)
     explorer = Explorer(max_schedules)
     limit, seconds = result.budget["scenarios"], result.budget["seconds"]
@@ -317,7 +311,7 @@ def fuzz_engine(result: "Fuzz", *, max_schedules: int, invariants: Optional[tupl
         result.subject = f"the engine ({explorer.release})"
         broken = {v.invariant: v for v in checked.verdicts if not v.holds and v.invariant in wanted}
         result.tried.append(Tried(index, drawn.scenario.name, checked.schedules, round(checked.seconds, 3),
-                                  {k: v.schedule.length() if v.schedule else 0 for k, v in broken.items()},
+                                  {k: _length(v) for k, v in broken.items()},
                                   not checked.bounded, drawn.data["engine"]["pool"] < 8))
         for inv, verdict in broken.items():
             if inv in result.findings:
@@ -368,15 +362,15 @@ def engine_toml(data: dict[str, Any], description: str, expect: tuple[str, ...])
     return "\n".join(lines) + "\n"
 
 
-def _record(result: "Fuzz", finding: EngineFinding, verdict: "Verdict", name: str) -> dict[str, Any]:
+def _record(result: Fuzz, finding: EngineFinding, verdict: "Verdict", name: str) -> dict[str, Any]:
     """A finding's result file: where it was drawn and its shortest schedule."""
     return {"scenario": name, "invariant": finding.invariant, "engine": result.subject, "seed": result.seed,
             "index": finding.drawn.index, "generator": result.generator, "max_schedules": result.check_budget["max_schedules"],
-            "schedule": verdict.schedule.events() if verdict.schedule else [], "length": verdict.schedule.length() if verdict.schedule else 0,
+            "schedule": verdict.schedule.events() if verdict.schedule else [], "length": _length(verdict),
             "step": verdict.step, "detail": verdict.detail}
 
 
-def write_engine_fuzz(result: "Fuzz", out_dir: Union[str, Path]) -> list[Path]:
+def write_engine_fuzz(result: Fuzz, out_dir: Union[str, Path]) -> list[Path]:
     """Per finding: the drawn scenario (`fuzz-engine-s<seed>-<index>.toml`,
     expecting every invariant it broke, so `cowcheck engine-test
     --max-schedules N` meets it) with its result

@@ -61,8 +61,27 @@ class Tried:
                 "broken": self.broken, "complete": self.complete, "tight_pool": self.tight, "error": self.error}
 
 
+class Broken:
+    """What a finding shares with the actual engine's
+    (cowcheck.fuzzing.engine.EngineFinding): its invariant's kind, and its
+    report entry around what differs (the scenario, the length, the shrunk
+    form)."""
+    invariant: str
+    drawn: Any
+    scenarios: int
+    files: list[str]
+
+    @property
+    def kind(self) -> str:
+        return str(BY_ID[self.invariant].kind)
+
+    def entry(self, scenario: dict[str, Any], length: int, shrunk: Optional[dict[str, Any]]) -> dict[str, Any]:
+        return {"invariant": self.invariant, "kind": self.kind, "index": self.drawn.index, "scenario": scenario,
+                "length": length, "scenarios": self.scenarios, "shrunk": shrunk, "files": self.files}
+
+
 @dataclass
-class Finding:
+class Finding(Broken):
     """An invariant some drawn scenario broke: the first (lowest index) such
     scenario, its counterexample, how many scenarios broke it, and what
     shrinking made of it."""
@@ -72,10 +91,6 @@ class Finding:
     scenarios: int = 1
     shrunk: Optional[Shrunk] = None
     files: list[str] = field(default_factory=list)
-
-    @property
-    def kind(self) -> str:
-        return str(BY_ID[self.invariant].kind)
 
     @property
     def length(self) -> int:
@@ -90,12 +105,10 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         shrunk = self.shrunk
-        return {"invariant": self.invariant, "kind": self.kind, "index": self.drawn.index, "scenario": self.drawn.scenario.definition(),
-                "length": self.counterexample.length, "scenarios": self.scenarios,
-                "shrunk": None if shrunk is None or shrunk.counterexample is None else {
-                    "scenario": shrunk.scenario.definition(), "length": shrunk.counterexample.length,
-                    "smaller": shrunk.smaller, "tried": shrunk.tried, "seconds": round(shrunk.seconds, 3)},
-                "files": self.files}
+        return self.entry(self.drawn.scenario.definition(), self.counterexample.length,
+                          None if shrunk is None or shrunk.counterexample is None else {
+                              "scenario": shrunk.scenario.definition(), "length": shrunk.counterexample.length,
+                              "smaller": shrunk.smaller, "tried": shrunk.tried, "seconds": round(shrunk.seconds, 3)})
 
 
 @dataclass

@@ -198,6 +198,9 @@ def test_the_command_writes_the_findings_and_a_report_the_schema_accepts(tmp_pat
     (["--protocol", "cow", "--skip", "nope"], "unknown invariant"),
     (["--allocator", "no_such_module_here:make"], "no_such_module_here"),
     (["--protocol", "cow", "--seed", "-1"], "--seed"),
+    (["--engine-test", "--protocol", "cow"], "fuzzed alone"),
+    (["--engine-test", "--kind", "fork"], "runs engine scenarios"),
+    (["--engine-test", "--workers", "2"], "fuzzed serially"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
     done = _cowcheck("fuzz", *args, "--out", tmp_path / "out")
@@ -439,3 +442,10 @@ def test_engine_fuzz_shrinks_and_the_files_meet_their_expect(tmp_path):
     assert len(tomls) == 2
     checked = _cowcheck("engine-test", "--max-schedules", str(engine_fuzz.DEFAULT_MAX_SCHEDULES), *tomls)
     assert checked.returncode == 0 and checked.stdout.count("meets expect") == 2, checked.stdout
+
+
+@needs_torch
+def test_engine_fuzz_refuses_an_invariant_the_engine_does_not_judge(tmp_path):
+    done = _cowcheck("fuzz", "--engine-test", "--skip", "no-deadlock", "--out", tmp_path / "out")
+    assert done.returncode == 2 and "--skip: the engine judges no invariant 'no-deadlock'" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

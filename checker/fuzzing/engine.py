@@ -254,7 +254,7 @@ def judged(selected: Optional[tuple[str, ...]], skipped: tuple[str, ...]) -> lis
     from cowcheck.enginetest.scenario import INVARIANTS
     for ident in (*(selected or ()), *skipped):
         if ident not in INVARIANTS:
-            raise SpecError("--invariant", "", f"the engine judges no invariant {ident!r}; allowed: {', '.join(INVARIANTS)}")
+            raise SpecError("--skip" if ident in skipped else "--invariant", "", f"the engine judges no invariant {ident!r}; allowed: {', '.join(INVARIANTS)}")
     return [i for i in INVARIANTS if (selected is None or i in selected) and i not in skipped]
 
 

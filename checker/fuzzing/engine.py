@@ -181,7 +181,8 @@ def describe(data: dict[str, Any]) -> str:
 def neighbours(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The scenarios one change smaller than `data`, biggest changes first:
     a request dropped (what waits for it waits for nothing, a cancel of it
-    is dropped), the cancel dropped, a fork fewer, an `after` dropped, a
+    is dropped), the cancel dropped, a forked child's cancel made its
+    parent's (so that the fork may go next), a fork fewer, an `after` dropped, a
     submission spread a step less, a token fewer to generate, a prompt a
     token shorter, the pool at the largest request's need or a block
     smaller (never below that need: the engine would wait forever). B stays: the engine takes none smaller."""
@@ -191,6 +192,10 @@ def neighbours(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield _dropped(data, r["name"])
     if e.get("cancel"):
         yield _with(data, "cancel", None)
+    for c in e.get("cancel", []):
+        parent = c.split("__child#")[0]
+        if _child(c) >= 0 and parent not in e["cancel"]:
+            yield _with(data, "cancel", [parent if x == c else x for x in e["cancel"]])
     n = e.get("num_return_sequences", 1)
     if n > 1:
         fewer = _with(data, "num_return_sequences", n - 1)

@@ -45,6 +45,8 @@ _OWN = 10
 _SPAN = 40
 #: tokens per block: transformers' least page size (its continuous batching refuses a smaller one)
 BLOCK = 4
+#: an engine scenario's default pool (cowcheck.enginetest.scenario): a drawn pool below it is tight
+ROOMY = 8
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ def engine_data(draw: Draw, knobs: Knobs) -> dict[str, Any]:
         engine["cancel"] = [f"{target}__child#{draw.integer(0, n - 2)}" if n > 1 and draw.boolean(0.6) else target]
     need = max(_blocks(len(r["prompt"]) + new, block) * n for r in requests)
     engine["pool"] = draw.integer(need, need + 1) if knobs.tight_pools and draw.boolean(0.4) \
-        else max(8, sum(_blocks(len(r["prompt"]) + new, block) * n for r in requests))
+        else max(ROOMY, sum(_blocks(len(r["prompt"]) + new, block) * n for r in requests))
     return {"engine": engine, "request": requests}
 
 
@@ -259,7 +261,8 @@ def judged(selected: Optional[tuple[str, ...]], skipped: tuple[str, ...]) -> lis
     from cowcheck.enginetest.scenario import INVARIANTS
     for ident in (*(selected or ()), *skipped):
         if ident not in INVARIANTS:
-            raise SpecError("--skip" if ident in skipped else "--invariant", "", f"the engine judges no invariant {ident!r}; allowed: {', '.join(INVARIANTS)}")
+            raise SpecError("--skip" if ident in skipped else "--invariant", "",
+                            f"the engine judges no invariant {ident!r}; allowed: {', '.join(INVARIANTS)}")
     return [i for i in INVARIANTS if (selected is None or i in selected) and i not in skipped]
 
 
@@ -317,7 +320,7 @@ def fuzz_engine(result: Fuzz, *, max_schedules: int, invariants: Optional[tuple[
         broken = {v.invariant: v for v in checked.verdicts if not v.holds and v.invariant in wanted}
         result.tried.append(Tried(index, drawn.scenario.name, checked.schedules, round(checked.seconds, 3),
                                   {k: _length(v) for k, v in broken.items()},
-                                  not checked.bounded, drawn.data["engine"]["pool"] < 8))
+                                  not checked.bounded, drawn.data["engine"]["pool"] < ROOMY))
         for inv, verdict in broken.items():
             if inv in result.findings:
                 result.findings[inv].scenarios += 1

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
 from cowcheck.fuzzing.draws import Draw, RandomDraw
 from cowcheck.fuzzing.generators import Knobs
-from cowcheck.fuzzing.run import Broken, Fuzz, Tried
+from cowcheck.fuzzing.report import Broken, Fuzz, Tried
 from cowcheck.model.errors import SpecError
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ check) is the exception: where it cuts depends on the machine."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -28,13 +28,12 @@ from cowcheck.model.scenario import Scenario, scenario_from_dict
 
 from cowcheck import api
 from cowcheck.engines import counterexample as trace
-from cowcheck.engines.counterexample import Counterexample
 from cowcheck.engines.invariants import ALLOCATOR_ERROR, BY_ID, CACHE_INVARIANTS, HOST_INVARIANTS, INVARIANTS
-from cowcheck.engines.results import FORMAT
-from cowcheck.fuzzing.generators import GENERATOR_VERSION, KINDS, Code, Drawn, Knobs, Subject, draw_scenario, kind_for
+from cowcheck.fuzzing.generators import KINDS, Code, Drawn, Knobs, Subject, draw_scenario, kind_for
 from cowcheck.fuzzing.greedy import neighbours
 from cowcheck.sweeps.runner import NoWorkers, Runner, task_for
 from cowcheck.sweeps.shrink import Shrunk, scenario_toml, shrink, write_shrunk
+from cowcheck.fuzzing.report import Finding, Fuzz, Tried
 
 #: each scenario's check, unless told otherwise
 DEFAULT_CHECK_BUDGET = {"max_states": 20_000, "seconds": 10.0}
@@ -42,111 +41,6 @@ DEFAULT_CHECK_BUDGET = {"max_states": 20_000, "seconds": 10.0}
 DEFAULT_SCENARIOS = 200
 #: greedy reduction: rounds at most (each one change smaller)
 GREEDY_ROUNDS = 40
-
-
-@dataclass(frozen=True)
-class Tried:
-    """One scenario's check, as the report lists it."""
-    index: int
-    name: str
-    states: int
-    seconds: float
-    broken: dict[str, int]            # invariant -> shortest length
-    complete: bool
-    tight: bool
-    error: Optional[str] = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "scenario": self.name, "states": self.states, "seconds": self.seconds,
-                "broken": self.broken, "complete": self.complete, "tight_pool": self.tight, "error": self.error}
-
-
-class Broken:
-    """What a finding shares with the actual engine's
-    (cowcheck.fuzzing.engine.EngineFinding): its invariant's kind, and its
-    report entry around what differs (the scenario, the length, the shrunk
-    form)."""
-    invariant: str
-    drawn: Any
-    scenarios: int
-    files: list[str]
-
-    @property
-    def kind(self) -> str:
-        return str(BY_ID[self.invariant].kind)
-
-    def entry(self, scenario: dict[str, Any], length: int, shrunk: Optional[dict[str, Any]]) -> dict[str, Any]:
-        return {"invariant": self.invariant, "kind": self.kind, "index": self.drawn.index, "scenario": scenario,
-                "length": length, "scenarios": self.scenarios, "shrunk": shrunk, "files": self.files}
-
-
-@dataclass
-class Finding(Broken):
-    """An invariant some drawn scenario broke: the first (lowest index) such
-    scenario, its counterexample, how many scenarios broke it, and what
-    shrinking made of it."""
-    invariant: str
-    drawn: Drawn
-    counterexample: Counterexample
-    scenarios: int = 1
-    shrunk: Optional[Shrunk] = None
-    files: list[str] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return self.counterexample.length
-
-    def shrunk_to(self) -> tuple[str, str]:
-        """The shrunk scenario in words and its counterexample's length, for the report's table."""
-        shrunk = self.shrunk
-        if shrunk is None or shrunk.counterexample is None:
-            return "(not shrunk)", ""
-        return shrunk.describe(), str(shrunk.counterexample.length)
-
-    def to_json(self) -> dict[str, Any]:
-        shrunk = self.shrunk
-        return self.entry(self.drawn.scenario.definition(), self.counterexample.length,
-                          None if shrunk is None or shrunk.counterexample is None else {
-                              "scenario": shrunk.scenario.definition(), "length": shrunk.counterexample.length,
-                              "smaller": shrunk.smaller, "tried": shrunk.tried, "seconds": round(shrunk.seconds, 3)})
-
-
-@dataclass
-class Fuzz:
-    """What `cowcheck.fuzz` returns."""
-    subject: str
-    kind: str
-    seed: int
-    knobs: Knobs
-    budget: dict[str, Any]
-    check_budget: dict[str, Any]
-    keep_going: bool = False
-    tried: list[Tried] = field(default_factory=list)
-    #: per invariant; EngineFinding (cowcheck.fuzzing.engine) for the actual engine
-    findings: dict[str, Finding] = field(default_factory=dict)
-    seconds: float = 0.0
-    interrupted: bool = False
-    stopped: Optional[str] = None        # why the run stopped early, other than an interrupt (NoWorkers)
-    workers: int = 0
-    scheduler: Optional[str] = None
-    generator: int = GENERATOR_VERSION
-
-    @property
-    def states(self) -> int:
-        return sum(t.states for t in self.tried)
-
-    @property
-    def unsafe(self) -> bool:
-        return any(f.kind == "harm" for f in self.findings.values())
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "kind": "fuzz", "subject": self.subject, "scenario_kind": self.kind, "seed": self.seed,
-                "generator": self.generator, "knobs": self.knobs.to_json(), "budget": self.budget,
-                "check_budget": self.check_budget, "keep_going": self.keep_going,
-                "tried": len(self.tried), "states": self.states, "undecided": sum(not t.complete for t in self.tried),
-                "violations": sum(bool(t.broken) for t in self.tried), "seconds": round(self.seconds, 3),
-                "interrupted": self.interrupted, "stopped": self.stopped, "unsafe": self.unsafe,
-                "findings": [f.to_json() for f in self.findings.values()], "scenarios": [t.to_json() for t in self.tried]}
 
 
 def subject_kind(protocol: Optional[Union[Protocol, str, Path]], allocator: Optional[str],

@@ -32,14 +32,15 @@ import tempfile
 import textwrap
 from html import escape
 from pathlib import Path
-from typing import NamedTuple, Optional
-
-import networkx as nx
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from cowcheck.model.errors import SpecError
 
 from cowcheck.views.html import stepper_data, trace_label
 from cowcheck.views.words import cache_words, host_words, key_text
+
+if TYPE_CHECKING:        # networkx is imported where a graph is built: every command imports this module, few draw
+    import networkx as nx
 
 FORMATS = (".svg", ".png", ".dot")
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -86,6 +87,7 @@ def block_graph(state: dict, block_size: int, harness: bool = False) -> nx.Multi
     and "block N"; each edge has a `kind`: working, published, copy, kernel.
     `harness`: allocator code, whose branches have one table (drawn as
     working edges keyed "table[i]"; no published ones)."""
+    import networkx as nx
     g = nx.MultiDiGraph(harness=harness, cache="cache" in state,    # cache: a cache scenario's state (keys on blocks)
                         transfers="host" in state)                  # a transfer scenario's: a host tier, transfers
     for h in state.get("host", []):

@@ -5,7 +5,7 @@ written for the harness, as an adapter for the scheduler harness
     cowcheck check SCENARIO --scheduler cowcheck.adapters.vllm_v1:scheduler
 
 `vllm/v1/core/sched/` runs unchanged, loaded as the allocator adapter
-loads V1's core (cowcheck.adapters.vllm_v1: `engine`, `_plan`, its
+loads V1's core (cowcheck.adapters.vllm_core: `engine`, `_plan`, its
 `STAND_INS`, and the modules below with theirs), from
 `COWCHECK_VLLM_SOURCE` or an installed vLLM; no torch. The config is a
 small stand-in (`_config`) with what the scheduler reads: one
@@ -71,8 +71,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from cowcheck.adapters.sources import dumps, restore
-from cowcheck.adapters.vllm_v1 import (STAND_INS, KVCacheEvent, Placeholder, SamplingParams, VllmV1, _ANY, _Real, _StandIn,
-                                      DType, ENV, _call, _cbor_refused, _mods, _request, engine, source)
+from cowcheck.adapters.vllm_core import (STAND_INS, KVCacheEvent, Placeholder, SamplingParams, V1Pool, _ANY, _Real, _StandIn,
+                                        DType, ENV, _cached_keys, _call, _cbor_refused, _mods, _request, engine, source)
 from cowcheck.model.errors import SpecError
 
 REF = "cowcheck.adapters.vllm_v1:scheduler"
@@ -530,13 +530,13 @@ class OffloadConnector(SupportsHMA):
 
 # -- the adapter ------------------------------------------------------------------------
 
-class VllmScheduler(VllmV1):
+class VllmScheduler(V1Pool):
     """vLLM's Scheduler over P + 1 V1 blocks, with PDConnector; the pool's
-    observers and token names are the allocator adapter's (VllmV1), over
+    observers and token names are the allocator adapter's (V1Pool), over
     the scheduler's own KVCacheManager."""
 
     #: states are keyed by the exact pickle (see the module's docstring)
-    snapshot = None  # type: ignore[assignment]
+    snapshot = None
 
     def __init__(self, pool: int, block_size: int, source: Optional[str], *, batches: int = 1, defer: bool = True,
                  offload: Optional[str] = None, host_pool: int = 0):
@@ -581,11 +581,11 @@ class VllmScheduler(VllmV1):
 
     @property
     def requests(self) -> dict[str, Any]:  # type: ignore[override]
-        """The requests the scheduler holds (VllmV1's observers read these)."""
+        """The requests the scheduler holds (V1Pool's observers read these)."""
         return self.sched.requests
 
     def code(self) -> dict[str, Optional[str]]:
-        """As VllmV1's, but the default folder stays relative to the
+        """As V1Pool's, but the default folder stays relative to the
         checkout (the shipped scenarios' counterexamples name no machine's path)."""
         code = super().code()
         return {**code, "source": str(DEFAULT)} if self.source == str(DEFAULT) else code
@@ -715,7 +715,6 @@ class VllmOffloadScheduler(VllmScheduler):
         return [self.host(b.block_id) for b in self._host_pool().free_block_queue.get_all_free_blocks()]
 
     def host_cached(self) -> dict[int, tuple[str, ...]]:
-        from cowcheck.adapters.vllm_v1 import _cached_keys
         return {self.host(bid): self._key_names(key) for key, bid in _cached_keys(self._host_pool())}
 
     def __reduce__(self) -> tuple[Any, ...]:

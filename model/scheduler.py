@@ -425,9 +425,9 @@ class SchedulerModel(HarnessModel):
     # -- the calls ----------------------------------------------------------------
     def _raised(self, out: list[Transition], d: Draft, actor: str, op: Any, step: str, branch: int, call: str,
                 err: Exception) -> None:
-        raised = error_text(err)
-        d.facts.append(AllocatorRaised(branch, call, raised, self.user_frames(err)))
-        out.append(Transition(Action(actor, op, step, (("call", call), ("raised", raised))), None, tuple(d.facts)))
+        """A call that raised: its transition carries AllocatorRaised only."""
+        raised, facts = self.raised(d, 0, branch, call, err)
+        out.append(Transition(Action(actor, op, step, (("call", call), ("raised", raised))), None, facts))
 
     def _request_call(self, state: State, i: int, method: str, out: list[Transition]) -> None:
         """`add` or `abort` of request i: one host call."""

@@ -123,6 +123,24 @@ def test_an_observer_that_raises_is_an_allocator_error_whatever_the_call_freed()
     assert "host_cached() after an abort" in result.verdicts["allocator-error"].witness["message"]
 
 
+def test_a_call_that_raised_carries_only_allocator_raised():
+    """What the call had freed before its observer raised is dropped with
+    the after-state: the raised transition's one fact is AllocatorRaised,
+    so no invariant that reads an after-state is handed a fact without one."""
+    scenario = dataclasses.replace(api.as_scenario(SCENARIOS / "pd-consumer-abort.toml"), host_pool=2, expect=(),
+                                   scheduler="toy_schedulers:host_cached_raises", allocator_base=str(HERE))
+    model = SchedulerModel(scenario)
+    seen, todo, raised = set(), [model.init_state()], []
+    while todo:         # every reachable state: the abort that frees two blocks before the observer raises among them
+        for tr in model.successors(todo.pop()):
+            if tr.state is None:
+                raised.append(tr)
+            elif tr.state not in seen:
+                seen.add(tr.state)
+                todo.append(tr.state)
+    assert raised and all([type(f).__name__ for f in tr.facts] == ["AllocatorRaised"] for tr in raised)
+
+
 def test_the_json_result_and_the_check_table_name_the_scheduler(tmp_path):
     """`--json` carries the scenario's `scheduler` (result.schema.json has
     it), and the closing table's protocol / allocator column shows the

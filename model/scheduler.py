@@ -153,6 +153,8 @@ class SchedulerModel(HarnessModel):
             raise self._bad("holds", "holds(block) says how many of the references refcount(block) counts are the "
                             "scheduler's own (a connector's pins): the adapter needs refcount(block) too")
         self.coarse = callable(getattr(adapter, "snapshot", None))
+        #: the last state successors() called schedule() on, and whether that gave a transition (is_final reuses it)
+        self._scheduled: tuple[Optional[State], bool] = (None, False)
         self.waits, self.tagged = False, False
         self.told = {"copy_done": False, "kernel_done": False}
         self.in_flight = getattr(adapter, "plans_in_flight", 1)
@@ -348,6 +350,9 @@ class SchedulerModel(HarnessModel):
         books = state.code.books
         if not (is_final(state) and not books.plans and all(books.added)):
             return False
+        last, launched = self._scheduled
+        if last is state:       # successors(state) has just called schedule() on it (the explorer asks that first)
+            return not launched
         more: list[Transition] = []
         self._schedule(state, more)
         return not more
@@ -388,7 +393,9 @@ class SchedulerModel(HarnessModel):
             elif self.scenario.branches[i].may_cancel and br.status in (Status.WAITING, Status.RUNNING):
                 self._request_call(state, i, "abort", out)
         if books.plans < self.in_flight:
+            before = len(out)
             self._schedule(state, out)
+            self._scheduled = (state, len(out) > before)
         if books.plans and not any(type(op) is Kernel and tag[0] == 0 for op, tag in zip(state.queue, books.tags)):
             for expired in self._leases(state):
                 self._output(state, expired, out)

@@ -141,6 +141,31 @@ def test_a_call_that_raised_carries_only_allocator_raised():
     assert raised and all([type(f).__name__ for f in tr.facts] == ["AllocatorRaised"] for tr in raised)
 
 
+def test_is_final_reuses_the_schedule_successors_called_and_agrees_without_it(monkeypatch):
+    """is_final after successors(state) takes whether schedule() launched
+    anything from that call; asked first (as a replay may), it calls
+    schedule() itself: the same answer on every reachable state."""
+    scenario = dataclasses.replace(api.as_scenario(SCENARIOS / "pd-producer-lease.toml"), expect=(),
+                                   scheduler="toy_schedulers:correct", allocator_base=str(HERE))
+    model, fresh = SchedulerModel(scenario), SchedulerModel(scenario)
+    calls = []
+    schedule = SchedulerModel._schedule
+    monkeypatch.setattr(SchedulerModel, "_schedule", lambda self, *args: (calls.append(self), schedule(self, *args))[1])
+    seen, todo, finals = set(), [model.init_state()], 0
+    while todo:
+        state = todo.pop()
+        trs = model.successors(state)
+        calls.clear()
+        final = model.is_final(state)
+        assert model not in calls and final == fresh.is_final(state)
+        finals += final
+        for tr in trs:
+            if tr.state is not None and tr.state not in seen:
+                seen.add(tr.state)
+                todo.append(tr.state)
+    assert finals
+
+
 def test_the_json_result_and_the_check_table_name_the_scheduler(tmp_path):
     """`--json` carries the scenario's `scheduler` (result.schema.json has
     it), and the closing table's protocol / allocator column shows the

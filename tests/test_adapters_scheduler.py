@@ -288,3 +288,19 @@ def test_46278_is_the_workers_event_the_scheduler_stores_ahead_in_both(monkeypat
     after = api.check(s1_with_appends(tmp_path, "own-stream-fenced"))
     assert str(after.summary) == "safe but undisciplined"
     assert broken(after) == {"exclusive-write": 4, "refcount-write": 4}
+
+
+# -- cowcheck bench's scheduler rows (checker/bench/scheduler.py) ----------------------------
+
+def test_bench_rows_cover_each_connector_on_s1_s3_s5_and_split_the_time():
+    """Every connector on every one of S1, S3 and S5, selected by `bench
+    --only`; a row's search is the check's own, and its shares add up."""
+    from cowcheck.bench.child import in_child
+    from cowcheck.bench.scheduler import SCHEDULER_RUNS, measure_scheduler, row_label
+    from cowcheck.bench.table import selected
+    assert {(section, connector[0].split(",")[0]) for section, _, connector in SCHEDULER_RUNS} == \
+        {(s, c) for s in ("S1", "S3", "S5") for c in ("P/D connector", "SimpleCPUOffload eager")}
+    assert [r for r in SCHEDULER_RUNS if selected(row_label(*r), "scheduler s3 pd-consumer-abort, p/d")] == [SCHEDULER_RUNS[3]]
+    row = in_child(measure_scheduler, SCHEDULER_RUNS[3])
+    assert row["states"] == run("sched-vllm-pd-consumer-abort", SYNC).x.states and row["summary"] == "safe and disciplined"
+    assert abs(sum(row["share"].values()) - 1) < 0.05 and row["share"]["snapshots (pickle)"] > 0

@@ -26,7 +26,7 @@ import re
 import sys
 import types
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -318,12 +318,19 @@ def source() -> Optional[str]:
 
 # -- V1's calls, as each release spells them -------------------------------------
 
+@lru_cache(maxsize=256)
+def _parameters(fn: Any) -> Any:
+    """`fn`'s parameters: the scheduler adapter builds a ModelRunnerOutput
+    at every output, and reading a signature costs more than the call."""
+    return inspect.signature(fn).parameters
+
+
 def _call(fn: Any, known: dict[str, Any]) -> Any:
     """`fn` called with the values in `known` of the parameters it has (the
     others keep their defaults): V1's constructors gain and lose
     parameters from release to release; one it requires that the adapter
     does not know is one line naming it."""
-    params = inspect.signature(fn).parameters
+    params = _parameters(fn)
     missing = [n for n, p in params.items() if n not in known and p.default is p.empty
                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if missing:

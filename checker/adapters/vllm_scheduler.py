@@ -53,7 +53,9 @@ before 45357's deferred frees); `offload_eager`, `offload_lazy` and their
 
 States are keyed by the exact pickle of the scheduler (no canonical
 snapshot): vLLM's scheduler keeps counters and queues a snapshot would
-have to list in full.
+have to list in full, and a snapshot would not spare the pickle that
+copies each state. What the scheduler only reads (the config and the
+KVCacheConfig) is shared and pickled by reference (`by_reference`).
 
 One idea, over 500 lines: the stand-ins, the P/D connector and
 SimpleCPUOffload's delegation all exist to run vllm/v1/core/sched/
@@ -63,8 +65,10 @@ others."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import inspect
+import pickle
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,10 +221,18 @@ def unavailable() -> Optional[str]:
 
 
 def load(source: Optional[str]) -> Any:
-    """V1's core and its scheduler, from `source` (None: the installed vLLM)."""
+    """V1's core and its scheduler, from `source` (None: the installed vLLM);
+    called by every unpickling of a state's scheduler, so what to load is
+    found once per folder (`_modules`)."""
+    return engine(source, _modules(source), STAND_INS_SCHEDULER, REF)
+
+
+@functools.lru_cache(maxsize=64)
+def _modules(source: Optional[str]) -> tuple[str, ...]:
+    """The scheduler's modules and SimpleCPUOffload's where the release has them."""
     has = (lambda m: (Path(source).joinpath(*m.split(".")).with_suffix(".py")).is_file()) if source else \
         (lambda m: importlib.util.find_spec(m.rpartition(".")[0]) is not None)
-    return engine(source, SCHEDULER + tuple(m for m in OFFLOAD if has(m)), STAND_INS_SCHEDULER, REF)
+    return SCHEDULER + tuple(m for m in OFFLOAD if has(m))
 
 
 @dataclass
@@ -297,6 +309,70 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
         is_mm_encoder_only=False, max_concurrent_batches=batches, max_in_flight_tokens=None, num_speculative_tokens=0,
         num_lookahead_tokens=0, num_prefill_lookahead_tokens=0, num_hash_lookahead_tokens=0,
         use_v2_model_runner=False)
+
+
+# -- what a scheduler only reads: shared, and pickled by reference -------------------
+
+class Shape(NamedTuple):
+    """What the config and the KVCacheConfig of an adapter depend on: P,
+    B, the batches in flight, and whether SimpleCPUOffload needs the KV
+    tensors' layout."""
+    pool: int
+    block_size: int
+    batches: int
+    offload: bool
+
+
+class Constants(NamedTuple):
+    """The config and KVCacheConfig of a Shape, which vLLM's scheduler,
+    KVCacheManager and SimpleCPUOffloadScheduler read and never change
+    after construction; `parts` names each of their objects (the config's
+    parts by attribute), for `by_reference`; `iface`, the loaded
+    kv_cache_interface they were built with."""
+    config: Settings
+    kv_config: Any
+    parts: dict[int, str]
+    iface: types.ModuleType
+
+
+_constants: dict[Shape, Constants] = {}
+
+
+def constants(shape: Shape) -> Constants:
+    """The shape's config and KVCacheConfig, built once per loaded release."""
+    iface = _mods()["vllm.v1.kv_cache_interface"]
+    known = _constants.get(shape)
+    if known is not None and known.iface is iface:
+        return known
+    pool, block_size, batches, offload = shape
+    spec = _call(iface.FullAttentionSpec, dict(block_size=block_size, num_kv_heads=1, head_size=1,
+                                               dtype=DType("float16", 2), use_mla=False))
+    tensors = [_call(iface.KVCacheTensor, dict(size=pool + 1, layers=["layer.0"], shared_by=["layer.0"], layer_stride=0,
+                                               block_stride=1, offset=0))] if offload else []
+    kv_config = _call(iface.KVCacheConfig, dict(num_blocks=pool + 1, kv_cache_tensors=tensors,
+                                                kv_cache_groups=[iface.KVCacheGroupSpec(["layer.0"], spec)]))
+    config = _config(pool + 1, block_size, batches, None)
+    parts = {id(value): name for name, value in vars(config).items() if isinstance(value, (Settings, TransferConfig))}
+    _constants[shape] = Constants(config, kv_config, {**parts, id(config): "config", id(kv_config): "kv_config"}, iface)
+    return _constants[shape]
+
+
+def constant(shape: Shape, name: str) -> Any:
+    """One of a shape's constants, unpickled (built first in a fresh process)."""
+    known = constants(shape)
+    return known.kv_config if name == "kv_config" else known.config if name == "config" else getattr(known.config, name)
+
+
+def by_reference(shape: Shape) -> dict[type, Any]:
+    """Reducers that pickle the shape's constants as a reference (a state's
+    pickle is a third the size: the config is most of a scheduler's);
+    any other object of their types pickles whole."""
+    known = constants(shape)
+
+    def reduce(obj: Any) -> Any:
+        name = known.parts.get(id(obj))
+        return (constant, (shape, name)) if name is not None else obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    return {Settings: reduce, TransferConfig: reduce, type(known.kv_config): reduce}
 
 
 # -- the harness's P/D connector -----------------------------------------------------
@@ -545,16 +621,11 @@ class VllmScheduler(V1Pool):
         self.plans_in_flight = batches
         load(source)
         mods = _mods()
-        iface = mods["vllm.v1.kv_cache_interface"]
-        spec = _call(iface.FullAttentionSpec, dict(block_size=block_size, num_kv_heads=1, head_size=1,
-                                                   dtype=DType("float16", 2), use_mla=False))
-        tensors = [_call(iface.KVCacheTensor, dict(size=pool + 1, layers=["layer.0"], shared_by=["layer.0"], layer_stride=0,
-                                                   block_stride=1, offset=0))] if offload else []
-        kv_config = _call(iface.KVCacheConfig, dict(num_blocks=pool + 1, kv_cache_tensors=tensors,
-                                                    kv_cache_groups=[iface.KVCacheGroupSpec(["layer.0"], spec)]))
+        #: the config and KVCacheConfig, shared by every adapter of this shape and pickled by reference
+        self.shape = Shape(pool, block_size, batches, bool(offload))
+        config, kv_config = constants(self.shape)[:2]
         self.H = host_pool
         self.connector: Any = PDConnector(block_size)
-        config = _config(pool + 1, block_size, batches, None)
         if offload:
             # one byte a block: the host pool holds host_pool + 1 blocks (its own null block 0 renumbered away)
             manager = _call(mods["vllm.v1.simple_kv_offload.manager"].SimpleCPUOffloadScheduler, dict(
@@ -562,12 +633,13 @@ class VllmScheduler(V1Pool):
                 scheduler_block_size=block_size, hash_block_size=block_size, lazy_offload=offload == "lazy",
                 num_cpu_blocks=host_pool + 1))
             self.connector = OffloadConnector(manager)
-        config.kv_transfer_config.connector = self.connector
+        config.kv_transfer_config.connector = self.connector      # what KVConnectorFactory hands the scheduler, once
         sched = mods["vllm.v1.core.sched.async_scheduler"].AsyncScheduler if batches > 1 else \
             mods["vllm.v1.core.sched.scheduler"].Scheduler
         self.sched = _construct(sched, mods["vllm.v1.core.sched.scheduler"].Scheduler, dict(vllm_config=config,
                                        kv_cache_config=kv_config, structured_output_manager=NoGrammar(), block_size=block_size,
                                        hash_block_size=block_size, log_stats=False))
+        config.kv_transfer_config.connector = None
         if not defer:
             self.sched.defer_block_free = False
         self.manager = self.sched.kv_cache_manager
@@ -591,7 +663,7 @@ class VllmScheduler(V1Pool):
         return {**code, "source": str(DEFAULT)} if self.source == str(DEFAULT) else code
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (restore, (load, VllmScheduler, self.source, dumps(self.__dict__)))
+        return (restore, (load, VllmScheduler, self.source, dumps(self.__dict__, by_reference(self.shape))))
 
     # the contract
     def add(self, request: str, tokens: list[str], max_tokens: int, source: Optional[str], sink: Optional[str]) -> None:
@@ -718,7 +790,7 @@ class VllmOffloadScheduler(VllmScheduler):
         return {self.host(bid): self._key_names(key) for key, bid in _cached_keys(self._host_pool())}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (restore, (load, VllmOffloadScheduler, self.source, dumps(self.__dict__)))
+        return (restore, (load, VllmOffloadScheduler, self.source, dumps(self.__dict__, by_reference(self.shape))))
 
 
 def _construct(cls: Any, base: Any, known: dict[str, Any]) -> Any:

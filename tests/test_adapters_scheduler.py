@@ -304,3 +304,21 @@ def test_bench_rows_cover_each_connector_on_s1_s3_s5_and_split_the_time():
     row = in_child(measure_scheduler, SCHEDULER_RUNS[3])
     assert row["states"] == run("sched-vllm-pd-consumer-abort", SYNC).x.states and row["summary"] == "safe and disciplined"
     assert abs(sum(row["share"].values()) - 1) < 0.05 and row["share"]["snapshots (pickle)"] > 0
+
+
+def test_the_config_is_pickled_by_reference_and_rebuilt_where_missing(monkeypatch):
+    """A state's scheduler pickles its config and KVCacheConfig as a
+    reference to the shape's shared ones; where they are not built yet (a
+    fresh process), unpickling builds them."""
+    import pickle
+    adapter = vllm_scheduler.offload_eager(2, 2, 2)
+    adapter.add("a", ["p0", "p1", "p2"], 0, None, None)
+    blob = pickle.dumps(adapter)
+    shared = vllm_scheduler.constants(adapter.shape)
+    copy = pickle.loads(blob)
+    assert copy.sched.vllm_config is shared.config and copy.connector.manager.vllm_config is shared.config
+    assert copy.manager.kv_cache_config is shared.kv_config and copy.sched is not adapter.sched
+    monkeypatch.setattr(vllm_scheduler, "_constants", {})
+    fresh = pickle.loads(blob)
+    assert fresh.sched.vllm_config is not shared.config and fresh.sched.vllm_config is fresh.connector.manager.vllm_config
+    assert fresh.status("a") == "waiting" and b"max_num_batched_tokens" not in blob

@@ -322,3 +322,18 @@ def test_the_config_is_pickled_by_reference_and_rebuilt_where_missing(monkeypatc
     fresh = pickle.loads(blob)
     assert fresh.sched.vllm_config is not shared.config and fresh.sched.vllm_config is fresh.connector.manager.vllm_config
     assert fresh.status("a") == "waiting" and b"max_num_batched_tokens" not in blob
+
+
+def test_the_offloading_connector_scheduler_constructs_over_the_real_cpu_offloading_manager():
+    """vLLM 0.34.0's OffloadingConnectorScheduler and CPUOffloadingManager
+    run without torch with the stand-ins of STAND_INS_OFFLOADING; the
+    manager has the host pool's chunks, and answers the scheduler side's
+    first question (no hit on an empty host cache)."""
+    connector = vllm_scheduler.offloading_connector_scheduler(2, 2, 3)
+    manager = connector.manager
+    assert type(manager).__name__ == "CPUOffloadingManager" and manager._num_chunks == 3
+    assert type(manager).__module__ == "vllm.v1.kv_offload.cpu.manager"
+    from cowcheck.adapters.vllm_core import _request
+    request = _request("a", [1, 2, 3, 4, 5], 2)
+    connector.on_new_request(request)
+    assert connector.get_num_new_matched_tokens(request, 0)[0] in (0, None)

@@ -235,6 +235,77 @@ def _modules(source: Optional[str]) -> tuple[str, ...]:
     return SCHEDULER + tuple(m for m in OFFLOAD if has(m))
 
 
+# -- vLLM's OffloadingConnectorScheduler (vllm/v1/kv_offload/): constructed, not yet driven ------------------
+
+#: OffloadingConnectorScheduler's modules and the real CPUOffloadingManager's (0.34.0's layout), run unchanged;
+#: the LRU policy is imported by name at run time (CachePolicyFactory)
+OFFLOADING = tuple(f"vllm.distributed.kv_transfer.kv_connector.v1.offloading.{m}"
+                   for m in ("scheduler", "common", "config", "events", "metrics")) + \
+    tuple(f"vllm.v1.kv_offload.{m}" for m in ("base", "config", "factory", "cpu.spec", "cpu.manager", "cpu.common",
+                                             "cpu.policies.base", "cpu.policies.factory", "cpu.policies.lru"))
+
+
+class Struct:
+    """msgspec.Struct: the offload events' payload class (events are off)."""
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        return None
+
+    def __init__(self, *args: Any, **fields: Any):
+        self.__dict__.update(fields)
+
+
+class SharedOffloadRegion:
+    """The worker's shared host region: the spec reads its alignment only."""
+    BLOCK_SIZE_ALIGNMENT = 1
+
+
+#: what they import beyond the scheduler's: the worker side (torch, CUDA, triton) as placeholders, msgspec,
+#: typing_extensions' `override` as what it is (the identity), and the connector stats' base class, the release's own
+STAND_INS_OFFLOADING: dict[str, _StandIn] = {
+    **STAND_INS_SCHEDULER,
+    "typing_extensions": _StandIn(dict(override=lambda method: method), _ANY),
+    "msgspec": _StandIn(dict(Struct=Struct)),
+    "vllm.v1.kv_offload.cpu.shared_offload_region": _StandIn(dict(SharedOffloadRegion=SharedOffloadRegion), _ANY),
+    "vllm.v1.kv_offload.cpu.gpu_worker": _PLACES,
+    "vllm.v1.kv_offload.cpu.host_register": _PLACES,
+    "vllm.distributed.kv_transfer.kv_connector.v1.metrics": _StandIn(
+        placeholders=frozenset({"KVConnectorPromMetrics", "KVConnectorPrometheus", "PromMetric", "PromMetricT"})),
+}
+
+
+def load_offloading(source: Optional[str]) -> Any:
+    """`load`, and the OffloadingConnectorScheduler's modules besides."""
+    return engine(source, _modules(source) + OFFLOADING, STAND_INS_OFFLOADING, REF)
+
+
+def offloading_connector_scheduler(pool: int, block_size: int, host_pool: int) -> Any:
+    """vLLM's `OffloadingConnectorScheduler` over the real
+    `CPUOffloadingManager` with `host_pool` chunks of one block, for the
+    scheduler's config of P + 1 blocks: the object an adapter would hand
+    the Scheduler as its connector. Not yet an adapter configuration: its
+    jobs (`build_connector_meta`'s load_jobs and store_jobs) are not yet
+    mapped onto the harness's transfers, nor its completions
+    (`OffloadingWorkerMetadata.completed_jobs`) and chunks onto the reports
+    and host observers (docs/how-to/scheduler-code.md, "Not built yet")."""
+    load_offloading(folder())
+    mods = _mods()
+    conf = mods["vllm.v1.kv_offload.config"]
+    config, kv_config = constants(Shape(pool, block_size, 1, True))[:2]
+    offloading = _call(conf.OffloadingConfig, dict(
+        groups=(conf.OffloadingGroupConfig(tokens_per_block=block_size, layer_names=("layer.0",), group_id=0),),
+        worker_kv_bytes_per_block=1, enable_kv_cache_events=False, engine_id="cowcheck",
+        extra_config={"cpu_bytes_to_use": host_pool},       # one byte a block, one block a chunk: host_pool chunks
+        model=conf.OffloadingModelConfig(name="cowcheck", dtype="float16"),
+        cache=conf.OffloadingCacheConfig(tokens_per_hash=block_size, blocks_per_chunk=1),
+        parallel=conf.OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
+                                               data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
+                                               is_parallelism_agnostic=False)))
+    spec = mods["vllm.v1.kv_offload.cpu.spec"].CPUOffloadingSpec(offloading)
+    scheduler = mods["vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler"]
+    return _call(scheduler.OffloadingConnectorScheduler, dict(spec=spec, vllm_config=config, kv_cache_config=kv_config))
+
+
 @dataclass
 class StopParams(SamplingParams):
     """SamplingParams with what the scheduler's `check_stop` reads: no stop
@@ -297,7 +368,7 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
                                   async_scheduling=batches > 1, watermark=0.0),
         cache_config=Settings(num_gpu_blocks=blocks, enable_prefix_caching=True, block_size=block_size,
                               mamba_cache_mode="none", enable_mamba_shared_prefix_checkpoint=False,
-                              simple_cpu_offload_num_blocks=None),
+                              simple_cpu_offload_num_blocks=None, prefix_cache_retention_interval=None),
         parallel_config=Settings(pipeline_parallel_size=1, world_size=1, data_parallel_size=1, data_parallel_index=0,
                                  decode_context_parallel_size=1, prefill_context_parallel_size=1),
         observability_config=Settings(per_request_spec_decode_metrics="none", kv_cache_metrics=False,

@@ -337,3 +337,17 @@ def test_the_offloading_connector_scheduler_constructs_over_the_real_cpu_offload
     request = _request("a", [1, 2, 3, 4, 5], 2)
     connector.on_new_request(request)
     assert connector.get_num_new_matched_tokens(request, 0)[0] in (0, None)
+
+
+@pytest.mark.parametrize("name, step, kind, decoded, expected", [
+    ("sched-vllm-pd-consumer-ahead-no-defer+85842240f64c.faithful-output", 10, "kernel", "q0", "p2"),
+    ("sched-vllm-pd-producer-lease+85842240f64c.faithful-output", 10, "send", "x2", "p0")])
+def test_a_scheduler_trace_replays_on_the_pool_and_diverges_where_the_model_does(name, step, kind, decoded, expected):
+    """The real pool, driven by the plans of vLLM's own scheduler, reads
+    what faithful-output says: a's kernel reads b's recv, the remote reader
+    reads b's prompt."""
+    from cowcheck.engines import counterexample as trace
+    cx = trace.load(ROOT / "counterexamples" / f"{name}.json")
+    replayed = api.replay(cx, pool="numpy")
+    first = replayed.pool.first_divergence
+    assert replayed.ok and (first.step, first.kind, first.decoded, first.expected) == (step, kind, decoded, expected)

@@ -351,3 +351,37 @@ def test_a_scheduler_trace_replays_on_the_pool_and_diverges_where_the_model_does
     replayed = api.replay(cx, pool="numpy")
     first = replayed.pool.first_divergence
     assert replayed.ok and (first.step, first.kind, first.decoded, first.expected) == (step, kind, decoded, expected)
+
+
+# -- every release between the 45357 fix and the newest ------------------------------------
+
+#: (scenario, factory, the invariants it breaks, with their lengths) as 0.24.0 to 0.32.0 give them
+BETWEEN_VERDICTS = (
+    ("sched-vllm-pd-consumer-abort", SYNC, {}),
+    ("sched-vllm-pd-consumer-ahead", ASYNC, {"exclusive-write": 4}),
+    ("sched-vllm-pd-consumer-ahead-no-defer", NO_DEFER, {"no-use-after-free": 3, "refcount-write": 4, "exclusive-write": 4,
+                                                          "copy-before-use": 6, "faithful-output": 10}),
+    ("sched-vllm-pd-producer-lease", SYNC, {"no-use-after-free": 6, "exclusive-write": 9, "faithful-output": 10}),
+    ("sched-vllm-offload-eager-store", EAGER_ASYNC, {}),
+    # V1's early key: block 0 handed out while the cache still maps p0 p1 to it (0.33.0 too; 0.34.0 holds)
+    ("sched-vllm-offload-lazy-early-key", LAZY, {"no-stale-key": 17}),
+)
+
+
+def test_0_30_drives_the_scheduler_with_its_config_stand_ins(monkeypatch):
+    """0.28.0 to 0.30.0 read three more config fields (is_encoder_only,
+    uses_xdrope, enable_mamba_fine_grained_prefix_cache), 0.27.0 passes
+    new_token_ids to should_advance: S3 holds on 0.30.0 as on 0.34.0."""
+    monkeypatch.setenv(vllm_v1.ENV, str(release("0.30.0")))
+    assert str(run("sched-vllm-pd-consumer-abort", SYNC).summary) == "safe and disciplined"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", vllm_scheduler.BETWEEN)
+def test_every_release_between_gives_the_same_verdicts(monkeypatch, version):
+    """0.25.0 to 0.32.0 give 0.24.0's verdicts on every shipped scheduler
+    scenario: 0.34.0's on the P/D ones and on S1; on S6 with lazy
+    offloading they break no-stale-key, as 0.33.0 does and 0.34.0 does not."""
+    monkeypatch.setenv(vllm_v1.ENV, str(release(version)))
+    for name, ref, verdicts in BETWEEN_VERDICTS:
+        assert broken(run(name, ref)) == verdicts, (version, name)

@@ -86,9 +86,10 @@ SCHEDULER = ("vllm.v1.core.sched.scheduler", "vllm.v1.core.sched.async_scheduler
              "vllm.v1.core.encoder_cache_manager")
 #: SimpleCPUOffloadScheduler's modules, where the release has them
 OFFLOAD = ("vllm.v1.simple_kv_offload.manager", "vllm.v1.simple_kv_offload.metadata")
-#: the releases whose scheduler this adapter drives (tests/test_adapters_scheduler.py): the newest, and for
-#: each fix of FIXES the last release without it and the first with it
-TESTED = ("0.15.1", "0.16.0", "0.23.0", "0.24.0", "0.33.0", "0.34.0")
+#: the releases whose scheduler this adapter drives (tests/test_adapters_scheduler.py): the newest, for
+#: each fix of FIXES the last release without it and the first with it, and every release between 0.24.0 and 0.34.0
+BETWEEN = ("0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+TESTED = ("0.15.1", "0.16.0", "0.23.0", "0.24.0", *BETWEEN, "0.33.0", "0.34.0")
 
 
 class Fix(NamedTuple):
@@ -333,8 +334,9 @@ class NoGrammar:
         return True
 
     @staticmethod
-    def should_advance(request: Any) -> bool:
-        """Older releases: whether a request's grammar takes its tokens (none has one)."""
+    def should_advance(request: Any, **tokens: Any) -> bool:
+        """Older releases: whether a request's grammar takes its tokens
+        (none has one; 0.27 passes new_token_ids)."""
         return False
 
 
@@ -356,7 +358,7 @@ class TransferConfig:
 def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Settings:
     long = 1 << 16
     return Settings(
-        model_config=Settings(uses_mrope=False, is_encoder_decoder=False, max_model_len=long, runner_type="generate",
+        model_config=Settings(uses_mrope=False, uses_xdrope=False, is_encoder_decoder=False, max_model_len=long, runner_type="generate",
                               is_diffusion=False, supports_multimodal_inputs=False, return_sampling_mask=False,
                               enable_return_routed_experts=False),
         scheduler_config=Settings(max_num_seqs=16, max_num_active_seqs=None, max_num_scheduled_tokens=None,
@@ -368,6 +370,7 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
                                   async_scheduling=batches > 1, watermark=0.0),
         cache_config=Settings(num_gpu_blocks=blocks, enable_prefix_caching=True, block_size=block_size,
                               mamba_cache_mode="none", enable_mamba_shared_prefix_checkpoint=False,
+                              enable_mamba_fine_grained_prefix_cache=False,
                               simple_cpu_offload_num_blocks=None, prefix_cache_retention_interval=None),
         parallel_config=Settings(pipeline_parallel_size=1, world_size=1, data_parallel_size=1, data_parallel_index=0,
                                  decode_context_parallel_size=1, prefill_context_parallel_size=1),
@@ -377,7 +380,7 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
         kv_transfer_config=TransferConfig(connector),
         lora_config=None, kv_events_config=None, ec_transfer_config=None, speculative_config=None,
         ec_manager_config=_NoEncoderCacheManager(), aux_output_config=Settings(enabled=False), watermark_config=None,
-        is_mm_encoder_only=False, max_concurrent_batches=batches, max_in_flight_tokens=None, num_speculative_tokens=0,
+        is_mm_encoder_only=False, is_encoder_only=False, max_concurrent_batches=batches, max_in_flight_tokens=None, num_speculative_tokens=0,
         num_lookahead_tokens=0, num_prefill_lookahead_tokens=0, num_hash_lookahead_tokens=0,
         use_v2_model_runner=False)
 

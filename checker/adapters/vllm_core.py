@@ -15,6 +15,9 @@ release imports; a module the table lacks, or a name its file lacks, fails
 with one line naming it. The releases differ in where block hashes live,
 what a hash is and the cache map's shape: the readers below find each by
 what the loaded modules have, never by a version number.
+
+One idea, though long: running V1's own modules unchanged without vLLM's
+dependencies, and reading what they leave behind, for both adapters.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import Any, cast
 
 from cowcheck.engines.results import ExplicitResult
@@ -35,6 +36,14 @@ HARNESS_FILES = ("model/scheduler.py", "model/harness.py", "model/queue.py", "mo
 #: the scheduler adapter's files: the calls into them from the harness, with all they call (vLLM's code), are
 #: the scheduler's own calls
 ADAPTER_FILES = ("adapters/vllm_scheduler.py", "adapters/vllm_core.py")
+
+
+def _shipped(stem: str) -> Path:
+    """A shipped scenario file: specs/scenarios beside the installed package
+    (an editable install from a checkout), else under the working folder."""
+    import cowcheck.specs
+    folders = [Path(p) / "scenarios" for p in cowcheck.specs.__path__] + [Path("specs") / "scenarios"]
+    return next(f / f"{stem}.toml" for f in folders if (f / f"{stem}.toml").is_file())
 
 
 def row_label(section: str, stem: str, connector: tuple[str, str, int]) -> str:
@@ -72,8 +81,7 @@ def measure_scheduler(args: tuple[str, str, tuple[str, str, int]], conn: Any) ->
     from cowcheck.model.errors import SpecError
     section, stem, (connector, factory, host_pool) = args
     row: dict[str, Any] = {"benchmark": row_label(section, stem, (connector, factory, host_pool)), "scheduler": factory}
-    from cowcheck.bench.choice import shipped_scenarios
-    scenario = api.as_scenario(next(p for p in shipped_scenarios() if p.stem == stem))
+    scenario = api.as_scenario(_shipped(stem))
     scenario = dataclasses.replace(scenario, scheduler=factory, expect=(), host_pool=scenario.host_pool or host_pool)
     try:
         api.check(scenario, max_states=1)

@@ -28,9 +28,20 @@ send was launched (the remote reader). A failed transfer reads and writes
 nothing. What a recv carries and what a send expects come from the
 request's own steps (`Sequences`), not from the model's states.
 
+A scheduler trace (scheduler code through the scheduler harness) is
+replayed from what its actions say: each step's kernels (a request's
+position range: its own sequence through the last) and transfers (their
+blocks); a recv's tokens are its prompt's at the entry its table (the
+state after the step) has the block at.
+
 The array module is numpy by default; with CuPy (`--pool cupy`) the same
 replay runs on a GPU, copies on one CUDA stream and kernels on another,
-ordered by events exactly as the trace orders their completions."""
+ordered by events exactly as the trace orders their completions.
+
+One idea, though long: a trace's completions on real memory against a
+reference that shares nothing with the paged replay but the token
+vectors, whatever produced the trace (a protocol file, allocator or
+scheduler code)."""
 
 from __future__ import annotations
 

@@ -79,6 +79,19 @@ def test_counterexamples_are_shortest_and_replay():
             assert replay(verdict.counterexample).ok
 
 
+def test_a_toy_schedulers_counterexamples_replay_on_the_pool_where_faithful_output_breaks():
+    """Every counterexample of the toy scheduler's bugs replays on the KV
+    pool (a step that raised launched nothing); the pool diverges where
+    faithful-output breaks in the model, and only there."""
+    for name, factory in (("pd-consumer-abort", "free_at_abort"), ("pd-producer-lease", "stale_report"),
+                          ("pd-consumer-ahead", "ahead_eager_abort")):
+        for inv, verdict in run(name, factory).verdicts.items():
+            if verdict.counterexample is not None:
+                replayed = api.replay(verdict.counterexample, pool="numpy")
+                first = replayed.pool.first_divergence
+                assert replayed.ok and (first is not None) == (inv == "faithful-output"), (name, inv)
+
+
 def test_lease_breaks_the_remote_reader():
     result = run("pd-producer-lease", "correct")
     assert broken(result) == {"no-use-after-free", "exclusive-write", "faithful-output"}

@@ -461,8 +461,9 @@ def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy
     result = PoolReplay(pool, head_dim)
     for step, action in enumerate(actions, 1):
         binds: dict[str, Any] = dict(action.binds)
-        if action.actor == ENGINE and action.step == "schedule" and "raised" not in binds:
-            sequences.schedule(binds, states[step - 1] if states is not None else None)
+        if action.actor == ENGINE and action.step == "schedule":
+            if "raised" not in binds and "table" not in binds:      # a step that raised or missed its table launched nothing
+                sequences.schedule(binds, states[step - 1] if states is not None else None)
         elif action.actor != DEVICE:
             sequences.apply(action)
         if action.actor == DEVICE and action.op == "copy-complete":

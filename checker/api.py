@@ -207,13 +207,12 @@ def replay(cx: Counterexample, *, pool: str = "numpy", invariants: tuple[Invaria
     `invariants` (a counterexample from `check` in this process carries it).
     A transfer scenario's pool has a host tier too, and a send's read is
     judged there as the remote reader's output. Scheduler code replays in
-    the model only (re-driving the same scheduler): its kernels are the
-    plan's position ranges, which the pool replay does not run yet."""
+    the model by re-driving the same scheduler, and on the pool from its
+    plans (each kernel's positions, each transfer's block)."""
     model = _replay_model(cx, invariants)
-    if cx.scenario.scheduler is not None:
-        pool = "none"
     applied = len(model.transitions) == len(cx.actions)   # the pool takes block ids from actions the model enabled
-    on_pool = replay_on_pool(cx.scenario, cx.actions, pool, initial=cx.initial) if pool != "none" and applied else None
+    on_pool = replay_on_pool(cx.scenario, cx.actions, pool, initial=cx.initial, states=cx.states) \
+        if pool != "none" and applied else None
     message = None
     if pool != "none" and not applied:
         message = "not replayed: the trace does not apply in the model"

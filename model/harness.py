@@ -65,7 +65,7 @@ from typing import Any, Callable, Hashable, Optional, cast
 
 from cowcheck.model import queue
 from cowcheck.model.action import Action, Transition, completion
-from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Freed, Keyed, OutputChecked, TableMiss
+from cowcheck.model.block import Allocated, AllocatorRaised, Draft, Fact, Freed, Keyed, OutputChecked, TableMiss
 from cowcheck.model.errors import KindMismatch, SpecError, error_text
 from cowcheck.model.memo import DETERMINISTIC, OUT_OF_BLOCKS, After, Memo, Outcome
 from cowcheck.model.branches import Operation
@@ -622,10 +622,8 @@ class HarnessModel(TransitionSystem):
         except SpecError:
             raise
         except Exception as err:        # OutOfBlocks too: a completion is no allocation
-            raised = error_text(err)
-            d.facts.append(AllocatorRaised(i, call, raised, self.user_frames(err)))
-            out.append(Transition(Action(name, Op.FENCE, method, binds + (("call", call), ("raised", raised))), None,
-                                  tuple(d.facts)))
+            raised, facts = self.raised(d, 0, i, call, err)
+            out.append(Transition(Action(name, Op.FENCE, method, binds + (("call", call), ("raised", raised))), None, facts))
             return
         out.append(Transition(Action(name, Op.FENCE, method, binds), after, tuple(d.facts)))
 
@@ -667,6 +665,7 @@ class HarnessModel(TransitionSystem):
         if op is Op.APPEND and self.cache:      # whether the token is a speculative draft
             args += (self.drafts[i][br.done],)
         call = f"{method}({', '.join(map(repr, args))})"
+        known = len(d.facts)
         try:
             with self.guard(call):      # the observers right after it count in its time
                 outcome = self._host_call(state, method, args, call)
@@ -677,9 +676,8 @@ class HarnessModel(TransitionSystem):
         except SpecError:
             raise
         except Exception as err:  # the call itself, or an observer right after it
-            raised = error_text(err)
-            d.facts.append(AllocatorRaised(i, call, raised, self.user_frames(err)))
-            out.append(Transition(Action(name, op, method, (("call", call), ("raised", raised))), None, tuple(d.facts)))
+            raised, facts = self.raised(d, known, i, call, err)
+            out.append(Transition(Action(name, op, method, (("call", call), ("raised", raised))), None, facts))
 
     def _host_call(self, state: State, method: str, args: tuple[Any, ...], call: str) -> Outcome:
         """The call on the state's adapter, or, made before on the same
@@ -776,6 +774,15 @@ class HarnessModel(TransitionSystem):
         if not 0 <= returned <= length:
             raise self._bad("admit", f"returned {returned} tokens computed, outside 0 .. {length} (the prompt's length)")
         return returned, self._copies(copies, "admit")
+
+    def raised(self, d: Draft, known: int, branch: int, call: str, err: Exception) -> tuple[str, tuple[Fact, ...]]:
+        """The error text and the facts of a transition whose call raised:
+        the first `known` facts of `d` (what was checked before the call,
+        as a finish's output) and AllocatorRaised. What the call or the
+        observers after it had recorded is dropped: there is no state
+        after a raise to judge it on, and allocator-error is the verdict."""
+        raised = error_text(err)
+        return raised, (*d.facts[:known], AllocatorRaised(branch, call, raised, self.user_frames(err)))
 
     def user_frames(self, err: BaseException, keep: int = 6) -> tuple[str, ...]:
         """The allocator's own frames of the traceback (its innermost

@@ -153,6 +153,8 @@ class SchedulerModel(HarnessModel):
             raise self._bad("holds", "holds(block) says how many of the references refcount(block) counts are the "
                             "scheduler's own (a connector's pins): the adapter needs refcount(block) too")
         self.coarse = callable(getattr(adapter, "snapshot", None))
+        #: the last state successors() called schedule() on, and whether that gave a transition (is_final reuses it)
+        self._scheduled: tuple[Optional[State], bool] = (None, False)
         self.waits, self.tagged = False, False
         self.told = {"copy_done": False, "kernel_done": False}
         self.in_flight = getattr(adapter, "plans_in_flight", 1)
@@ -348,6 +350,9 @@ class SchedulerModel(HarnessModel):
         books = state.code.books
         if not (is_final(state) and not books.plans and all(books.added)):
             return False
+        last, launched = self._scheduled
+        if last is state:       # successors(state) has just called schedule() on it (the explorer asks that first)
+            return not launched
         more: list[Transition] = []
         self._schedule(state, more)
         return not more
@@ -388,7 +393,9 @@ class SchedulerModel(HarnessModel):
             elif self.scenario.branches[i].may_cancel and br.status in (Status.WAITING, Status.RUNNING):
                 self._request_call(state, i, "abort", out)
         if books.plans < self.in_flight:
+            before = len(out)
             self._schedule(state, out)
+            self._scheduled = (state, len(out) > before)
         if books.plans and not any(type(op) is Kernel and tag[0] == 0 for op, tag in zip(state.queue, books.tags)):
             for expired in self._leases(state):
                 self._output(state, expired, out)
@@ -425,9 +432,9 @@ class SchedulerModel(HarnessModel):
     # -- the calls ----------------------------------------------------------------
     def _raised(self, out: list[Transition], d: Draft, actor: str, op: Any, step: str, branch: int, call: str,
                 err: Exception) -> None:
-        raised = error_text(err)
-        d.facts.append(AllocatorRaised(branch, call, raised, self.user_frames(err)))
-        out.append(Transition(Action(actor, op, step, (("call", call), ("raised", raised))), None, tuple(d.facts)))
+        """A call that raised: its transition carries AllocatorRaised only."""
+        raised, facts = self.raised(d, 0, branch, call, err)
+        out.append(Transition(Action(actor, op, step, (("call", call), ("raised", raised))), None, facts))
 
     def _request_call(self, state: State, i: int, method: str, out: list[Transition]) -> None:
         """`add` or `abort` of request i: one host call."""

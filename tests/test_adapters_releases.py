@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from cowcheck.adapters import sources, sglang, vllm_v1
+from cowcheck.adapters import sources, sglang, vllm_core, vllm_v1
 from cowcheck.model.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -247,7 +247,7 @@ def test_sglang_triton_kernels_are_never_launched(sglang_source):
 @pytest.mark.skipif(any(os.path.isdir(os.path.join(p, "vllm")) for p in sys.path if p), reason="vLLM is installed")
 def test_v1_without_vllm_names_the_package_and_the_variable(monkeypatch):
     monkeypatch.delenv(vllm_v1.ENV, raising=False)
-    monkeypatch.setattr(vllm_v1, "_engine", vllm_v1._Engine())
+    monkeypatch.setattr(vllm_core, "_engine", vllm_core._Engine())
     with pytest.raises(SpecError) as err:
         vllm_v1.make(4, 2)
     line = str(err.value)
@@ -264,7 +264,7 @@ def test_sglang_without_sglang_names_the_package_and_the_variable(monkeypatch):
 
 def test_a_folder_without_the_engine_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv(vllm_v1.ENV, str(tmp_path))
-    monkeypatch.setattr(vllm_v1, "_engine", vllm_v1._Engine())
+    monkeypatch.setattr(vllm_core, "_engine", vllm_core._Engine())
     with pytest.raises(SpecError, match="holds no vllm/v1/core/block_pool.py"):
         vllm_v1.make(4, 2)
 

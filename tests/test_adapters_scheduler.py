@@ -288,3 +288,100 @@ def test_46278_is_the_workers_event_the_scheduler_stores_ahead_in_both(monkeypat
     after = api.check(s1_with_appends(tmp_path, "own-stream-fenced"))
     assert str(after.summary) == "safe but undisciplined"
     assert broken(after) == {"exclusive-write": 4, "refcount-write": 4}
+
+
+# -- cowcheck bench's scheduler rows (checker/bench/scheduler.py) ----------------------------
+
+def test_bench_rows_cover_each_connector_on_s1_s3_s5_and_split_the_time():
+    """Every connector on every one of S1, S3 and S5, selected by `bench
+    --only`; a row's search is the check's own, and its shares add up."""
+    from cowcheck.bench.child import in_child
+    from cowcheck.bench.scheduler import SCHEDULER_RUNS, measure_scheduler, row_label
+    from cowcheck.bench.table import selected
+    assert {(section, connector[0].split(",")[0]) for section, _, connector in SCHEDULER_RUNS} == \
+        {(s, c) for s in ("S1", "S3", "S5") for c in ("P/D connector", "SimpleCPUOffload eager")}
+    assert [r for r in SCHEDULER_RUNS if selected(row_label(*r), "scheduler s3 pd-consumer-abort, p/d")] == [SCHEDULER_RUNS[3]]
+    row = in_child(measure_scheduler, SCHEDULER_RUNS[3])
+    assert row["states"] == run("sched-vllm-pd-consumer-abort", SYNC).x.states and row["summary"] == "safe and disciplined"
+    assert abs(sum(row["share"].values()) - 1) < 0.05 and row["share"]["snapshots (pickle)"] > 0
+
+
+def test_the_config_is_pickled_by_reference_and_rebuilt_where_missing(monkeypatch):
+    """A state's scheduler pickles its config and KVCacheConfig as a
+    reference to the shape's shared ones; where they are not built yet (a
+    fresh process), unpickling builds them."""
+    import pickle
+    adapter = vllm_scheduler.offload_eager(2, 2, 2)
+    adapter.add("a", ["p0", "p1", "p2"], 0, None, None)
+    blob = pickle.dumps(adapter)
+    shared = vllm_scheduler.constants(adapter.shape)
+    copy = pickle.loads(blob)
+    assert copy.sched.vllm_config is shared.config and copy.connector.manager.vllm_config is shared.config
+    assert copy.manager.kv_cache_config is shared.kv_config and copy.sched is not adapter.sched
+    monkeypatch.setattr(vllm_scheduler, "_constants", {})
+    fresh = pickle.loads(blob)
+    assert fresh.sched.vllm_config is not shared.config and fresh.sched.vllm_config is fresh.connector.manager.vllm_config
+    assert fresh.status("a") == "waiting" and b"max_num_batched_tokens" not in blob
+
+
+def test_the_offloading_connector_scheduler_constructs_over_the_real_cpu_offloading_manager():
+    """vLLM 0.34.0's OffloadingConnectorScheduler and CPUOffloadingManager
+    run without torch with the stand-ins of STAND_INS_OFFLOADING; the
+    manager has the host pool's chunks, and answers the scheduler side's
+    first question (no hit on an empty host cache)."""
+    connector = vllm_scheduler.offloading_connector_scheduler(2, 2, 3)
+    manager = connector.manager
+    assert type(manager).__name__ == "CPUOffloadingManager" and manager._num_chunks == 3
+    assert type(manager).__module__ == "vllm.v1.kv_offload.cpu.manager"
+    from cowcheck.adapters.vllm_core import _request
+    request = _request("a", [1, 2, 3, 4, 5], 2)
+    connector.on_new_request(request)
+    assert connector.get_num_new_matched_tokens(request, 0)[0] in (0, None)
+
+
+@pytest.mark.parametrize("name, step, kind, decoded, expected", [
+    ("sched-vllm-pd-consumer-ahead-no-defer+85842240f64c.faithful-output", 10, "kernel", "q0", "p2"),
+    ("sched-vllm-pd-producer-lease+85842240f64c.faithful-output", 10, "send", "x2", "p0")])
+def test_a_scheduler_trace_replays_on_the_pool_and_diverges_where_the_model_does(name, step, kind, decoded, expected):
+    """The real pool, driven by the plans of vLLM's own scheduler, reads
+    what faithful-output says: a's kernel reads b's recv, the remote reader
+    reads b's prompt."""
+    from cowcheck.engines import counterexample as trace
+    cx = trace.load(ROOT / "counterexamples" / f"{name}.json")
+    replayed = api.replay(cx, pool="numpy")
+    first = replayed.pool.first_divergence
+    assert replayed.ok and (first.step, first.kind, first.decoded, first.expected) == (step, kind, decoded, expected)
+
+
+# -- every release between the 45357 fix and the newest ------------------------------------
+
+#: (scenario, factory, the invariants it breaks, with their lengths) as 0.24.0 to 0.32.0 give them
+BETWEEN_VERDICTS = (
+    ("sched-vllm-pd-consumer-abort", SYNC, {}),
+    ("sched-vllm-pd-consumer-ahead", ASYNC, {"exclusive-write": 4}),
+    ("sched-vllm-pd-consumer-ahead-no-defer", NO_DEFER, {"no-use-after-free": 3, "refcount-write": 4, "exclusive-write": 4,
+                                                          "copy-before-use": 6, "faithful-output": 10}),
+    ("sched-vllm-pd-producer-lease", SYNC, {"no-use-after-free": 6, "exclusive-write": 9, "faithful-output": 10}),
+    ("sched-vllm-offload-eager-store", EAGER_ASYNC, {}),
+    # V1's early key: block 0 handed out while the cache still maps p0 p1 to it (0.33.0 too; 0.34.0 holds)
+    ("sched-vllm-offload-lazy-early-key", LAZY, {"no-stale-key": 17}),
+)
+
+
+def test_0_30_drives_the_scheduler_with_its_config_stand_ins(monkeypatch):
+    """0.28.0 to 0.30.0 read three more config fields (is_encoder_only,
+    uses_xdrope, enable_mamba_fine_grained_prefix_cache), 0.27.0 passes
+    new_token_ids to should_advance: S3 holds on 0.30.0 as on 0.34.0."""
+    monkeypatch.setenv(vllm_v1.ENV, str(release("0.30.0")))
+    assert str(run("sched-vllm-pd-consumer-abort", SYNC).summary) == "safe and disciplined"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", vllm_scheduler.BETWEEN)
+def test_every_release_between_gives_the_same_verdicts(monkeypatch, version):
+    """0.25.0 to 0.32.0 give 0.24.0's verdicts on every shipped scheduler
+    scenario: 0.34.0's on the P/D ones and on S1; on S6 with lazy
+    offloading they break no-stale-key, as 0.33.0 does and 0.34.0 does not."""
+    monkeypatch.setenv(vllm_v1.ENV, str(release(version)))
+    for name, ref, verdicts in BETWEEN_VERDICTS:
+        assert broken(run(name, ref)) == verdicts, (version, name)

@@ -79,6 +79,19 @@ def test_counterexamples_are_shortest_and_replay():
             assert replay(verdict.counterexample).ok
 
 
+def test_a_toy_schedulers_counterexamples_replay_on_the_pool_where_faithful_output_breaks():
+    """Every counterexample of the toy scheduler's bugs replays on the KV
+    pool (a step that raised launched nothing); the pool diverges where
+    faithful-output breaks in the model, and only there."""
+    for name, factory in (("pd-consumer-abort", "free_at_abort"), ("pd-producer-lease", "stale_report"),
+                          ("pd-consumer-ahead", "ahead_eager_abort")):
+        for inv, verdict in run(name, factory).verdicts.items():
+            if verdict.counterexample is not None:
+                replayed = api.replay(verdict.counterexample, pool="numpy")
+                first = replayed.pool.first_divergence
+                assert replayed.ok and (first is not None) == (inv == "faithful-output"), (name, inv)
+
+
 def test_lease_breaks_the_remote_reader():
     result = run("pd-producer-lease", "correct")
     assert broken(result) == {"no-use-after-free", "exclusive-write", "faithful-output"}
@@ -121,6 +134,49 @@ def test_an_observer_that_raises_is_an_allocator_error_whatever_the_call_freed()
     result = run("pd-consumer-abort", "host_cached_raises", host_pool=2)
     assert "allocator-error" in broken(result)
     assert "host_cached() after an abort" in result.verdicts["allocator-error"].witness["message"]
+
+
+def test_a_call_that_raised_carries_only_allocator_raised():
+    """What the call had freed before its observer raised is dropped with
+    the after-state: the raised transition's one fact is AllocatorRaised,
+    so no invariant that reads an after-state is handed a fact without one."""
+    scenario = dataclasses.replace(api.as_scenario(SCENARIOS / "pd-consumer-abort.toml"), host_pool=2, expect=(),
+                                   scheduler="toy_schedulers:host_cached_raises", allocator_base=str(HERE))
+    model = SchedulerModel(scenario)
+    seen, todo, raised = set(), [model.init_state()], []
+    while todo:         # every reachable state: the abort that frees two blocks before the observer raises among them
+        for tr in model.successors(todo.pop()):
+            if tr.state is None:
+                raised.append(tr)
+            elif tr.state not in seen:
+                seen.add(tr.state)
+                todo.append(tr.state)
+    assert raised and all([type(f).__name__ for f in tr.facts] == ["AllocatorRaised"] for tr in raised)
+
+
+def test_is_final_reuses_the_schedule_successors_called_and_agrees_without_it(monkeypatch):
+    """is_final after successors(state) takes whether schedule() launched
+    anything from that call; asked first (as a replay may), it calls
+    schedule() itself: the same answer on every reachable state."""
+    scenario = dataclasses.replace(api.as_scenario(SCENARIOS / "pd-producer-lease.toml"), expect=(),
+                                   scheduler="toy_schedulers:correct", allocator_base=str(HERE))
+    model, fresh = SchedulerModel(scenario), SchedulerModel(scenario)
+    calls = []
+    schedule = SchedulerModel._schedule
+    monkeypatch.setattr(SchedulerModel, "_schedule", lambda self, *args: (calls.append(self), schedule(self, *args))[1])
+    seen, todo, finals = set(), [model.init_state()], 0
+    while todo:
+        state = todo.pop()
+        trs = model.successors(state)
+        calls.clear()
+        final = model.is_final(state)
+        assert model not in calls and final == fresh.is_final(state)
+        finals += final
+        for tr in trs:
+            if tr.state is not None and tr.state not in seen:
+                seen.add(tr.state)
+                todo.append(tr.state)
+    assert finals
 
 
 def test_the_json_result_and_the_check_table_name_the_scheduler(tmp_path):

@@ -338,13 +338,14 @@ def _reduce_weakref(ref: "weakref.ReferenceType[Any]") -> tuple[Any, ...]:
     return (weakref.ref, (target,)) if target is not None else (_dead, ())
 
 
-def dumps(obj: Any) -> bytes:
+def dumps(obj: Any, reducers: Optional[dict[type, Callable[[Any], Any]]] = None) -> bytes:
     """Pickle an engine's objects, weak references included (vLLM 0.34's
     blocks hold one to their pool: pickled as a new weak reference to the
-    same, pickled, object), for an adapter's `__reduce__`."""
+    same, pickled, object), for an adapter's `__reduce__`; `reducers`, more
+    entries of the dispatch table (an adapter's objects pickled by reference)."""
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = {**copyreg.dispatch_table, weakref.ReferenceType: _reduce_weakref}
+    pickler.dispatch_table = {**copyreg.dispatch_table, weakref.ReferenceType: _reduce_weakref, **(reducers or {})}
     pickler.dump(obj)
     return buffer.getvalue()
 

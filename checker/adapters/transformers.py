@@ -50,7 +50,7 @@ from typing import Any, Optional
 from cowcheck.adapters import OutOfBlocks
 from cowcheck.adapters.recorded import folder
 from cowcheck.adapters.sources import Fill, SourceError, digest, dumps, installed, load, release, restore
-from cowcheck.adapters.vllm_v1 import Placeholder
+from cowcheck.adapters.vllm_core import Placeholder
 from cowcheck.model.errors import SpecError
 
 #: the environment variable that names a folder of transformers' Python sources

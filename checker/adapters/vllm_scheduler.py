@@ -5,7 +5,7 @@ written for the harness, as an adapter for the scheduler harness
     cowcheck check SCENARIO --scheduler cowcheck.adapters.vllm_v1:scheduler
 
 `vllm/v1/core/sched/` runs unchanged, loaded as the allocator adapter
-loads V1's core (cowcheck.adapters.vllm_v1: `engine`, `_plan`, its
+loads V1's core (cowcheck.adapters.vllm_core: `engine`, `_plan`, its
 `STAND_INS`, and the modules below with theirs), from
 `COWCHECK_VLLM_SOURCE` or an installed vLLM; no torch. The config is a
 small stand-in (`_config`) with what the scheduler reads: one
@@ -53,7 +53,9 @@ before 45357's deferred frees); `offload_eager`, `offload_lazy` and their
 
 States are keyed by the exact pickle of the scheduler (no canonical
 snapshot): vLLM's scheduler keeps counters and queues a snapshot would
-have to list in full.
+have to list in full, and a snapshot would not spare the pickle that
+copies each state. What the scheduler only reads (the config and the
+KVCacheConfig) is shared and pickled by reference (`by_reference`).
 
 One idea, over 500 lines: the stand-ins, the P/D connector and
 SimpleCPUOffload's delegation all exist to run vllm/v1/core/sched/
@@ -63,16 +65,18 @@ others."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import inspect
+import pickle
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from cowcheck.adapters.sources import dumps, restore
-from cowcheck.adapters.vllm_v1 import (STAND_INS, KVCacheEvent, Placeholder, SamplingParams, VllmV1, _ANY, _Real, _StandIn,
-                                      DType, ENV, _call, _cbor_refused, _mods, _request, engine, source)
+from cowcheck.adapters.vllm_core import (STAND_INS, KVCacheEvent, Placeholder, SamplingParams, V1Pool, _ANY, _Real, _StandIn,
+                                        DType, ENV, _cached_keys, _call, _cbor_refused, _mods, _request, engine, source)
 from cowcheck.model.errors import SpecError
 
 REF = "cowcheck.adapters.vllm_v1:scheduler"
@@ -82,9 +86,10 @@ SCHEDULER = ("vllm.v1.core.sched.scheduler", "vllm.v1.core.sched.async_scheduler
              "vllm.v1.core.encoder_cache_manager")
 #: SimpleCPUOffloadScheduler's modules, where the release has them
 OFFLOAD = ("vllm.v1.simple_kv_offload.manager", "vllm.v1.simple_kv_offload.metadata")
-#: the releases whose scheduler this adapter drives (tests/test_adapters_scheduler.py): the newest, and for
-#: each fix of FIXES the last release without it and the first with it
-TESTED = ("0.15.1", "0.16.0", "0.23.0", "0.24.0", "0.33.0", "0.34.0")
+#: the releases whose scheduler this adapter drives (tests/test_adapters_scheduler.py): the newest, for
+#: each fix of FIXES the last release without it and the first with it, and every release between 0.24.0 and 0.34.0
+BETWEEN = ("0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+TESTED = ("0.15.1", "0.16.0", "0.23.0", "0.24.0", *BETWEEN, "0.33.0", "0.34.0")
 
 
 class Fix(NamedTuple):
@@ -217,10 +222,89 @@ def unavailable() -> Optional[str]:
 
 
 def load(source: Optional[str]) -> Any:
-    """V1's core and its scheduler, from `source` (None: the installed vLLM)."""
+    """V1's core and its scheduler, from `source` (None: the installed vLLM);
+    called by every unpickling of a state's scheduler, so what to load is
+    found once per folder (`_modules`)."""
+    return engine(source, _modules(source), STAND_INS_SCHEDULER, REF)
+
+
+@functools.lru_cache(maxsize=64)
+def _modules(source: Optional[str]) -> tuple[str, ...]:
+    """The scheduler's modules and SimpleCPUOffload's where the release has them."""
     has = (lambda m: (Path(source).joinpath(*m.split(".")).with_suffix(".py")).is_file()) if source else \
         (lambda m: importlib.util.find_spec(m.rpartition(".")[0]) is not None)
-    return engine(source, SCHEDULER + tuple(m for m in OFFLOAD if has(m)), STAND_INS_SCHEDULER, REF)
+    return SCHEDULER + tuple(m for m in OFFLOAD if has(m))
+
+
+# -- vLLM's OffloadingConnectorScheduler (vllm/v1/kv_offload/): constructed, not yet driven ------------------
+
+#: OffloadingConnectorScheduler's modules and the real CPUOffloadingManager's (0.34.0's layout), run unchanged;
+#: the LRU policy is imported by name at run time (CachePolicyFactory)
+OFFLOADING = tuple(f"vllm.distributed.kv_transfer.kv_connector.v1.offloading.{m}"
+                   for m in ("scheduler", "common", "config", "events", "metrics")) + \
+    tuple(f"vllm.v1.kv_offload.{m}" for m in ("base", "config", "factory", "cpu.spec", "cpu.manager", "cpu.common",
+                                             "cpu.policies.base", "cpu.policies.factory", "cpu.policies.lru"))
+
+
+class Struct:
+    """msgspec.Struct: the offload events' payload class (events are off)."""
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        return None
+
+    def __init__(self, *args: Any, **fields: Any):
+        self.__dict__.update(fields)
+
+
+class SharedOffloadRegion:
+    """The worker's shared host region: the spec reads its alignment only."""
+    BLOCK_SIZE_ALIGNMENT = 1
+
+
+#: what they import beyond the scheduler's: the worker side (torch, CUDA, triton) as placeholders, msgspec,
+#: typing_extensions' `override` as what it is (the identity), and the connector stats' base class, the release's own
+STAND_INS_OFFLOADING: dict[str, _StandIn] = {
+    **STAND_INS_SCHEDULER,
+    "typing_extensions": _StandIn(dict(override=lambda method: method), _ANY),
+    "msgspec": _StandIn(dict(Struct=Struct)),
+    "vllm.v1.kv_offload.cpu.shared_offload_region": _StandIn(dict(SharedOffloadRegion=SharedOffloadRegion), _ANY),
+    "vllm.v1.kv_offload.cpu.gpu_worker": _PLACES,
+    "vllm.v1.kv_offload.cpu.host_register": _PLACES,
+    "vllm.distributed.kv_transfer.kv_connector.v1.metrics": _StandIn(
+        placeholders=frozenset({"KVConnectorPromMetrics", "KVConnectorPrometheus", "PromMetric", "PromMetricT"})),
+}
+
+
+def load_offloading(source: Optional[str]) -> Any:
+    """`load`, and the OffloadingConnectorScheduler's modules besides."""
+    return engine(source, _modules(source) + OFFLOADING, STAND_INS_OFFLOADING, REF)
+
+
+def offloading_connector_scheduler(pool: int, block_size: int, host_pool: int) -> Any:
+    """vLLM's `OffloadingConnectorScheduler` over the real
+    `CPUOffloadingManager` with `host_pool` chunks of one block, for the
+    scheduler's config of P + 1 blocks: the object an adapter would hand
+    the Scheduler as its connector. Not yet an adapter configuration: its
+    jobs (`build_connector_meta`'s load_jobs and store_jobs) are not yet
+    mapped onto the harness's transfers, nor its completions
+    (`OffloadingWorkerMetadata.completed_jobs`) and chunks onto the reports
+    and host observers (docs/how-to/scheduler-code.md, "Not built yet")."""
+    load_offloading(folder())
+    mods = _mods()
+    conf = mods["vllm.v1.kv_offload.config"]
+    config, kv_config = constants(Shape(pool, block_size, 1, True))[:2]
+    offloading = _call(conf.OffloadingConfig, dict(
+        groups=(conf.OffloadingGroupConfig(tokens_per_block=block_size, layer_names=("layer.0",), group_id=0),),
+        worker_kv_bytes_per_block=1, enable_kv_cache_events=False, engine_id="cowcheck",
+        extra_config={"cpu_bytes_to_use": host_pool},       # one byte a block, one block a chunk: host_pool chunks
+        model=conf.OffloadingModelConfig(name="cowcheck", dtype="float16"),
+        cache=conf.OffloadingCacheConfig(tokens_per_hash=block_size, blocks_per_chunk=1),
+        parallel=conf.OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
+                                               data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
+                                               is_parallelism_agnostic=False)))
+    spec = mods["vllm.v1.kv_offload.cpu.spec"].CPUOffloadingSpec(offloading)
+    scheduler = mods["vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler"]
+    return _call(scheduler.OffloadingConnectorScheduler, dict(spec=spec, vllm_config=config, kv_cache_config=kv_config))
 
 
 @dataclass
@@ -250,8 +334,9 @@ class NoGrammar:
         return True
 
     @staticmethod
-    def should_advance(request: Any) -> bool:
-        """Older releases: whether a request's grammar takes its tokens (none has one)."""
+    def should_advance(request: Any, **tokens: Any) -> bool:
+        """Older releases: whether a request's grammar takes its tokens
+        (none has one; 0.27 passes new_token_ids)."""
         return False
 
 
@@ -273,7 +358,7 @@ class TransferConfig:
 def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Settings:
     long = 1 << 16
     return Settings(
-        model_config=Settings(uses_mrope=False, is_encoder_decoder=False, max_model_len=long, runner_type="generate",
+        model_config=Settings(uses_mrope=False, uses_xdrope=False, is_encoder_decoder=False, max_model_len=long, runner_type="generate",
                               is_diffusion=False, supports_multimodal_inputs=False, return_sampling_mask=False,
                               enable_return_routed_experts=False),
         scheduler_config=Settings(max_num_seqs=16, max_num_active_seqs=None, max_num_scheduled_tokens=None,
@@ -285,7 +370,8 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
                                   async_scheduling=batches > 1, watermark=0.0),
         cache_config=Settings(num_gpu_blocks=blocks, enable_prefix_caching=True, block_size=block_size,
                               mamba_cache_mode="none", enable_mamba_shared_prefix_checkpoint=False,
-                              simple_cpu_offload_num_blocks=None),
+                              enable_mamba_fine_grained_prefix_cache=False,
+                              simple_cpu_offload_num_blocks=None, prefix_cache_retention_interval=None),
         parallel_config=Settings(pipeline_parallel_size=1, world_size=1, data_parallel_size=1, data_parallel_index=0,
                                  decode_context_parallel_size=1, prefill_context_parallel_size=1),
         observability_config=Settings(per_request_spec_decode_metrics="none", kv_cache_metrics=False,
@@ -294,9 +380,73 @@ def _config(blocks: int, block_size: int, batches: int, connector: Any) -> Setti
         kv_transfer_config=TransferConfig(connector),
         lora_config=None, kv_events_config=None, ec_transfer_config=None, speculative_config=None,
         ec_manager_config=_NoEncoderCacheManager(), aux_output_config=Settings(enabled=False), watermark_config=None,
-        is_mm_encoder_only=False, max_concurrent_batches=batches, max_in_flight_tokens=None, num_speculative_tokens=0,
+        is_mm_encoder_only=False, is_encoder_only=False, max_concurrent_batches=batches, max_in_flight_tokens=None, num_speculative_tokens=0,
         num_lookahead_tokens=0, num_prefill_lookahead_tokens=0, num_hash_lookahead_tokens=0,
         use_v2_model_runner=False)
+
+
+# -- what a scheduler only reads: shared, and pickled by reference -------------------
+
+class Shape(NamedTuple):
+    """What the config and the KVCacheConfig of an adapter depend on: P,
+    B, the batches in flight, and whether SimpleCPUOffload needs the KV
+    tensors' layout."""
+    pool: int
+    block_size: int
+    batches: int
+    offload: bool
+
+
+class Constants(NamedTuple):
+    """The config and KVCacheConfig of a Shape, which vLLM's scheduler,
+    KVCacheManager and SimpleCPUOffloadScheduler read and never change
+    after construction; `parts` names each of their objects (the config's
+    parts by attribute), for `by_reference`; `iface`, the loaded
+    kv_cache_interface they were built with."""
+    config: Settings
+    kv_config: Any
+    parts: dict[int, str]
+    iface: types.ModuleType
+
+
+_constants: dict[Shape, Constants] = {}
+
+
+def constants(shape: Shape) -> Constants:
+    """The shape's config and KVCacheConfig, built once per loaded release."""
+    iface = _mods()["vllm.v1.kv_cache_interface"]
+    known = _constants.get(shape)
+    if known is not None and known.iface is iface:
+        return known
+    pool, block_size, batches, offload = shape
+    spec = _call(iface.FullAttentionSpec, dict(block_size=block_size, num_kv_heads=1, head_size=1,
+                                               dtype=DType("float16", 2), use_mla=False))
+    tensors = [_call(iface.KVCacheTensor, dict(size=pool + 1, layers=["layer.0"], shared_by=["layer.0"], layer_stride=0,
+                                               block_stride=1, offset=0))] if offload else []
+    kv_config = _call(iface.KVCacheConfig, dict(num_blocks=pool + 1, kv_cache_tensors=tensors,
+                                                kv_cache_groups=[iface.KVCacheGroupSpec(["layer.0"], spec)]))
+    config = _config(pool + 1, block_size, batches, None)
+    parts = {id(value): name for name, value in vars(config).items() if isinstance(value, (Settings, TransferConfig))}
+    _constants[shape] = Constants(config, kv_config, {**parts, id(config): "config", id(kv_config): "kv_config"}, iface)
+    return _constants[shape]
+
+
+def constant(shape: Shape, name: str) -> Any:
+    """One of a shape's constants, unpickled (built first in a fresh process)."""
+    known = constants(shape)
+    return known.kv_config if name == "kv_config" else known.config if name == "config" else getattr(known.config, name)
+
+
+def by_reference(shape: Shape) -> dict[type, Any]:
+    """Reducers that pickle the shape's constants as a reference (a state's
+    pickle is a third the size: the config is most of a scheduler's);
+    any other object of their types pickles whole."""
+    known = constants(shape)
+
+    def reduce(obj: Any) -> Any:
+        name = known.parts.get(id(obj))
+        return (constant, (shape, name)) if name is not None else obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    return {Settings: reduce, TransferConfig: reduce, type(known.kv_config): reduce}
 
 
 # -- the harness's P/D connector -----------------------------------------------------
@@ -530,13 +680,13 @@ class OffloadConnector(SupportsHMA):
 
 # -- the adapter ------------------------------------------------------------------------
 
-class VllmScheduler(VllmV1):
+class VllmScheduler(V1Pool):
     """vLLM's Scheduler over P + 1 V1 blocks, with PDConnector; the pool's
-    observers and token names are the allocator adapter's (VllmV1), over
+    observers and token names are the allocator adapter's (V1Pool), over
     the scheduler's own KVCacheManager."""
 
     #: states are keyed by the exact pickle (see the module's docstring)
-    snapshot = None  # type: ignore[assignment]
+    snapshot = None
 
     def __init__(self, pool: int, block_size: int, source: Optional[str], *, batches: int = 1, defer: bool = True,
                  offload: Optional[str] = None, host_pool: int = 0):
@@ -545,16 +695,11 @@ class VllmScheduler(VllmV1):
         self.plans_in_flight = batches
         load(source)
         mods = _mods()
-        iface = mods["vllm.v1.kv_cache_interface"]
-        spec = _call(iface.FullAttentionSpec, dict(block_size=block_size, num_kv_heads=1, head_size=1,
-                                                   dtype=DType("float16", 2), use_mla=False))
-        tensors = [_call(iface.KVCacheTensor, dict(size=pool + 1, layers=["layer.0"], shared_by=["layer.0"], layer_stride=0,
-                                                   block_stride=1, offset=0))] if offload else []
-        kv_config = _call(iface.KVCacheConfig, dict(num_blocks=pool + 1, kv_cache_tensors=tensors,
-                                                    kv_cache_groups=[iface.KVCacheGroupSpec(["layer.0"], spec)]))
+        #: the config and KVCacheConfig, shared by every adapter of this shape and pickled by reference
+        self.shape = Shape(pool, block_size, batches, bool(offload))
+        config, kv_config = constants(self.shape)[:2]
         self.H = host_pool
         self.connector: Any = PDConnector(block_size)
-        config = _config(pool + 1, block_size, batches, None)
         if offload:
             # one byte a block: the host pool holds host_pool + 1 blocks (its own null block 0 renumbered away)
             manager = _call(mods["vllm.v1.simple_kv_offload.manager"].SimpleCPUOffloadScheduler, dict(
@@ -562,12 +707,13 @@ class VllmScheduler(VllmV1):
                 scheduler_block_size=block_size, hash_block_size=block_size, lazy_offload=offload == "lazy",
                 num_cpu_blocks=host_pool + 1))
             self.connector = OffloadConnector(manager)
-        config.kv_transfer_config.connector = self.connector
+        config.kv_transfer_config.connector = self.connector      # what KVConnectorFactory hands the scheduler, once
         sched = mods["vllm.v1.core.sched.async_scheduler"].AsyncScheduler if batches > 1 else \
             mods["vllm.v1.core.sched.scheduler"].Scheduler
         self.sched = _construct(sched, mods["vllm.v1.core.sched.scheduler"].Scheduler, dict(vllm_config=config,
                                        kv_cache_config=kv_config, structured_output_manager=NoGrammar(), block_size=block_size,
                                        hash_block_size=block_size, log_stats=False))
+        config.kv_transfer_config.connector = None
         if not defer:
             self.sched.defer_block_free = False
         self.manager = self.sched.kv_cache_manager
@@ -581,17 +727,17 @@ class VllmScheduler(VllmV1):
 
     @property
     def requests(self) -> dict[str, Any]:  # type: ignore[override]
-        """The requests the scheduler holds (VllmV1's observers read these)."""
+        """The requests the scheduler holds (V1Pool's observers read these)."""
         return self.sched.requests
 
     def code(self) -> dict[str, Optional[str]]:
-        """As VllmV1's, but the default folder stays relative to the
+        """As V1Pool's, but the default folder stays relative to the
         checkout (the shipped scenarios' counterexamples name no machine's path)."""
         code = super().code()
         return {**code, "source": str(DEFAULT)} if self.source == str(DEFAULT) else code
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (restore, (load, VllmScheduler, self.source, dumps(self.__dict__)))
+        return (restore, (load, VllmScheduler, self.source, dumps(self.__dict__, by_reference(self.shape))))
 
     # the contract
     def add(self, request: str, tokens: list[str], max_tokens: int, source: Optional[str], sink: Optional[str]) -> None:
@@ -715,11 +861,10 @@ class VllmOffloadScheduler(VllmScheduler):
         return [self.host(b.block_id) for b in self._host_pool().free_block_queue.get_all_free_blocks()]
 
     def host_cached(self) -> dict[int, tuple[str, ...]]:
-        from cowcheck.adapters.vllm_v1 import _cached_keys
         return {self.host(bid): self._key_names(key) for key, bid in _cached_keys(self._host_pool())}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (restore, (load, VllmOffloadScheduler, self.source, dumps(self.__dict__)))
+        return (restore, (load, VllmOffloadScheduler, self.source, dumps(self.__dict__, by_reference(self.shape))))
 
 
 def _construct(cls: Any, base: Any, known: dict[str, Any]) -> Any:

@@ -30,9 +30,9 @@ def _long_walk(seed: int = 0):
 
 
 def replayable(folder) -> list:
-    """The counterexample files in `folder` that the model and the pool
-    both replay: scheduler code's traces replay in the model only (they
-    re-drive the scheduler), so they are left out."""
+    """The counterexample files in `folder` the line measures: scheduler
+    code's traces are left out (their model replay re-drives the
+    scheduler, vLLM loaded and called, which is not replay speed)."""
     from pathlib import Path
 
     from cowcheck.traces.replay import load_replayed

@@ -29,6 +29,7 @@ from cowcheck.engines.results import FORMAT, ExplicitResult
 
 from cowcheck.bench.child import in_child
 from cowcheck.bench.replay import replay_figures, replayable
+from cowcheck.bench.scheduler import SCHEDULER_RUNS, measure_scheduler, row_label
 
 def _transfer_rows() -> dict[str, dict]:
     """DESIGN.md's transfer scenarios S1, S2 and S6 (B = 2, lifo) with one
@@ -368,10 +369,12 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     cache_harness = [row for label in HARNESS_CACHE_SCENARIOS for allocator in HARNESS_CACHE_ALLOCATORS
                      if selected(f"{label} {allocator}", only)
                      if (row := in_child(_measure_cache_harness, (label, allocator))) is not None]
+    scheduler = [row for section, stem, connector in SCHEDULER_RUNS if selected(row_label(section, stem, connector), only)
+                 if (row := in_child(measure_scheduler, (section, stem, connector))) is not None]
     end_to_end = _end_to_end("cow B=4 L=6 4x2") if only is None else None
     replays = replay_figures(traces) if only is None else None
     if as_json:
-        json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "harness": harness, "cache_harness": cache_harness, "end_to_end": end_to_end,
+        json.dump({"format": FORMAT, "explore": rows, "symbolic": symbolic, "harness": harness, "cache_harness": cache_harness, "scheduler": scheduler, "end_to_end": end_to_end,
                    "replay": replays}, sys.stdout, indent=2)
         print()
         return
@@ -413,6 +416,18 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
                 ctable.add_row(r["benchmark"], r["allocator"], f"{r['states']:,}", str(r["seconds"]), f"{r['states_per_second']:,}",
                                f"{bare['seconds']}" + ("" if bare["same"] else " (a different search!)"), ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
         console.print(ctable)
+    if scheduler:
+        stable = Table(title="vLLM's V1 Scheduler through the scheduler harness, each connector (no reduction)",
+                       title_justify="left")
+        for col in ("scenario and connector", "states", "s", "states/s", "CPU s", "where the time goes"):
+            stable.add_column(col, justify="left" if col in ("scenario and connector", "where the time goes") else "right")
+        for r in scheduler:
+            if "skipped" in r:
+                stable.add_row(r["benchmark"], "", "", "", "", f"skipped: {r['skipped']}")
+            else:
+                stable.add_row(r["benchmark"], f"{r['states']:,}", str(r["seconds"]), f"{r['states_per_second']:,}",
+                               str(r["cpu_seconds"]), ", ".join(f"{k} {v:.0%}" for k, v in r["share"].items()))
+        console.print(stable)
     if end_to_end is None or replays is None:
         return
     console.print(f"{end_to_end['benchmark']}: {end_to_end['seconds']} s")

@@ -234,8 +234,6 @@ def uaf_move(model, before, tr, fact):
 
 def uaf_host_freed(model, before, tr, fact):
     """(c) a host block freed while a transfer in flight uses it."""
-    if tr.state is None:        # the call raised: allocator-error judges it, there is no state after
-        return None
     for op in tr.state.queue:
         if type(op) is Move and op.host == fact.host:
             return {"host": fact.host, "message": f"host block h{fact.host} was freed while the {op.kind} of block {op.block} is in flight"}
@@ -244,8 +242,6 @@ def uaf_host_freed(model, before, tr, fact):
 
 def uaf_freed(model, before, tr, fact):
     block, after = fact.block, tr.state
-    if after is None:           # the call raised: allocator-error judges it, there is no state after
-        return None
     B = model.B
     for j, br in enumerate(after.branches):
         if block not in br.working and block not in published_uses(br, B):
@@ -354,7 +350,7 @@ def _key_text(key: tuple) -> str:
 
 def no_stale_key(model, before, tr, fact):
     block = fact.block
-    key = tr.state.blocks[block].key if tr.state is not None else None
+    key = tr.state.blocks[block].key
     if key is None or key in fact.allowed:     # allowed: the new owner's own keys (allocator code)
         return None
     return {"block": block, "key": list(key),

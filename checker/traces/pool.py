@@ -28,12 +28,24 @@ send was launched (the remote reader). A failed transfer reads and writes
 nothing. What a recv carries and what a send expects come from the
 request's own steps (`Sequences`), not from the model's states.
 
+A scheduler trace (scheduler code through the scheduler harness) is
+replayed from what its actions say: each step's kernels (a request's
+position range: its own sequence through the last) and transfers (their
+blocks); a recv's tokens are its prompt's at the entry its table (the
+state after the step) has the block at.
+
 The array module is numpy by default; with CuPy (`--pool cupy`) the same
 replay runs on a GPU, copies on one CUDA stream and kernels on another,
-ordered by events exactly as the trace orders their completions."""
+ordered by events exactly as the trace orders their completions.
+
+One idea, though long: a trace's completions on real memory against a
+reference that shares nothing with the paged replay but the token
+vectors, whatever produced the trace (a protocol file, allocator or
+scheduler code)."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
@@ -42,8 +54,10 @@ import numpy as np
 
 from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
-from cowcheck.model.action import DEVICE, Action
+from cowcheck.model.action import DEVICE, ENGINE, Action
 
+#: a scheduler step's transfer as the harness names it in the step's binds
+_LAUNCH = re.compile(r"^(?P<kind>\w+) .* \((?P<request>[^,]+), block (?P<block>\d+)(?:, host \d+)?\)$")
 HEAD_DIM = 16
 SEED = 20261129
 TOLERANCE = 1e-5  # identical reads give bitwise-identical outputs on numpy; GPU rounding stays far below
@@ -346,6 +360,11 @@ class Sequences:
         self.recvs: dict[tuple[str, int], list[tuple[str, ...]]] = {}
         #: (branch, table entry) -> each send's first position and the tokens it must read, in launch order
         self.sends: dict[tuple[str, int], list[tuple[int, tuple[str, ...]]]] = {}
+        #: scheduler code: each request's whole sequence (its prompt, then its own tokens), how far its
+        #: scheduled kernels reach, and (request, block) -> that reach at each send's launch, in launch order
+        self.whole = {names[i]: scenario.prompt_of(i) + scenario.own_tokens(i) for i in range(len(names))}
+        self.reach = dict.fromkeys(names, 0)
+        self.launched: dict[tuple[str, int], list[int]] = {}
 
     def apply(self, action: Action) -> None:
         """Follow one branch action (device completions change no sequence).
@@ -371,6 +390,39 @@ class Sequences:
         elif action.step in ("touch-hits", "alloc-prompt", "recv", "send"):
             self._transfer_step(who, action.step, binds)
 
+    def schedule(self, binds: dict, after: Optional[dict]) -> None:
+        """A scheduler's step (docs/semantics.md#scheduler-harness), from
+        its plan as the action gives it: each kernel computes its request's
+        positions first..last (its sequence then: the request's own, to
+        last); a recv into a block carries the request's prompt tokens of
+        the entry its table (`after`: the state the step leads to) has the
+        block at; a send's tokens are read at its completion, through the
+        positions the request's kernels reached at the launch."""
+        for kernel in binds.get("kernels", ()):
+            who, _, span = str(kernel).rpartition(" ")
+            last = int(span.partition("..")[2])
+            self.kernel[who, self.whole[who][last]] = self.whole[who][:last + 1]
+            self.reach[who] = max(self.reach[who], last + 1)
+        B = self.block_size
+        for launched in binds.get("transfers", ()):
+            found = _LAUNCH.match(str(launched))
+            assert found is not None, f"a scheduler step's transfer {launched!r} is not in the harness's form"
+            kind, who, block = found["kind"], found["request"], int(found["block"])
+            if kind == "recv":
+                assert after is not None, "a scheduler trace's recv needs the state after its step"
+                entry = list(after["branches"][who]["working"]).index(block)
+                self.recvs.setdefault((who, block), []).append(self.prompts[who][entry * B:entry * B + B])
+            elif kind == "send":
+                self.launched.setdefault((who, block), []).append(self.reach[who])
+
+    def sent(self, who: str, block: int, entry: int) -> tuple[int, tuple[str, ...]]:
+        """What a send of entry `entry` of request `who`'s table must read:
+        its first position and tokens, from the request's own steps."""
+        if self.sends.get((who, entry)):
+            return self.sends[who, entry].pop(0)
+        reach, B = self.launched[who, block].pop(0), self.block_size
+        return entry * B, self.whole[who][entry * B:min(entry * B + B, reach)]
+
     def _transfer_step(self, who: str, step: str, binds: dict) -> None:
         """What a request's recvs carry and its sends expect, from its own
         steps: a recv into a block of its table carries the prompt's tokens
@@ -393,13 +445,15 @@ class Sequences:
 
 
 def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy", head_dim: int = HEAD_DIM,
-                   initial: Optional[dict] = None) -> PoolReplay:
+                   initial: Optional[dict] = None, states: Optional[list[Optional[dict]]] = None) -> PoolReplay:
     """Apply a trace's device completions (and check-output reads) to a real
     pool and compare each with the reference: a kernel's with its
     remembered sequence, a check-output's with the branch's sequence then,
     a send's with its producer's sequence at the send's launch.
     `initial`: the trace's initial state (JSON), where the prompt's tokens
-    lie (default: blocks 0, 1, ... in order, as the protocol model puts them)."""
+    lie (default: blocks 0, 1, ... in order, as the protocol model puts them).
+    `states`: the state after each action (JSON), which a scheduler
+    trace's recvs need (the table a recv's block is an entry of)."""
     xp = array_module(pool)
     space = TokenSpace(scenario, head_dim)
     memory = Pool(xp, scenario, space, initial)
@@ -407,7 +461,10 @@ def replay_on_pool(scenario: Scenario, actions: list[Action], pool: str = "numpy
     result = PoolReplay(pool, head_dim)
     for step, action in enumerate(actions, 1):
         binds: dict[str, Any] = dict(action.binds)
-        if action.actor != DEVICE:
+        if action.actor == ENGINE and action.step == "schedule":
+            if "raised" not in binds and "table" not in binds:      # a step that raised or missed its table launched nothing
+                sequences.schedule(binds, states[step - 1] if states is not None else None)
+        elif action.actor != DEVICE:
             sequences.apply(action)
         if action.actor == DEVICE and action.op == "copy-complete":
             memory.copy(binds["src"], binds["dst"], binds["n"])
@@ -439,7 +496,7 @@ def _transfer(memory: Pool, sequences: Sequences, binds: dict, ok: bool) -> Opti
         if ok:
             memory.recv(block, tokens)
     elif kind == "send":
-        first, tokens = sequences.sends[branch, binds["index"]].pop(0)
+        first, tokens = sequences.sent(branch, block, binds["index"])
         if ok:
             return first, tokens, memory.send(block, len(tokens))
     elif ok and kind == "store":

@@ -42,11 +42,8 @@ def decoded_on_pool(cx: trace.Counterexample) -> dict:
     """The trace replayed by the concrete executor on a numpy KV pool, in the
     form of stepper_html's `decoded` hook: {step: {branch, pos, decoded,
     expected, diverged, max_diff}} for every kernel (and check-output that
-    found a wrong position). Scheduler code: none (its trace replays in
-    the model only, as `cowcheck.replay` says)."""
-    if cx.scenario.scheduler is not None:
-        return {}
-    replayed = replay_on_pool(cx.scenario, cx.actions, "numpy", initial=cx.initial)
+    found a wrong position)."""
+    replayed = replay_on_pool(cx.scenario, cx.actions, "numpy", initial=cx.initial, states=cx.states)
     return {k.step: {"branch": k.branch, "pos": k.pos if k.position is None else k.position, "kind": k.kind,
                      "decoded": k.decoded, "expected": k.expected, "diverged": k.diverged, "max_diff": round(k.max_diff, 4)}
             for k in replayed.kernels if k.decoded is not None}

@@ -4,16 +4,28 @@ and transformers (pip install "cowcheck[engine]")."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from cowcheck.cli import main
 from cowcheck.enginetest import INSTALL, missing
 from cowcheck.enginetest.scenario import load
 
-SPECS = Path(__file__).resolve().parent.parent / "specs" / "engine"
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs" / "engine"
+#: the committed engine counterexamples (cowcheck engine-test specs/engine/*.toml)
+COMMITTED = sorted((ROOT / "counterexamples" / "engine").glob("*.json"))
+#: hides torch from a child process, then runs the command line on sys.argv[1:]
+WITHOUT_TORCH = ("import sys, importlib.util as u; real = u.find_spec; "
+                 "u.find_spec = lambda n, *a: None if n == 'torch' else real(n, *a); "
+                 "from cowcheck.cli import run; sys.argv = ['cowcheck', *sys.argv[1:]]; run()")
 
 
 def test_scenarios_parse() -> None:
@@ -38,27 +50,90 @@ def harness():
     return make()
 
 
+_explored: dict[str, Any] = {}
+
+
+def explored(harness, name: str) -> Any:
+    """The shipped scenario's exploration, once per module, its source
+    recorded relative to the checkout as the committed files have it."""
+    from cowcheck.enginetest.explore import explore
+    if name not in _explored:
+        sc = dataclasses.replace(load(SPECS / f"{name}.toml"), source=f"specs/engine/{name}.toml")
+        _explored[name] = explore(sc, harness)
+    return _explored[name]
+
+
 @pytest.mark.parametrize("name", sorted(p.stem for p in SPECS.glob("*.toml")))
 def test_shipped_scenario_meets_expect(harness, name: str) -> None:
-    from cowcheck.enginetest.explore import explore
-    sc = load(SPECS / f"{name}.toml")
-    result = explore(sc, harness)
+    result = explored(harness, name)
+    sc = result.scenario
     assert result.violated() == set(sc.expect or ()), result.to_json()
     assert result.schedules >= 1 and 1 <= result.distinct <= result.schedules
 
 
-def test_in_flight_cancel_counterexample_has_the_traceback(harness) -> None:
-    from cowcheck.enginetest.explore import explore
-    result = explore(load(SPECS / "fork-cancel-in-flight.toml"), harness)
+def test_in_flight_cancel_counterexample_is_the_committed_one(harness) -> None:
+    """The real bug's shortest schedule, with the engine's traceback and its
+    tables per step, rewrites the committed file byte for byte."""
+    from cowcheck.enginetest.explore import write_counterexamples
+    result = explored(harness, "fork-cancel-in-flight")
     cx = result.counterexample("allocator-error")
-    assert "in-flight" in " ".join(cx["schedule"]) and "mark_complete_blocks" in cx["traceback"]
-    assert cx["steps"] and "tables" in cx["steps"][0]
+    assert "in-flight" in " ".join(cx["schedule"]["events"])
+    assert any("mark_complete_blocks" in frame for frame in cx["witness"]["traceback"])
+    assert cx["steps"] and "tables" in cx["steps"][0] and cx["engine"]["transformers"]
+    out = ROOT / "build" / "engine-cx"
+    written = write_counterexamples(result, out)
+    committed = ROOT / "counterexamples" / "engine" / "fork-cancel-in-flight.allocator-error.json"
+    if cx["engine"]["transformers"] == json.loads(committed.read_text())["engine"]["transformers"]:
+        assert Path(written["allocator-error"]).read_text() == committed.read_text()
+
+
+def test_results_in_check_json_shape(harness) -> None:
+    """engine-test --json: a list of results that check.schema.json accepts."""
+    from jsonschema import Draft202012Validator
+    from cowcheck.enginetest.explore import explore
+    from cowcheck.schemas import load as schema
+    rows = [explore(load(SPECS / "fork-cancel-in-flight.toml"), harness, max_schedules=3).to_json({"allocator-error": "x.json"})]
+    errors = [e.message for e in Draft202012Validator(schema("check")).iter_errors(rows)]
+    assert not errors, errors
+    assert rows[0]["engine"] == "engine-test" and rows[0]["stopped"] == "--max-schedules 3" and not rows[0]["complete"]
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
+def test_committed_counterexample_replays_in_the_engine(harness, path: Path) -> None:
+    from cowcheck.enginetest.trace import load as load_trace, replay
+    done = replay(load_trace(path), harness)
+    assert done.ok, done.message
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
+def test_explain_and_html_read_engine_counterexamples_without_torch(path: Path, tmp_path: Path) -> None:
+    """No torch needed to read one: explain narrates the engine's steps and
+    tables, html draws them."""
+    told = CliRunner().invoke(main, ["explain", str(path)])
+    data = json.loads(path.read_text())
+    assert told.exit_code == 0, told.output
+    assert data["witness"]["message"] in told.output and "tables" in told.output
+    page = tmp_path / "p.html"
+    drawn = CliRunner().invoke(main, ["html", str(path), "-o", str(page)])
+    assert drawn.exit_code == 0, drawn.output
+    text = page.read_text()
+    assert "cowcheck-data" in text and f"transformers {data['engine']['transformers']}" in text
+    assert '"tables":' in text and "engine step" in text
+
+
+def test_replay_without_the_extra_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, "replay", str(COMMITTED[0])], capture_output=True, text=True)
+    assert done.returncode == 2 and INSTALL in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_check_reader_names_the_engine_file() -> None:
+    """graph (a check's trace reader) refuses an engine file in one line."""
+    done = CliRunner().invoke(main, ["graph", str(COMMITTED[0]), "-o", "x.svg"])
+    assert done.exit_code == 2 and "engine-test counterexample" in done.output
 
 
 def test_command_without_the_extra_is_one_line(tmp_path: Path) -> None:
     """With torch hidden, the command says what to install, exit 2."""
-    code = ("import sys, importlib.util as u; real = u.find_spec; "
-            "u.find_spec = lambda n, *a: None if n == 'torch' else real(n, *a); "
-            "from cowcheck.cli import run; sys.argv = ['cowcheck', 'engine-test', sys.argv[1]]; run()")
-    done = subprocess.run([sys.executable, "-c", code, str(SPECS / "full-prompt.toml")], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, "engine-test", str(SPECS / "full-prompt.toml")],
+                          capture_output=True, text=True)
     assert done.returncode == 2 and INSTALL in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -25,6 +25,10 @@ SEED = 0
 #: the attention the engine runs (continuous batching pages it; "paged|eager" also works); the reference
 #: runs "eager" without a cache
 ATTENTION = "sdpa"
+#: how the mode decodes, as its counterexamples record it: greedy forks
+#: would be identical siblings, which no missing copy could tell apart
+SAMPLING = ("greedy without forks; with forks, sampling at temperature 1 (no top-k, no top-p) from the engine's "
+            f"generator, seeded with {SEED} at each run, so branches diverge, the same way on every run")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from cowcheck.enginetest.engine import SEED
+from cowcheck.enginetest.engine import SEED, build_model, modules
 from cowcheck.enginetest.scenario import EngineScenario
 from cowcheck.enginetest.shadow import Shadow, Violation, allocator_of, snapshot
 
@@ -82,14 +82,23 @@ class Harness:
         return float(self.lmemo[key][at, token])
 
 
+def harness() -> Harness:
+    """The engine's model and the reference, from the transformers
+    engine.modules() picks."""
+    torch, transformers, _ = modules()
+    return Harness(torch, transformers, build_model(torch, transformers), build_model(torch, transformers, "eager"))
+
+
 def _manager(h: Harness, sc: EngineScenario) -> Any:
     forks = sc.num_return_sequences > 1
     gen = h.transformers.GenerationConfig(max_new_tokens=sc.max_new_tokens, do_sample=forks, eos_token_id=-1,
                                           num_return_sequences=sc.num_return_sequences,
                                           **({"top_k": None, "top_p": None, "temperature": 1.0} if forks else {}))
-    cb = h.transformers.ContinuousBatchingConfig(num_blocks=sc.pool, block_size=sc.block_size, use_async_batching=False,
-                                                 allow_block_sharing=True, use_cuda_graph=False, max_batch_tokens=256, seed=SEED, return_logprobs=True,
-                                                 auto_switch_to_flash=False)
+    config = h.transformers.ContinuousBatchingConfig
+    # releases that know `page_size` warn at every run that `block_size` is deprecated
+    page = "page_size" if "page_size" in getattr(config, "__dataclass_fields__", {}) else "block_size"
+    cb = config(num_blocks=sc.pool, **{page: sc.block_size}, use_async_batching=False, allow_block_sharing=True,
+                use_cuda_graph=False, max_batch_tokens=256, seed=SEED, return_logprobs=True, auto_switch_to_flash=False)
     return h.model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
 
 
@@ -123,22 +132,27 @@ def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
     step = 0
     try:
         for step in range(sc.max_steps):
+            events = []
             for name, r in list(waiting.items()):
                 base = 0 if r.after is None else finished_at.get(r.after)
                 if base is not None and step >= base + submits.get(name, 0):
                     manager.add_request(list(r.prompt), request_id=name, max_new_tokens=sc.max_new_tokens)
+                    events.append(f"submit {name}")
                     del waiting[name]
+            cancels = [(rid, p) for rid, s, p in schedule.cancels if s == step]
+            events += [f"cancel {rid} {p}" for rid, p in cancels]
             if not bp.prepare_next_batch():
                 if not waiting and not bp.has_pending_requests():
                     break
-                out.steps.append({"step": step, "batch": [], **snapshot(cache)})
+                out.steps.append({"step": step, "events": events, "batch": [], **snapshot(cache)})
                 continue
             batch = list(bp.inputs_and_outputs.requests_in_batch)
             trace.append(tuple((f.state.request_id, f.query_length) for f in batch))
-            out.steps.append({"step": step, "batch": [[f.state.request_id, f.query_length] for f in batch], **snapshot(cache)})
+            out.steps.append({"step": step, "events": events,
+                              "batch": [[f.state.request_id, f.query_length] for f in batch], **snapshot(cache)})
             shadow.forward(cache, batch, step)
             manager._generation_step()
-            flights = [r for r, s, p in schedule.cancels if s == step and p == IN_FLIGHT]
+            flights = [rid for rid, p in cancels if p == IN_FLIGHT]
             if flights:
                 for rid in flights:
                     manager.cancel_request(rid)
@@ -147,20 +161,36 @@ def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
             bp.update_batch()
             for rid in out.outputs:
                 finished_at.setdefault(rid, step + 1)
-            for rid, s, p in schedule.cancels:
-                if s == step and p == AFTER_UPDATE:
+            for rid, p in cancels:
+                if p == AFTER_UPDATE:
                     manager.cancel_request(rid)
             shadow.ledger(cache, step)
         else:
             step = sc.max_steps
         if not waiting and not bp.has_pending_requests():
             shadow.end(cache, sc.pool, step)
-    except Exception:
+    except Exception as error:
         out.error = traceback.format_exc()
-        shadow.violations.append(Violation("allocator-error", step, out.error.strip().splitlines()[-1]))
+        last = out.error.strip().splitlines()[-1]
+        shadow.violations.append(Violation("allocator-error", step, last,
+                                           {"error": last, "traceback": engine_frames(error)}))
     _outputs(h, sc, out, step)
     out.fingerprint = (tuple(trace), tuple(sorted((k, tuple(v)) for k, v in out.outputs.items())))
     return out
+
+
+def engine_frames(error: BaseException) -> list[str]:
+    """The engine's own frames of a traceback (transformers', not torch's
+    or cowcheck's), innermost six at most, outermost first, as
+    `transformers/path.py:line in function: code`: relative to the package's
+    folder, so a file regenerates byte for byte on any machine."""
+    frames = []
+    for f in traceback.extract_tb(error.__traceback__):
+        parts = f.filename.replace("\\", "/").split("/")
+        if "transformers" in parts:
+            where = "/".join(parts[len(parts) - 1 - parts[::-1].index("transformers"):])
+            frames.append(f"{where}:{f.lineno} in {f.name}: {(f.line or '').strip()}")
+    return frames[-6:]
 
 
 def _outputs(h: Harness, sc: EngineScenario, out: Outcome, step: int) -> None:
@@ -181,10 +211,13 @@ def _outputs(h: Harness, sc: EngineScenario, out: Outcome, step: int) -> None:
                 want = h.logprob(tokens, at, token)
                 wrong = abs(want - logprobs[i]) > LOGPROB_TOLERANCE
                 why = f"log-probability {logprobs[i]:.5f}; a forward without cache gives {want:.5f}"
+                facts: dict[str, Any] = {"logprob": round(logprobs[i], 5), "reference_logprob": round(want, 5)}
             else:
                 wrong = token not in h.best(tokens)[at]
                 why = f"{token}; a forward without cache gives {h.best(tokens)[at]}"
+                facts = {"reference": h.best(tokens)[at]}
             if wrong:
                 if all(v.invariant != "faithful-output" for v in out.violations):
-                    out.violations.append(Violation("faithful-output", step, f"{rid}'s token {i} is {why}"))
+                    out.violations.append(Violation("faithful-output", step, f"{rid}'s token {i} is {why}",
+                                                    {"request": rid, "token_index": i, "token": token, **facts}))
                 break

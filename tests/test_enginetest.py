@@ -98,6 +98,38 @@ def test_results_in_check_json_shape(harness) -> None:
     assert rows[0]["engine"] == "engine-test" and rows[0]["stopped"] == "--max-schedules 3" and not rows[0]["complete"]
 
 
+FORKS = sorted(p.stem for p in SPECS.glob("*.toml") if load(p).num_return_sequences > 1)
+
+
+@pytest.mark.parametrize("name", FORKS)
+def test_forked_siblings_diverge(harness, name: str) -> None:
+    """Seeded sampling: a fork's siblings differ from their first token, so a
+    missing copy could not hide behind an identical sibling; and the same
+    schedule gives the same tokens again."""
+    from cowcheck.enginetest.run import Schedule, run
+    sc = load(SPECS / f"{name}.toml")
+    plain = Schedule(tuple((r.name, 0) for r in sc.requests), ())
+    outputs = run(harness, sc, plain).outputs
+    for r in sc.requests:
+        firsts = [outputs[rid][0] for rid in outputs if rid.split("__child#")[0] == r.name]
+        assert len(firsts) == sc.num_return_sequences and len(set(firsts)) == len(firsts), outputs
+    assert run(harness, sc, plain).outputs == outputs
+
+
+def test_a_missing_fork_copy_shows_in_the_output(harness, monkeypatch) -> None:
+    """Planted: the fork's tail copy skipped (the engine's copy a no-op, the
+    shadow told it happened). The child's log-probabilities then disagree
+    with the reference forward without a cache: faithful-output."""
+    from cowcheck.enginetest.run import Schedule, run
+    cache = sys.modules["transformers.generation.continuous_batching.cache"].PagedAttentionCache
+    monkeypatch.setattr(cache, "perform_cache_copy", lambda self, pairs: None)
+    sc = load(SPECS / "fork-cancel-in-flight.toml")
+    found = {v.invariant: v for v in run(harness, sc, Schedule((("a", 0),), ())).violations}
+    assert set(found) == {"faithful-output"}
+    facts = found["faithful-output"].facts
+    assert facts["request"] == "a__child#0" and abs(facts["logprob"] - facts["reference_logprob"]) > 1e-3
+
+
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
 def test_committed_counterexample_replays_in_the_engine(harness, path: Path) -> None:
     from cowcheck.enginetest.trace import load as load_trace, replay

@@ -60,7 +60,7 @@ class Harness:
     def __init__(self, torch: Any, transformers: Any, model: Any, reference: Any):
         self.torch, self.transformers, self.model, self.reference = torch, transformers, model, reference
         self.memo: dict[tuple[int, ...], list[list[int]]] = {}
-        self.lmemo: dict[tuple[tuple[int, ...], int], Any] = {}
+        self.lmemo: dict[tuple[int, ...], Any] = {}
 
     def best(self, tokens: tuple[int, ...]) -> list[list[int]]:
         """For every position, the token ids of maximal logit of one full
@@ -75,11 +75,10 @@ class Harness:
     def logprob(self, tokens: tuple[int, ...], at: int, token: int) -> float:
         """The log-probability of `token` after tokens[:at + 1], from one full
         forward without a cache."""
-        key = (tokens, -1)
-        if key not in self.lmemo:
+        if tokens not in self.lmemo:
             with self.torch.no_grad():
-                self.lmemo[key] = self.torch.log_softmax(self.reference(self.torch.tensor([list(tokens)])).logits[0], -1)
-        return float(self.lmemo[key][at, token])
+                self.lmemo[tokens] = self.torch.log_softmax(self.reference(self.torch.tensor([list(tokens)])).logits[0], -1)
+        return float(self.lmemo[tokens][at, token])
 
 
 def harness() -> Harness:
@@ -207,7 +206,9 @@ def _outputs(h: Harness, sc: EngineScenario, out: Outcome, step: int) -> None:
         logprobs = out.logprobs.get(rid, [])
         for i, token in enumerate(generated):
             at = len(prompt) - 1 + i
-            if sc.num_return_sequences > 1 and i < len(logprobs):
+            if sc.num_return_sequences > 1:
+                if i >= len(logprobs):       # a sampled token without its log-probability cannot be judged
+                    break
                 want = h.logprob(tokens, at, token)
                 wrong = abs(want - logprobs[i]) > LOGPROB_TOLERANCE
                 why = f"log-probability {logprobs[i]:.5f}; a forward without cache gives {want:.5f}"

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 from cowcheck.enginetest import engine, trace
 from cowcheck.enginetest.run import AFTER_UPDATE, IN_FLIGHT, Harness, Outcome, Schedule, harness, run
-from cowcheck.enginetest.scenario import INVARIANTS, EngineScenario
+from cowcheck.enginetest.scenario import INVARIANTS, EngineScenario, expect_lines
 from cowcheck.enginetest.shadow import Violation
 
 MAX_SCHEDULES = 1000
@@ -71,7 +71,7 @@ class EngineResult:
                                         {"schedule": {"events": v.schedule.events(), "step": v.step, "message": v.detail}})}
         kinds = {trace.invariant_kind(i) for i in self.violated()}
         summary = ("unsafe" if "harm" in kinds else "safe but undisciplined" if kinds else "safe and disciplined")
-        expect = sorted(f"violates {i}" for i in self.scenario.expect) if self.scenario.expect is not None else []
+        expect = expect_lines(self.scenario.expect) if self.scenario.expect is not None else []
         failures = [f"{i} holds, expected violated" for i in sorted((self.scenario.expect or set()) - self.violated())]
         failures += [f"{i} is violated, not expected" for i in sorted(self.violated() - set(self.scenario.expect or ()))
                      if self.scenario.expect is not None]

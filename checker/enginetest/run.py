@@ -81,11 +81,18 @@ class Harness:
         return float(self.lmemo[tokens][at, token])
 
 
+_harnesses: dict[Optional[str], Harness] = {}
+
+
 def harness() -> Harness:
     """The engine's model and the reference, from the transformers
-    engine.modules() picks."""
-    torch, transformers, _ = modules()
-    return Harness(torch, transformers, build_model(torch, transformers), build_model(torch, transformers, "eager"))
+    engine.modules() picks; built once per source tree in a process (the
+    models hold no state between runs, and building them takes seconds)."""
+    torch, transformers, release = modules()
+    if release.source not in _harnesses:
+        _harnesses[release.source] = Harness(torch, transformers, build_model(torch, transformers),
+                                             build_model(torch, transformers, "eager"))
+    return _harnesses[release.source]
 
 
 def _manager(h: Harness, sc: EngineScenario) -> Any:

@@ -176,3 +176,21 @@ def test_command_without_the_extra_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, "engine-test", str(SPECS / "full-prompt.toml")],
                           capture_output=True, text=True)
     assert done.returncode == 2 and INSTALL in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_bench_rows_skip_in_one_line_without_the_extra() -> None:
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, "bench", "--engine-test", "--json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["rows"] == [] and INSTALL in report["skipped"]
+
+
+def test_bench_rows_say_where_the_time_goes(harness) -> None:
+    """One row (the measuring, not its speed): every schedule of the
+    scenario, the shares of a run's time add up to one."""
+    from cowcheck.bench.enginetest import ROWS, measure
+    row = measure(*ROWS[1])
+    assert row["schedules"] >= 1 and row["schedules_per_second"] > 0
+    assert set(row["share"]) >= {"model forward", "monitor", "reference"}
+    assert abs(sum(row["share"].values()) - 1) < 0.01

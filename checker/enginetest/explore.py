@@ -105,8 +105,8 @@ def schedules(sc: EngineScenario, steps: int) -> list[Schedule]:
 
 def explore(sc: EngineScenario, h: Optional[Harness] = None, max_schedules: int = MAX_SCHEDULES,
             progress: Optional[Callable[[int, int], None]] = None) -> EngineResult:
-    start = time.monotonic()
     h = h or harness()
+    start = time.monotonic()      # the exploration's time, not the import and the model's building
     _, _, release = engine.modules()
     base = run(h, sc, Schedule(tuple((r.name, 0) for r in sc.requests), ()))
     every = schedules(sc, max(1, len(base.steps)))

@@ -15,9 +15,13 @@ order is all the engine mode can show of asynchrony."""
 
 from __future__ import annotations
 
+import gc
+import time
 import traceback
+from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from cowcheck.enginetest.engine import SEED, build_model, modules
 from cowcheck.enginetest.scenario import EngineScenario
@@ -61,6 +65,20 @@ class Harness:
         self.torch, self.transformers, self.model, self.reference = torch, transformers, model, reference
         self.memo: dict[tuple[int, ...], list[list[int]]] = {}
         self.lmemo: dict[tuple[int, ...], Any] = {}
+        #: seconds spent per part of the runs (`run`: all of them; `setup`:
+        #: the engine's manager and batch processor, new for each schedule;
+        #: `forward`: the model's forwards in the engine; `monitor`: the
+        #: shadow and the snapshots; `reference`: the forwards without a
+        #: cache), for bench
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def timed(self, part: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[part] += time.perf_counter() - start
 
     def best(self, tokens: tuple[int, ...]) -> list[list[int]]:
         """For every position, the token ids of maximal logit of one full
@@ -84,14 +102,18 @@ class Harness:
 _harnesses: dict[Optional[str], Harness] = {}
 
 
-def harness() -> Harness:
+def harness(fresh: bool = False) -> Harness:
     """The engine's model and the reference, from the transformers
     engine.modules() picks; built once per source tree in a process (the
-    models hold no state between runs, and building them takes seconds)."""
+    models hold no state between runs, and building them takes seconds),
+    or, `fresh`, anew (no reference memoized yet: bench)."""
     torch, transformers, release = modules()
-    if release.source not in _harnesses:
+    if fresh or release.source not in _harnesses:
         _harnesses[release.source] = Harness(torch, transformers, build_model(torch, transformers),
                                              build_model(torch, transformers, "eager"))
+        # The engine's batch processor runs gc.collect() when it is deleted, once per schedule; over
+        # torch's and transformers' objects that was 90 % of a run. Frozen, the collector skips them.
+        gc.freeze()
     return _harnesses[release.source]
 
 
@@ -111,9 +133,15 @@ def _manager(h: Harness, sc: EngineScenario) -> Any:
 def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
     """Run the schedule; the violations found, the engine's state per step,
     the outputs and (an engine exception) its traceback."""
-    manager = _manager(h, sc)
-    bp = manager._create_batch_processor()
-    manager.batch_processor = bp
+    with h.timed("run"):
+        return _run(h, sc, schedule)
+
+
+def _run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
+    with h.timed("setup"):
+        manager = _manager(h, sc)
+        bp = manager._create_batch_processor()
+        manager.batch_processor = bp
     cache = bp.cache
     shadow = Shadow(sc.block_size)
     out = Outcome(shadow.violations)
@@ -154,10 +182,12 @@ def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
                 continue
             batch = list(bp.inputs_and_outputs.requests_in_batch)
             trace.append(tuple((f.state.request_id, f.query_length) for f in batch))
-            out.steps.append({"step": step, "events": events,
-                              "batch": [[f.state.request_id, f.query_length] for f in batch], **snapshot(cache)})
-            shadow.forward(cache, batch, step)
-            manager._generation_step()
+            with h.timed("monitor"):
+                out.steps.append({"step": step, "events": events,
+                                  "batch": [[f.state.request_id, f.query_length] for f in batch], **snapshot(cache)})
+                shadow.forward(cache, batch, step)
+            with h.timed("forward"):
+                manager._generation_step()
             flights = [rid for rid, p in cancels if p == IN_FLIGHT]
             if flights:
                 for rid in flights:
@@ -170,7 +200,8 @@ def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
             for rid, p in cancels:
                 if p == AFTER_UPDATE:
                     manager.cancel_request(rid)
-            shadow.ledger(cache, step)
+            with h.timed("monitor"):
+                shadow.ledger(cache, step)
         else:
             step = sc.max_steps
         if not waiting and not bp.has_pending_requests():
@@ -180,7 +211,8 @@ def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
         last = out.error.strip().splitlines()[-1]
         shadow.violations.append(Violation("allocator-error", step, last,
                                            {"error": last, "traceback": engine_frames(error)}))
-    _outputs(h, sc, out, step)
+    with h.timed("reference"):
+        _outputs(h, sc, out, step)
     out.fingerprint = (tuple(trace), tuple(sorted((k, tuple(v)) for k, v in out.outputs.items())))
     return out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -194,3 +195,36 @@ def test_bench_rows_say_where_the_time_goes(harness) -> None:
     assert row["schedules"] >= 1 and row["schedules_per_second"] > 0
     assert set(row["share"]) >= {"model forward", "monitor", "reference"}
     assert abs(sum(row["share"].values()) - 1) < 0.01
+
+
+#: the oldest release the mode runs (the first with cache_allocators/), as CI fetches it
+OLDEST = ROOT / "build" / "engines" / "transformers-5.18.0"
+
+
+@pytest.mark.slow
+def test_a_source_tree_runs_and_is_recorded(tmp_path: Path) -> None:
+    """COWCHECK_TRANSFORMERS_SOURCE: the oldest release's tree is what runs
+    (in a fresh process: torch stays, transformers comes from the tree);
+    every shipped scenario meets its expect there, each result and
+    counterexample records the tree, and the counterexamples are the
+    committed ones of that release (the tree's path apart)."""
+    pytest.importorskip("torch", reason=f"the engine-test mode needs torch: {INSTALL}")
+    if not (OLDEST / "transformers").is_dir():
+        pytest.skip(f"no {OLDEST.relative_to(ROOT)} (CI fetches the transformers trees)")
+    env = {**os.environ, "COWCHECK_TRANSFORMERS_SOURCE": str(OLDEST)}
+    names = [f"specs/engine/{p.name}" for p in sorted(SPECS.glob("*.toml"))]
+    done = subprocess.run([sys.executable, "-m", "cowcheck", "engine-test", *names, "--json", str(tmp_path / "r.json"),
+                           "--out", str(tmp_path / "cx")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    tree = str(OLDEST.resolve())
+    assert f"transformers 5.18.0 from {tree}" in done.stdout
+    for row in json.loads((tmp_path / "r.json").read_text()):
+        assert row["release"]["source"] == tree and row["release"]["transformers"] == "5.18.0" and row["expect_met"]
+    committed = ROOT / "counterexamples" / "engine" / "transformers-5.18.0"
+    written = sorted((tmp_path / "cx").glob("*.json"))
+    assert [p.name for p in written] == sorted(p.name for p in committed.glob("*.json"))
+    for path in written:
+        data = json.loads(path.read_text())
+        assert data["engine"]["source"] == tree
+        data["engine"]["source"] = None
+        assert data == json.loads((committed / path.name).read_text()), path.name

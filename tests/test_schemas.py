@@ -26,7 +26,7 @@ from cowcheck.schemas import NAMES, load
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = sorted((ROOT / "counterexamples").glob("*.json"))
 #: the engine test's (cowcheck engine-test), beside specs/engine
-COMMITTED_ENGINE = sorted((ROOT / "counterexamples" / "engine").glob("*.json"))
+COMMITTED_ENGINE = sorted((ROOT / "counterexamples" / "engine").rglob("*.json"))
 
 TINY = """block_size = 2
 prompt = 1

@@ -123,10 +123,14 @@ def _manager(h: Harness, sc: EngineScenario) -> Any:
                                           num_return_sequences=sc.num_return_sequences,
                                           **({"top_k": None, "top_p": None, "temperature": 1.0} if forks else {}))
     config = h.transformers.ContinuousBatchingConfig
+    known = set(getattr(config, "__dataclass_fields__", {}))
     # releases that know `page_size` warn at every run that `block_size` is deprecated
-    page = "page_size" if "page_size" in getattr(config, "__dataclass_fields__", {}) else "block_size"
-    cb = config(num_blocks=sc.pool, **{page: sc.block_size}, use_async_batching=False, allow_block_sharing=True,
-                use_cuda_graph=False, max_batch_tokens=256, seed=SEED, return_logprobs=True, auto_switch_to_flash=False)
+    page = "page_size" if "page_size" in known else "block_size"
+    settings = {"num_blocks": sc.pool, page: sc.block_size, "use_async_batching": False, "allow_block_sharing": True,
+                "use_cuda_graph": False, "max_batch_tokens": 256, "seed": SEED, "return_logprobs": True,
+                # only where the release has it (5.25): never trade the paged attention for flash attention
+                "auto_switch_to_flash": False}
+    cb = config(**{k: v for k, v in settings.items() if k != "auto_switch_to_flash" or k in known})
     return h.model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
 
 

@@ -198,6 +198,9 @@ def test_the_command_writes_the_findings_and_a_report_the_schema_accepts(tmp_pat
     (["--protocol", "cow", "--skip", "nope"], "unknown invariant"),
     (["--allocator", "no_such_module_here:make"], "no_such_module_here"),
     (["--protocol", "cow", "--seed", "-1"], "--seed"),
+    (["--engine-test", "--protocol", "cow"], "fuzzed alone"),
+    (["--engine-test", "--kind", "fork"], "runs engine scenarios"),
+    (["--engine-test", "--workers", "2"], "fuzzed serially"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
     done = _cowcheck("fuzz", *args, "--out", tmp_path / "out")
@@ -307,3 +310,145 @@ def test_fuzz_finds_each_planted_transformers_bug(plant, monkeypatch):
     clean = fuzz(allocator=transformers.REF, kind=kind, seed=0, scenarios=len(found.tried), keep_going=True, do_shrink=False,
                  **HF_STRESS)
     assert not clean.findings, f"transformers as released breaks {sorted(clean.findings)} on the same scenarios"
+
+
+# -- a bug planted in vLLM V1's real Scheduler (cowcheck.adapters.vllm_scheduler) ---------------------
+
+from cowcheck.adapters import vllm_scheduler  # noqa: E402
+
+#: P/D scenarios as for the toy (TOY_STRESS), cancels included: on one stream the released
+#: scheduler keeps no-use-after-free under them; V1 keys a block before its fill lands
+#: (exclusive-write, refcount-write), skipped as in the shipped stress run; 1,000 states a scenario
+VLLM_SCHED_STRESS = {"knobs": Knobs(max_host_pool=0, faults=(), leases=False, devices=("stream",)),
+                     "skip": ("exclusive-write", "refcount-write", "no-leak"), "check_budget": {"max_states": 1_000, "seconds": 10.0}}
+#: the planted bug is found within this many scenarios from seed 0 (at scenario 0, in about a second)
+VLLM_SCHED_BUDGET = 5
+
+
+def _skip_delayed_free(mods):
+    """The delayed free skipped: `_free_request` frees at once what it was
+    told to keep (a consumer aborted while its recv is in flight, vLLM
+    32255; a producer whose sends are still to run)."""
+    scheduler = mods["vllm.v1.core.sched.scheduler"].Scheduler
+    free = scheduler._free_request
+
+    def planted(self, request, delay_free_blocks=False):
+        return free(self, request, delay_free_blocks=False)
+    return scheduler, "_free_request", planted
+
+
+@_have(VLLM["0.34.0"])
+def test_fuzz_finds_a_delayed_free_skipped_in_vllms_real_scheduler(monkeypatch):
+    """From seed 0, without a hand-written scenario: the planted scheduler
+    breaks no-use-after-free; the scheduler as released does not, on the
+    same scenarios."""
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM["0.34.0"]))
+    monkeypatch.setattr(*_skip_delayed_free(vllm_scheduler.load(str(VLLM["0.34.0"])).mods))
+    found = fuzz(scheduler_code=vllm_scheduler.REF, seed=0, scenarios=VLLM_SCHED_BUDGET, do_shrink=False, **VLLM_SCHED_STRESS)
+    assert "no-use-after-free" in found.findings and found.kind == "transfer"
+    monkeypatch.undo()
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM["0.34.0"]))
+    clean = fuzz(scheduler_code=vllm_scheduler.REF, seed=0, scenarios=len(found.tried), keep_going=True, do_shrink=False,
+                 **VLLM_SCHED_STRESS)
+    assert "no-use-after-free" not in clean.findings, sorted(clean.findings)
+
+
+# -- the actual engine (cowcheck.fuzzing.engine, cowcheck engine-test) -------------------------------
+
+from cowcheck.enginetest import INSTALL, missing  # noqa: E402
+from cowcheck.enginetest.scenario import parse as parse_engine  # noqa: E402
+from cowcheck.fuzzing import engine as engine_fuzz  # noqa: E402
+
+needs_torch = pytest.mark.skipif(missing() is not None, reason=f"the engine-test mode needs torch and transformers: {INSTALL}")
+#: from seed 0 the engine fuzz breaks allocator-error at scenario 1 (the in-flight cancel of a forked
+#: child, specs/engine/fork-cancel-in-flight.toml's bug): 18 schedules, 14 s with torch's import and the
+#: model's build (7 s) on a loaded 2-core machine, so marked slow
+ENGINE_BUDGET = 2
+
+
+def test_engine_draws_are_reproducible_and_create_pressure():
+    drawn = [engine_fuzz.draw_engine(0, i) for i in range(60)]
+    assert [d.data for d in drawn] == [engine_fuzz.draw_engine(0, i).data for i in range(60)]
+    assert drawn[0].data != engine_fuzz.draw_engine(1, 0).data
+    B = engine_fuzz.BLOCK
+    lengths = {len(r["prompt"]) for d in drawn for r in d.data["request"]}
+    assert {B, B + 1, B - 1, 2 * B, 2 * B + 1} <= lengths
+    engines = [d.data["engine"] for d in drawn]
+    assert any(e["num_return_sequences"] > 1 for e in engines)
+    assert any("__child#" in c for e in engines for c in e.get("cancel", ()))
+    assert any(c in {r["name"] for r in d.data["request"]} for d in drawn for c in d.data["engine"].get("cancel", ()))
+    assert any(e["pool"] < 8 for e in engines)
+    shared = [d for d in drawn if len(d.data["request"]) > 1
+              and d.data["request"][1]["prompt"][:B] == d.data["request"][0]["prompt"][:B]]
+    assert shared and any(r.get("after") for d in drawn for r in d.data["request"])
+
+
+def test_each_engine_neighbour_is_one_change_smaller_and_parses():
+    for i in range(30):
+        data = engine_fuzz.draw_engine(0, i).data
+        for smaller in engine_fuzz.neighbours(data):
+            scenario = parse_engine(smaller, "n")
+            assert smaller != data and len(smaller["request"]) <= len(data["request"])
+            names = {r.name for r in scenario.requests}
+            assert all(c.split("__child#")[0] in names for c in scenario.cancels)
+            assert all(engine_fuzz._child(c) < scenario.num_return_sequences - 1 for c in scenario.cancels)
+
+
+def test_engine_fuzz_without_torch_is_one_line_and_exit_2(tmp_path):
+    code = ("import sys, importlib.util as u; real = u.find_spec; "
+            "u.find_spec = lambda n, *a: None if n == 'torch' else real(n, *a); "
+            "from cowcheck.cli import run; sys.argv = ['cowcheck', 'fuzz', '--engine-test', '--out', sys.argv[1]]; run()")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 2 and INSTALL in done.stderr and "torch" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@needs_torch
+@pytest.mark.slow
+def test_engine_fuzz_finds_the_in_flight_cancel_of_a_forked_child(tmp_path):
+    """From seed 0, without a hand-written scenario: the bug engine-test
+    found on transformers 5.25.0 (a forked child cancelled in flight:
+    update_batch hashes the blocks of a request whose table is gone,
+    KeyError in mark_complete_blocks), as allocator-error."""
+    found = fuzz(engine_test=True, seed=0, scenarios=ENGINE_BUDGET, do_shrink=False)
+    assert found.kind == "engine" and "allocator-error" in found.findings and len(found.tried) <= ENGINE_BUDGET
+    finding = found.findings["allocator-error"]
+    assert finding.verdict.detail.startswith("KeyError") and "__child#" in finding.verdict.detail
+    assert any("in-flight" in e for e in finding.verdict.schedule.events())
+    assert finding.drawn.scenario.num_return_sequences > 1 and found.unsafe
+    data = found.to_json()
+    assert data["scenario_kind"] == "engine" and data["check_budget"] == {"max_schedules": engine_fuzz.DEFAULT_MAX_SCHEDULES}
+    toml, record = write_fuzz(found, tmp_path)
+    from cowcheck.enginetest.scenario import load
+    assert load(toml).expect == {"allocator-error"} and json.loads(record.read_text())["detail"] == finding.verdict.detail
+
+
+@needs_torch
+@pytest.mark.slow
+def test_engine_fuzz_shrinks_and_the_files_meet_their_expect(tmp_path):
+    """The command: exit 1 (allocator-error is harm), a report the schema
+    accepts, a reduction without the fork, and the drawn and reduced files
+    meet their expect under engine-test with the same schedule budget
+    (about a minute: the find, 11 reduction candidates, two engine-tests)."""
+    import jsonschema
+    from cowcheck.schemas import load
+    done = _cowcheck("fuzz", "--engine-test", "--scenarios", str(ENGINE_BUDGET), "--out", tmp_path / "out",
+                     "--json", tmp_path / "r.json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(report, load("fuzz"))
+    shrunk = report["findings"][0]["shrunk"]
+    assert shrunk and shrunk["scenario"]["engine"]["pool"] <= report["findings"][0]["scenario"]["engine"]["pool"]
+    # the fork is not needed: one request cancelled in flight in the step that completes its block
+    assert len(shrunk["scenario"]["request"]) == 1 and shrunk["scenario"]["engine"]["num_return_sequences"] == 1
+    tomls = sorted((tmp_path / "out").glob("*.toml"))
+    assert len(tomls) == 2
+    checked = _cowcheck("engine-test", "--max-schedules", str(engine_fuzz.DEFAULT_MAX_SCHEDULES), *tomls)
+    assert checked.returncode == 0 and checked.stdout.count("meets expect") == 2, checked.stdout
+
+
+@needs_torch
+def test_engine_fuzz_refuses_an_invariant_the_engine_does_not_judge(tmp_path):
+    done = _cowcheck("fuzz", "--engine-test", "--skip", "no-deadlock", "--out", tmp_path / "out")
+    assert done.returncode == 2 and "--skip: the engine judges no invariant 'no-deadlock'" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -1,15 +1,17 @@
 """`cowcheck bench --fuzz` (docs/how-to/fuzz.md, docs/explanation/speed.md):
 scenarios per second that `cowcheck fuzz` draws and checks, per scenario
-kind, on a protocol that holds (so every scenario is checked whole); and,
+kind, on a protocol that holds (so every scenario is checked whole), and
+on the actual engine where torch is here (its states: schedules); and,
 from seed 0, how many scenarios and seconds it takes to find a violation
-of each shipped bug protocol (shrinking apart: the find alone)."""
+of each shipped bug protocol, and of the actual engine's in-flight cancel
+(shrinking apart: the find alone)."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -24,6 +26,10 @@ from cowcheck.model.scenario import load_scenario
 #: a protocol that holds, per kind: every drawn scenario is checked to its end
 RATE_PROTOCOLS = {"fork": "cow", "cache": "prefix-cache", "transfer": "kv-connector-lazy"}
 RATE_SCENARIOS = 20
+#: the actual engine's rate: fewer scenarios (each schedule runs a model)
+ENGINE_RATE_SCENARIOS = 4
+#: the budget of the actual engine's find, from seed 0
+ENGINE_FIND_SCENARIOS = 10
 #: the budget of a find: scenarios drawn at most, from seed 0
 FIND_SCENARIOS = 100
 
@@ -50,21 +56,55 @@ def rate(kind: str) -> dict[str, Any]:
             "seconds": round(result.seconds, 3), "scenarios_per_second": round(len(result.tried) / result.seconds, 2)}
 
 
+def engine_rate() -> Optional[dict[str, Any]]:
+    """The actual engine's row (`cowcheck fuzz --engine-test`, every scenario
+    explored within its default schedules; torch's import and the model's
+    build included); None without torch and transformers."""
+    from cowcheck.enginetest import missing
+    if missing() is not None:
+        return None
+    result = fuzz(engine_test=True, seed=0, scenarios=ENGINE_RATE_SCENARIOS, keep_going=True, do_shrink=False)
+    return {"kind": result.kind, "protocol": result.subject, "scenarios": len(result.tried), "states": result.states,
+            "seconds": round(result.seconds, 3), "scenarios_per_second": round(len(result.tried) / result.seconds, 2)}
+
+
 def find(protocol: str) -> dict[str, Any]:
     start = time.perf_counter()
-    result = fuzz(protocol, seed=0, scenarios=FIND_SCENARIOS, do_shrink=False)
+    return _found(protocol, fuzz(protocol, seed=0, scenarios=FIND_SCENARIOS, do_shrink=False), start)
+
+
+def engine_find() -> Optional[dict[str, Any]]:
+    """The time to find the actual engine's bug (the in-flight cancel,
+    specs/engine/fork-cancel-in-flight.toml) from seed 0; None without torch."""
+    from cowcheck.enginetest import missing
+    if missing() is not None:
+        return None
+    start = time.perf_counter()
+    result = fuzz(engine_test=True, seed=0, scenarios=ENGINE_FIND_SCENARIOS, do_shrink=False)
+    return _found(result.subject, result, start)
+
+
+def _found(label: str, result: Any, start: float) -> dict[str, Any]:
     first = min((f.drawn.index for f in result.findings.values()), default=None)
-    return {"protocol": protocol, "kind": result.kind, "found": sorted(result.findings), "scenario": first,
+    return {"protocol": label, "kind": result.kind, "found": sorted(result.findings), "scenario": first,
             "tried": len(result.tried), "states": result.states, "seconds": round(time.perf_counter() - start, 3)}
 
 
 def run_fuzz_benchmarks(console: Console, as_json: bool) -> dict[str, Any]:
     rates = [rate(kind) for kind in RATE_PROTOCOLS]
+    engine = engine_rate()
+    if engine is not None:
+        rates.append(engine)
+    elif not as_json:
+        console.print("  engine: skipped (no torch and transformers here)", style="dim")
     finds = []
     for protocol in bug_protocols():
         finds.append(find(protocol))
         if not as_json:
             console.print(f"  {protocol}: {finds[-1]['seconds']} s", style="dim")
+    engine_found = engine_find()
+    if engine_found is not None:
+        finds.append(engine_found)
     report = {"format": FORMAT, "rates": rates, "finds": finds}
     if as_json:
         json.dump(report, sys.stdout, indent=2)

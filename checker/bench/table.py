@@ -266,9 +266,10 @@ def _shares(stats: dict, adapter_file: str) -> dict[str, float]:
     def spent(suffix: str) -> float:
         return sum(tt for (path, _, _), (_, _, tt, _, _) in stats.items() if path.endswith(suffix))
     bookkeeping, judging = spent("model/harness.py"), spent("invariants.py")
-    return {"allocator calls": round(calls / total, 2), "snapshots (pickle)": round(snapshots / total, 2),
-            "harness bookkeeping": round(bookkeeping / total, 2), "invariants": round(judging / total, 2),
-            "search and hashing": round(max(0.0, 1 - (snapshots + calls + bookkeeping + judging) / total), 2)}
+    # three places: a memoised toy allocator's calls are under 1% of the time, and must not round to nothing
+    return {"allocator calls": round(calls / total, 3), "snapshots (pickle)": round(snapshots / total, 3),
+            "harness bookkeeping": round(bookkeeping / total, 3), "invariants": round(judging / total, 3),
+            "search and hashing": round(max(0.0, 1 - (snapshots + calls + bookkeeping + judging) / total), 3)}
 
 
 def _figures(result: ExplicitResult) -> tuple:

@@ -15,7 +15,9 @@ from cowcheck import interrupts
 from cowcheck.cli.common import console, emit_json, err_console, fail, writable_file, writable_folder
 from cowcheck.cli.sweep import _NO_WORKERS_OPTION, INCOMPLETE_STATUS, _close, _reached
 from cowcheck.fuzzing.generators import KINDS, Knobs
-from cowcheck.fuzzing.run import DEFAULT_CHECK_BUDGET, DEFAULT_SCENARIOS, Fuzz, fuzz as run_fuzz, subject_kind, write_fuzz
+from cowcheck.fuzzing.engine import DEFAULT_MAX_SCHEDULES, judged as engine_judged
+from cowcheck.fuzzing.run import (DEFAULT_CHECK_BUDGET, DEFAULT_SCENARIOS, Fuzz, engine_subject, fuzz as run_fuzz, subject_kind,
+                                  write_fuzz)
 from cowcheck.model.errors import SpecError
 from cowcheck.sweeps.runner import Runner
 from cowcheck.views import fit
@@ -33,6 +35,9 @@ FINDINGS_WORTH = ("invariant", "shrunk to", "shrunk length", "first", "length", 
 @click.option("--scheduler-code", "scheduler_code", metavar="MODULE:FACTORY|FILE.py:FACTORY",
               help="Scheduler code to fuzz through the scheduler harness instead (`check --scheduler`; here --scheduler "
                    "is the Dask scheduler's address, as in sweep).")
+@click.option("--engine-test", "engine_test", is_flag=True,
+              help="Fuzz the actual engine instead (`cowcheck engine-test`: transformers' continuous batching on the CPU; "
+                   "needs torch and transformers): engine scenarios, each explored within --max-schedules.")
 @click.option("--kind", type=click.Choice(KINDS),
               help="The scenarios to draw [default: the protocol's own kind: transfer where it launches transfers, cache "
                    "where only a cache scenario runs it, else fork; for allocator code, cache where it answers admit, else fork; "
@@ -46,6 +51,8 @@ FINDINGS_WORTH = ("invariant", "shrunk to", "shrunk length", "first", "length", 
               help="Each scenario's check stops after this many distinct states (undecided).")
 @click.option("--check-seconds", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_CHECK_BUDGET["seconds"],
               show_default=True, help="Each scenario's check stops after this many seconds (undecided).")
+@click.option("--max-schedules", type=click.IntRange(min=1), default=DEFAULT_MAX_SCHEDULES, show_default=True,
+              help="With --engine-test: each scenario's exploration runs at most this many schedules (shortest first).")
 @click.option("--invariant", "invariant_ids", multiple=True, metavar="ID", help="Judge only this invariant (repeatable).")
 @click.option("--skip", "skip_ids", multiple=True, metavar="ID",
               help="Judge every invariant but this one (repeatable): an engine's known findings, to look past them.")
@@ -70,11 +77,11 @@ FINDINGS_WORTH = ("invariant", "shrunk to", "shrunk length", "first", "length", 
               help="Worker processes of an embedded Dask LocalCluster; 0 (the default without --scheduler) checks serially in this process.")
 @click.option("--scheduler", metavar="tcp://HOST:PORT", help="Run on an existing Dask cluster instead.")
 @_NO_WORKERS_OPTION
-def fuzz(protocol, allocator, scheduler_code, kind, seed, scenarios, seconds, keep_going, max_states, check_seconds, invariant_ids,
-         skip_ids, devices, max_branches, max_ops, no_cancels, no_speculation, no_faults, no_leases, max_host_pool, no_shrink,
+def fuzz(protocol, allocator, scheduler_code, engine_test, kind, seed, scenarios, seconds, keep_going, max_states, check_seconds,
+         max_schedules, invariant_ids, skip_ids, devices, max_branches, max_ops, no_cancels, no_speculation, no_faults, no_leases, max_host_pool, no_shrink,
          out_dir, json_path, workers, scheduler, no_workers) -> None:
-    """Draw random scenarios for a protocol, allocator code or scheduler
-    code, check each exhaustively within a budget, stop at the first
+    """Draw random scenarios for a protocol, allocator code, scheduler
+    code or the actual engine (--engine-test), check each exhaustively within a budget, stop at the first
     violation (or go on, --keep-going), shrink the first scenario that
     broke each invariant to the smallest that still breaks it, and write
     both with their counterexamples. Exit 0 when nothing unsafe was found, 1 when a harm
@@ -84,7 +91,10 @@ def fuzz(protocol, allocator, scheduler_code, kind, seed, scenarios, seconds, ke
     try:
         if scheduler is not None and workers is not None:
             raise SpecError("--scheduler", "", "--workers is for the embedded cluster; with --scheduler the cluster's own workers check the scenarios")
-        subject_kind(protocol, allocator, kind, scheduler_code)       # bad input before anything starts
+        if engine_test:                                                # bad input before anything starts
+            engine_subject(protocol, allocator, scheduler_code, kind, serial=workers is None and scheduler is None)
+        else:
+            subject_kind(protocol, allocator, kind, scheduler_code)
         writable_folder(Path(out_dir), "--out")
         writable_file(json_path, "--json")
         knobs = Knobs(max_branches=max_branches, max_ops=max_ops, cancels=not no_cancels, speculation=not no_speculation,
@@ -92,6 +102,8 @@ def fuzz(protocol, allocator, scheduler_code, kind, seed, scenarios, seconds, ke
         from cowcheck.engines.invariants import select
         for ident in (*invariant_ids, *skip_ids):
             select((ident,), "--skip" if ident in skip_ids else "--invariant")
+        if engine_test:
+            engine_judged(tuple(invariant_ids) or None, tuple(skip_ids))
     except SpecError as error:
         fail(error)
     runner = _reached(Runner(0 if workers is None and scheduler is None else workers, scheduler, no_workers_seconds=no_workers), 8)
@@ -105,7 +117,8 @@ def fuzz(protocol, allocator, scheduler_code, kind, seed, scenarios, seconds, ke
     try:
         result = run_fuzz(protocol, allocator=allocator, scheduler_code=scheduler_code, kind=kind, seed=seed,
                           scenarios=scenarios if scenarios or seconds else DEFAULT_SCENARIOS, seconds=seconds,
-                          check_budget={"max_states": max_states, "seconds": check_seconds}, keep_going=keep_going, knobs=knobs,
+                          check_budget={"max_schedules": max_schedules} if engine_test else {"max_states": max_states, "seconds": check_seconds},
+                          keep_going=keep_going, knobs=knobs, engine_test=engine_test,
                           invariants=tuple(invariant_ids) or None, skip=tuple(skip_ids), do_shrink=not no_shrink, runner=runner,
                           progress=lambda r: bar.update(task, completed=len(r.tried), tried=len(r.tried), states=r.states,
                                                         found=len(r.findings)))
@@ -144,10 +157,8 @@ def show(result: Fuzz, out) -> None:
     if result.findings:
         rows = []
         for f in result.findings.values():
-            shrunk = f.shrunk
-            rows.append([f.invariant, f.kind, str(f.scenarios), str(f.drawn.index), str(f.counterexample.length),
-                         markup(shrunk.describe()) if shrunk and shrunk.counterexample else "(not shrunk)",
-                         str(shrunk.counterexample.length) if shrunk and shrunk.counterexample else ""])
+            shrunk, length = f.shrunk_to()
+            rows.append([f.invariant, f.kind, str(f.scenarios), str(f.drawn.index), str(f.length), markup(shrunk), length])
         fit.show(out, "per invariant: the first scenario that broke it (by index) and its shrunk form", FINDINGS, rows,
                  FINDINGS_WORTH, "--json keeps them")
         for f in result.findings.values():
@@ -157,7 +168,7 @@ def show(result: Fuzz, out) -> None:
     undecided = sum(not t.complete for t in result.tried)
     where = f"scheduler {result.scheduler}" if result.scheduler else ("serially" if result.workers == 0 else f"{result.workers} worker process(es)")
     out.print(f"[bold]{len(result.tried)} {result.kind} scenario(s)[/] for {markup(result.subject)} from seed {result.seed} "
-              f"(generator version {result.generator}): {result.states:,} states, {sum(bool(t.broken) for t in result.tried)} "
+              f"(generator version {result.generator}): {result.states:,} {'schedules' if result.kind == 'engine' else 'states'}, {sum(bool(t.broken) for t in result.tried)} "
               f"violating, {undecided} undecided within the budget [dim]({result.seconds:.1f} s, {where})[/]")
     if result.stopped:
         out.print(f"[bold yellow]incomplete[/]: {markup(result.stopped)}")

@@ -6,4 +6,6 @@ each invariant reduced one change at a time (`greedy`) and then shrunk to the
 smallest scenario that still breaks it (cowcheck.sweeps.shrink).
 
 `strategies` offers the same generators to hypothesis, for tests that want
-its shrinking on top."""
+its shrinking on top. `engine` fuzzes the actual engine (`cowcheck
+engine-test`'s scenarios, run through cowcheck.enginetest, reduced one
+change at a time)."""

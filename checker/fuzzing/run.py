@@ -61,8 +61,27 @@ class Tried:
                 "broken": self.broken, "complete": self.complete, "tight_pool": self.tight, "error": self.error}
 
 
+class Broken:
+    """What a finding shares with the actual engine's
+    (cowcheck.fuzzing.engine.EngineFinding): its invariant's kind, and its
+    report entry around what differs (the scenario, the length, the shrunk
+    form)."""
+    invariant: str
+    drawn: Any
+    scenarios: int
+    files: list[str]
+
+    @property
+    def kind(self) -> str:
+        return str(BY_ID[self.invariant].kind)
+
+    def entry(self, scenario: dict[str, Any], length: int, shrunk: Optional[dict[str, Any]]) -> dict[str, Any]:
+        return {"invariant": self.invariant, "kind": self.kind, "index": self.drawn.index, "scenario": scenario,
+                "length": length, "scenarios": self.scenarios, "shrunk": shrunk, "files": self.files}
+
+
 @dataclass
-class Finding:
+class Finding(Broken):
     """An invariant some drawn scenario broke: the first (lowest index) such
     scenario, its counterexample, how many scenarios broke it, and what
     shrinking made of it."""
@@ -74,17 +93,22 @@ class Finding:
     files: list[str] = field(default_factory=list)
 
     @property
-    def kind(self) -> str:
-        return str(BY_ID[self.invariant].kind)
+    def length(self) -> int:
+        return self.counterexample.length
+
+    def shrunk_to(self) -> tuple[str, str]:
+        """The shrunk scenario in words and its counterexample's length, for the report's table."""
+        shrunk = self.shrunk
+        if shrunk is None or shrunk.counterexample is None:
+            return "(not shrunk)", ""
+        return shrunk.describe(), str(shrunk.counterexample.length)
 
     def to_json(self) -> dict[str, Any]:
         shrunk = self.shrunk
-        return {"invariant": self.invariant, "kind": self.kind, "index": self.drawn.index, "scenario": self.drawn.scenario.definition(),
-                "length": self.counterexample.length, "scenarios": self.scenarios,
-                "shrunk": None if shrunk is None or shrunk.counterexample is None else {
-                    "scenario": shrunk.scenario.definition(), "length": shrunk.counterexample.length,
-                    "smaller": shrunk.smaller, "tried": shrunk.tried, "seconds": round(shrunk.seconds, 3)},
-                "files": self.files}
+        return self.entry(self.drawn.scenario.definition(), self.counterexample.length,
+                          None if shrunk is None or shrunk.counterexample is None else {
+                              "scenario": shrunk.scenario.definition(), "length": shrunk.counterexample.length,
+                              "smaller": shrunk.smaller, "tried": shrunk.tried, "seconds": round(shrunk.seconds, 3)})
 
 
 @dataclass
@@ -98,6 +122,7 @@ class Fuzz:
     check_budget: dict[str, Any]
     keep_going: bool = False
     tried: list[Tried] = field(default_factory=list)
+    #: per invariant; EngineFinding (cowcheck.fuzzing.engine) for the actual engine
     findings: dict[str, Finding] = field(default_factory=dict)
     seconds: float = 0.0
     interrupted: bool = False
@@ -180,7 +205,7 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
          seed: int = 0, scenarios: Optional[int] = DEFAULT_SCENARIOS, seconds: Optional[float] = None,
          check_budget: Optional[dict[str, Any]] = None, keep_going: bool = False, knobs: Knobs = Knobs(),
          invariants: Optional[tuple[str, ...]] = None, skip: tuple[str, ...] = (), do_shrink: bool = True, workers: Optional[int] = 0,
-         scheduler: Optional[str] = None, runner: Optional[Runner] = None,
+         scheduler: Optional[str] = None, runner: Optional[Runner] = None, engine_test: bool = False,
          progress: Optional[Callable[[Fuzz], None]] = None) -> Fuzz:
     """Draw scenarios of `kind` for a protocol (an object, a built-in name or
     a file), allocator code or scheduler code ("module:factory": through
@@ -194,7 +219,17 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
     those (an engine's known findings, to look past them). workers=0 (the default) checks in this process;
     otherwise on Dask as `cowcheck.sweep` does. Writes nothing
     (`write_fuzz` does). A Ctrl-C ends the run with what was found, unshrunk
-    (`interrupted`); a cluster left without workers likewise (`stopped`)."""
+    (`interrupted`); a cluster left without workers likewise (`stopped`).
+
+    `engine_test`: the actual engine instead (`cowcheck engine-test`'s
+    transformers continuous batching: engine scenarios, each explored
+    within `check_budget["max_schedules"]` schedules, serially; needs torch
+    and transformers)."""
+    if engine_test:
+        return _engine(protocol, allocator, scheduler_code, kind, seed=seed, scenarios=scenarios, seconds=seconds,
+                       check_budget=check_budget, keep_going=keep_going, knobs=knobs, invariants=invariants, skip=skip,
+                       do_shrink=do_shrink, serial=(runner is None or runner.serial) and not workers and scheduler is None,
+                       progress=progress)
     subject, label, kind = subject_kind(protocol, allocator, kind, scheduler_code)
     if scenarios is None and seconds is None:
         raise SpecError("fuzz", "", "give a budget: a number of scenarios, seconds, or both")
@@ -224,6 +259,48 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
                 runner.close()
             except KeyboardInterrupt:
                 result.interrupted = True
+    return result
+
+
+def engine_subject(protocol: Any, allocator: Optional[str], scheduler_code: Optional[str], kind: Optional[str],
+                   serial: bool = True) -> None:
+    """SpecError unless the actual engine can be fuzzed as asked: nothing
+    else given, no other kind, serially, torch and transformers here."""
+    from cowcheck.fuzzing.engine import KIND, unavailable
+    if any(x is not None for x in (protocol, allocator, scheduler_code)):
+        raise SpecError("--engine-test", "", "the actual engine is fuzzed alone: give --engine-test without --protocol, "
+                        "--allocator or --scheduler-code")
+    if kind is not None and kind != KIND:
+        raise SpecError("--kind", "", f"the actual engine runs engine scenarios, not {kind} scenarios")
+    if not serial:
+        raise SpecError("--engine-test", "", "the actual engine is fuzzed serially (it runs a model in this process): "
+                        "leave out --workers and --scheduler")
+    why = unavailable()
+    if why is not None:
+        raise SpecError("--engine-test", "", why)
+
+
+def _engine(protocol: Any, allocator: Optional[str], scheduler_code: Optional[str], kind: Optional[str], *, seed: int,
+            scenarios: Optional[int], seconds: Optional[float], check_budget: Optional[dict[str, Any]], keep_going: bool,
+            knobs: Knobs, invariants: Optional[tuple[str, ...]], skip: tuple[str, ...], do_shrink: bool, serial: bool,
+            progress: Optional[Callable[[Fuzz], None]]) -> Fuzz:
+    """`fuzz` of the actual engine (cowcheck.fuzzing.engine)."""
+    from cowcheck.fuzzing.engine import DEFAULT_MAX_SCHEDULES, KIND, fuzz_engine, judged as engine_judged
+    engine_subject(protocol, allocator, scheduler_code, kind, serial)
+    if scenarios is None and seconds is None:
+        raise SpecError("fuzz", "", "give a budget: a number of scenarios, seconds, or both")
+    engine_judged(invariants, skip)
+    budget = {"scenarios": scenarios, "seconds": seconds, "invariants": list(invariants) if invariants else None, "skip": list(skip)}
+    schedules = int((check_budget or {}).get("max_schedules", DEFAULT_MAX_SCHEDULES))
+    result = Fuzz("the engine", KIND, seed, knobs, budget, {"max_schedules": schedules}, keep_going)
+    began = time.perf_counter()
+    try:
+        fuzz_engine(result, max_schedules=schedules, invariants=invariants, skip=skip, do_shrink=do_shrink, began=began,
+                    progress=progress)
+    except KeyboardInterrupt:
+        result.interrupted = True
+    finally:
+        result.seconds = time.perf_counter() - began
     return result
 
 
@@ -322,6 +399,9 @@ def write_fuzz(result: Fuzz, out_dir: Union[str, Path]) -> list[Path]:
     writes it) with its own."""
     from cowcheck.traces.output import file_for
     from cowcheck import atomic
+    if result.kind == "engine":
+        from cowcheck.fuzzing.engine import write_engine_fuzz
+        return write_engine_fuzz(result, out_dir)
     out_dir = Path(out_dir)
     written: list[Path] = []
     for finding in result.findings.values():

@@ -65,7 +65,8 @@ class EngineResult:
         for v in self.verdicts:
             verdicts[v.invariant] = {"holds": v.holds, "outcome": "holds" if v.holds else "violated",
                                      "kind": trace.invariant_kind(v.invariant),
-                                     "length": None if v.holds or v.schedule is None else v.schedule.length(),
+                                     # as its counterexample's: the engine steps the schedule ran
+                                     "length": None if v.holds else len(self.witnesses[v.invariant][1].steps),
                                      "counterexample": None if v.holds else written.get(v.invariant),
                                      **({} if v.holds or v.schedule is None else
                                         {"schedule": {"events": v.schedule.events(), "step": v.step, "message": v.detail}})}

@@ -55,6 +55,7 @@
       if (data.witness.traceback) {
         const pre = document.createElement("pre");
         pre.textContent = data.witness.traceback.join("\n");
+        pre.style.whiteSpace = "pre-wrap";
         v.appendChild(pre);
       }
     }

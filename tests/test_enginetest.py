@@ -153,6 +153,18 @@ def test_committed_counterexample_replays_in_the_engine(harness, path: Path) -> 
     assert done.ok, done.message
 
 
+def test_an_edited_schedule_does_not_replay(harness, tmp_path: Path) -> None:
+    """The in-flight cancel moved after the update: the engine runs on, and
+    replay says the invariant holds there (exit 1 from the command)."""
+    from cowcheck.enginetest.trace import load as load_trace, replay
+    data = json.loads((ROOT / "counterexamples" / "engine" / "fork-cancel-in-flight.allocator-error.json").read_text())
+    data["schedule"]["cancels"] = [["a__child#0", 1, "after-update"]]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    done = replay(load_trace(edited), harness)
+    assert not done.ok and "holds on this schedule" in done.message
+
+
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
 def test_explain_and_html_read_engine_counterexamples_without_torch(path: Path, tmp_path: Path) -> None:
     """No torch needed to read one: explain narrates the engine's steps and

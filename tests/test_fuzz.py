@@ -443,7 +443,8 @@ def test_engine_fuzz_shrinks_and_the_files_meet_their_expect(tmp_path):
     assert len(shrunk["scenario"]["request"]) == 1 and shrunk["scenario"]["engine"]["num_return_sequences"] == 1
     tomls = sorted((tmp_path / "out").glob("*.toml"))
     assert len(tomls) == 2
-    checked = _cowcheck("engine-test", "--max-schedules", str(engine_fuzz.DEFAULT_MAX_SCHEDULES), *tomls)
+    checked = _cowcheck("engine-test", "--max-schedules", str(engine_fuzz.DEFAULT_MAX_SCHEDULES), *tomls,
+                        "--out", tmp_path / "cx")     # not the checkout's counterexamples/engine
     assert checked.returncode == 0 and checked.stdout.count("meets expect") == 2, checked.stdout
 
 

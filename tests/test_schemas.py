@@ -25,6 +25,8 @@ from cowcheck.schemas import NAMES, load
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = sorted((ROOT / "counterexamples").glob("*.json"))
+#: the engine test's (cowcheck engine-test), beside specs/engine
+COMMITTED_ENGINE = sorted((ROOT / "counterexamples" / "engine").rglob("*.json"))
 
 TINY = """block_size = 2
 prompt = 1
@@ -141,11 +143,11 @@ def test_every_key_is_documented(name):
 def test_committed_counterexamples(validators):
     assert len(COMMITTED) > 20
     kinds = set()
-    for path in COMMITTED:
+    for path in COMMITTED + COMMITTED_ENGINE:
         data = json.loads(path.read_text())
         assert_valid(validators["counterexample"], data, str(path.relative_to(ROOT)))
         kinds.add(data["kind"])
-    assert kinds == {"counterexample", "peak", "host-peak"}
+    assert kinds == {"counterexample", "peak", "host-peak", "engine"}
 
 
 # -- check --json: the three engines -----------------------------------------------
@@ -222,6 +224,7 @@ def samples(tmp_path_factory) -> dict[str, Any]:
         "counterexample": json.loads((ROOT / "counterexamples/premature-decrement.faithful-output.json").read_text()),
         "peak": json.loads((ROOT / "counterexamples/premature-decrement.peak.json").read_text()),
         "replay": json.loads(replayed.stdout),
+        "engine": json.loads(COMMITTED_ENGINE[0].read_text()),
     }
 
 
@@ -253,6 +256,14 @@ BREAKS = [
     ("counterexample", "counterexample", ("steps", 0), "extra", 1),
     ("counterexample", "counterexample", ("steps", 0, "action"), "op", "launch"),
     ("counterexample", "counterexample", ("steps", 0, "action", "binds"), "extra", 1),
+    ("engine", "counterexample", (), "extra", 1),
+    ("engine", "counterexample", (), "protocol", "cow"),                # a check's key in an engine trace
+    ("engine", "counterexample", (), "invariant", "no-deadlock"),       # not judged in the engine
+    ("engine", "counterexample", ("scenario",), "protocol", {}),
+    ("engine", "counterexample", ("steps", 0), "state", None),
+    ("engine", "counterexample", ("witness",), "extra", 1),
+    ("engine", "counterexample", ("schedule",), "cancels", [["a", 0, "later"]]),
+    ("counterexample", "counterexample", (), "schedule", {}),           # an engine key in a check's trace
     ("peak", "counterexample", (), "invariant", "no-leak"),
     ("peak", "counterexample", (), "device", "gpu"),
     ("replay", "replay", (), "extra", 1),
@@ -273,6 +284,8 @@ def test_schema_refuses(validators, samples, sample, schema, where, key, value):
 @pytest.mark.parametrize("sample, schema, key", [
     ("result", "result", "verdicts"), ("result", "result", "peak_blocks"), ("result", "result", "format"),
     ("counterexample", "counterexample", "witness"), ("peak", "counterexample", "peak_blocks"),
+    ("counterexample", "counterexample", "initial"), ("engine", "counterexample", "engine"),
+    ("engine", "counterexample", "schedule"), ("engine", "counterexample", "witness"),
     ("replay", "replay", "pool"),
 ])
 def test_schema_requires(validators, samples, sample, schema, key):

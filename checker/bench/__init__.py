@@ -13,6 +13,8 @@ long they take.
   canonical form's floor (run_branches, run_profile, run_floor; one row:
   measure_branches, measure_profile, measure_floor)
 - sweeps: sweeps serially and on Dask workers (run_sweep_benchmarks)
+- enginetest: the engine-test mode's schedules per second and where a run's
+  time goes (run_engine_benchmarks)
 
 Nothing is imported here: importing the package costs nothing, and each
 module pulls in only the engines it measures."""

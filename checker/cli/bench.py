@@ -29,27 +29,35 @@ from cowcheck.model.errors import SpecError
 @click.option("--fuzz", "fuzz_bench", is_flag=True,
               help="Measure `cowcheck fuzz` instead: scenarios per second per scenario kind, and the time to find each "
                    "shipped bug protocol's violation from seed 0.")
+@click.option("--engine-test", "engine_bench", is_flag=True,
+              help="Measure `cowcheck engine-test` instead: schedules per second on a fork and a prefix-sharing "
+                   "scenario of specs/engine, and where the time goes (model forward, monitor, reference); "
+                   "skipped in one line without torch and transformers.")
 @click.option("--only", metavar="TEXT",
               help="Run only the rows whose label contains TEXT (any case), in the main table or with --choice: "
                    "e.g. --only prefix-cache.")
-def bench(as_json, folder, full, branches, profile, floor, choice, limit, sweep_bench, fuzz_bench, only) -> None:
+def bench(as_json, folder, full, branches, profile, floor, choice, limit, sweep_bench, fuzz_bench, engine_bench, only) -> None:
     """Measure exploration and replay speed on fixed benchmarks, with and
     without reductions, and z3 BMC's time to a shortest violation next to
     the explorer's."""
     from cowcheck.bench.branches import run_branches, run_floor, run_profile
     from cowcheck.bench.choice import run_choice
+    from cowcheck.bench.enginetest import run_engine_benchmarks
     from cowcheck.bench.fuzz import run_fuzz_benchmarks
     from cowcheck.bench.sweeps import run_sweep_benchmarks
     from cowcheck.bench.table import run_benchmarks
     try:
-        if only is not None and (sweep_bench or fuzz_bench or branches or profile or floor):
+        if only is not None and (sweep_bench or fuzz_bench or engine_bench or branches or profile or floor):
             raise SpecError("bench", "--only", "selects rows of the main table or of --choice; "
-                            "not allowed with --sweep, --fuzz, --branches, --profile or --floor")
+                            "not allowed with --sweep, --fuzz, --engine-test, --branches, --profile or --floor")
         if sweep_bench:
             run_sweep_benchmarks(console, as_json)
             return
         if fuzz_bench:
             run_fuzz_benchmarks(console, as_json)
+            return
+        if engine_bench:
+            run_engine_benchmarks(console, as_json)
             return
         if choice:
             run_choice(console, as_json, limit, only)

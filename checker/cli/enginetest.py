@@ -3,7 +3,6 @@ engine, every schedule (cowcheck.enginetest)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -11,7 +10,7 @@ from typing import Optional
 import click
 
 from cowcheck import api
-from cowcheck.cli.common import fail
+from cowcheck.cli.common import emit_json, fail
 from cowcheck.enginetest import missing
 from cowcheck.enginetest.scenario import load
 from cowcheck.model.errors import SpecError
@@ -19,12 +18,14 @@ from cowcheck.model.errors import SpecError
 
 @click.command("engine-test")
 @click.argument("scenarios", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON to this file ('-' for stdout).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Write each broken invariant's shortest schedule here (engine-SCENARIO-INVARIANT.json).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Also write the results as JSON to this file ('-' for stdout), in the shape of check --json's (engine \"engine-test\").")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="counterexamples/engine", show_default=True,
+              help="Where each broken invariant's shortest schedule is written, as SCENARIO.INVARIANT.json "
+                   "(a counterexample file of kind engine, which explain, html and replay read).")
 @click.option("--max-schedules", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Run at most this many schedules per scenario (shortest first).")
-def engine_test(scenarios: tuple[str, ...], json_path: Optional[str], out_dir: Optional[str], max_schedules: int) -> None:
+def engine_test(scenarios: tuple[str, ...], json_path: Optional[str], out_dir: str, max_schedules: int) -> None:
     """Run each engine scenario in transformers' continuous batching on the
     CPU, every schedule of its submissions and cancels, and judge every
     invariant from a shadow of the KV slots. Exit 0 when every scenario
@@ -38,7 +39,9 @@ def engine_test(scenarios: tuple[str, ...], json_path: Optional[str], out_dir: O
         loaded = [load(Path(p)) for p in scenarios]
     except SpecError as error:
         fail(error)
+    from cowcheck.enginetest.explore import write_counterexamples
     results, ok = [], True
+    rows = []
     for sc in loaded:
         result = api.engine_test(sc, max_schedules=max_schedules)
         results.append(result)
@@ -53,15 +56,9 @@ def engine_test(scenarios: tuple[str, ...], json_path: Optional[str], out_dir: O
         for v in result.verdicts:
             if not v.holds and v.schedule is not None:
                 click.echo(f"  {v.invariant}: step {v.step}, schedule [{'; '.join(v.schedule.events()) or 'no choices'}]: {v.detail}")
-        if out_dir:
-            from cowcheck.enginetest.explore import write_counterexamples
-            write_counterexamples(result, Path(out_dir))
+        rows.append(result.to_json(write_counterexamples(result, Path(out_dir))))
     if results:
         click.echo(results[0].release.line())
     if json_path:
-        text = json.dumps({"results": [r.to_json() for r in results]}, indent=1) + "\n"
-        if json_path == "-":
-            click.echo(text, nl=False)
-        else:
-            Path(json_path).write_text(text)
+        emit_json(rows, json_path)
     sys.exit(0 if ok else 1)

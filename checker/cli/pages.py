@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from cowcheck import atomic
+from cowcheck.cli import enginetraces
 from cowcheck.cli.common import fail, say_engine_folder, writable_file
 from cowcheck.model.errors import SpecError
 from cowcheck.views.graph import FORMATS, render
@@ -23,10 +24,18 @@ from cowcheck.views.pages import decoded_on_pool, load_for_page
 @click.option("--pool", type=click.Choice(("numpy", "none")), default="numpy", show_default=True,
               help="Also replay the trace on a real KV pool and show each kernel's decoded token, or not.")
 def html(file, output, pool) -> None:
-    """Write a self-contained HTML page that steps through a counterexample."""
+    """Write a self-contained HTML page that steps through a counterexample
+    (an engine test's: the engine's own tables at every step)."""
     out = Path(output) if output else Path(Path(file).stem + ".html")
     try:
         writable_file(str(out), "--output")
+    except SpecError as error:
+        fail(error)
+    engine = enginetraces.engine_trace(file)
+    if engine is not None:
+        enginetraces.html(file, engine, output)
+        return
+    try:
         cx, data = load_for_page(Path(file))
     except SpecError as error:
         fail(error)

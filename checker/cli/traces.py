@@ -10,6 +10,7 @@ import click
 from rich.markup import escape
 
 from cowcheck import api
+from cowcheck.cli import enginetraces
 from cowcheck.cli.common import console, fail, say_engine_folder
 from cowcheck.engines.results import FORMAT
 from cowcheck.model.errors import SpecError
@@ -28,7 +29,11 @@ def replay(file, scenario_path, pool, as_json) -> None:
     """Re-apply a counterexample's actions to the model and confirm the same
     violation at the same step; then replay it on a real KV pool and show
     each kernel's output next to the reference. Exit 0 when both agree with
-    the file, 1 when not (saying where)."""
+    the file, 1 when not (saying where). An engine test's counterexample
+    reruns its schedule in the engine (torch and transformers needed)."""
+    engine = enginetraces.engine_trace(file)
+    if engine is not None:
+        enginetraces.replay(file, engine, scenario_path, as_json)
     try:
         cx = api.load_counterexample(file, scenario_path)
         say_engine_folder(cx)
@@ -55,6 +60,9 @@ def replay(file, scenario_path, pool, as_json) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 def explain(file) -> None:
     """Narrate a counterexample step by step."""
+    engine = enginetraces.engine_trace(file)
+    if engine is not None:
+        enginetraces.explain(engine)
     try:
         cx = api.load_counterexample(file)
         say_engine_folder(cx)

@@ -29,7 +29,9 @@ PEAK = "peak"
 HOST_PEAK = "host-peak"
 #: a trace to a call of allocator code that did not return within its deadline
 CALL_DEADLINE = "call-deadline"
-#: every kind of trace a file holds
+#: a shortest schedule that breaks an invariant in the real engine (cowcheck.enginetest.trace)
+ENGINE = "engine"
+#: every kind of trace a check's file holds
 KINDS = ("counterexample", PEAK, HOST_PEAK, CALL_DEADLINE)
 
 
@@ -192,6 +194,8 @@ def from_json(data: Any, source: str = "<counterexample>") -> Counterexample:
     and the key."""
     if not isinstance(data, dict) or data.get("cowcheck") != FORMAT:
         raise SpecError(source, "cowcheck", f"not a cowcheck counterexample file (format {FORMAT} expected)")
+    if data.get("kind") == ENGINE:
+        raise SpecError(source, "kind", "an engine-test counterexample (cowcheck engine-test): explain, html and replay read it")
     try:
         sc = dict(data["scenario"])
         name, origin = sc.pop("name"), sc.pop("source")

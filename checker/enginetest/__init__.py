@@ -8,6 +8,8 @@ submissions and cancels from scratch, with a shadow of every KV slot
 - shadow.py: the slot shadow and the invariants, read from the engine's tables
 - run.py: one schedule, driven step by step through the manager
 - explore.py: every schedule within the bounds, and the verdicts
+- trace.py: the counterexample files (kind "engine"), read back by explain,
+  html (page.py) and replay
 
 torch and transformers are the optional extra `cowcheck[engine]`; without
 them `missing()` names what to install."""

@@ -10,6 +10,7 @@ that the real package, torch included, is what runs here."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, Optional
 
 from cowcheck.adapters import sources
 from cowcheck.adapters import transformers as adapter
+from cowcheck.model.errors import SpecError
 
 #: the default model: a few layers of a Llama-style config, float32
 MODEL = {"vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -25,6 +27,10 @@ SEED = 0
 #: the attention the engine runs (continuous batching pages it; "paged|eager" also works); the reference
 #: runs "eager" without a cache
 ATTENTION = "sdpa"
+#: how the mode decodes, as its counterexamples record it: greedy forks
+#: would be identical siblings, which no missing copy could tell apart
+SAMPLING = ("greedy without forks; with forks, sampling at temperature 1 (no top-k, no top-p) from the engine's "
+            f"generator, seeded with {SEED} at each run, so branches diverge, the same way on every run")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,11 @@ def modules() -> tuple[Any, Any, Release]:
             sources._forget(["transformers"])
     import torch
     import transformers
+    if source is not None:      # recorded as the folder the modules came from: absolute, links resolved
+        root = str(Path(source).resolve())
+        if not str(Path(transformers.__file__ or "").resolve()).startswith(root + os.sep):
+            raise SpecError(adapter.ENV, "", f"transformers was imported from {transformers.__file__}, not from {root}")
+        source = root
     return torch, transformers, Release(transformers.__version__, torch.__version__, source)
 
 

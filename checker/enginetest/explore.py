@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from cowcheck.enginetest import engine
-from cowcheck.enginetest.run import AFTER_UPDATE, IN_FLIGHT, Harness, Outcome, Schedule, run
-from cowcheck.enginetest.scenario import INVARIANTS, EngineScenario
+from cowcheck.enginetest import engine, trace
+from cowcheck.enginetest.run import AFTER_UPDATE, IN_FLIGHT, Harness, Outcome, Schedule, harness, run
+from cowcheck.enginetest.scenario import INVARIANTS, EngineScenario, expect_lines
+from cowcheck.enginetest.shadow import Violation
 
 MAX_SCHEDULES = 1000
 
@@ -43,8 +44,9 @@ class EngineResult:
     bounded: bool
     seconds: float
     release: engine.Release
-    #: per invariant broken, the outcome of its shortest schedule (steps, traceback)
-    witnesses: dict[str, Outcome]
+    #: per invariant broken, its shortest schedule, that schedule's outcome
+    #: (steps, outputs, traceback) and the violation
+    witnesses: dict[str, tuple[Schedule, Outcome, Violation]]
 
     def violated(self) -> set[str]:
         return {v.invariant for v in self.verdicts if not v.holds}
@@ -54,27 +56,43 @@ class EngineResult:
             return None
         return self.violated() == set(self.scenario.expect) and not (self.bounded and self.violated() < self.scenario.expect)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, written: Optional[dict[str, str]] = None) -> dict[str, Any]:
+        """The result in the shape of `check --json`'s (result.schema.json,
+        engine "engine-test"), with the schedule counts and the release;
+        `written`: the counterexample file of each broken invariant."""
+        written = written or {}
+        verdicts = {}
+        for v in self.verdicts:
+            verdicts[v.invariant] = {"holds": v.holds, "outcome": "holds" if v.holds else "violated",
+                                     "kind": trace.invariant_kind(v.invariant),
+                                     # as its counterexample's: the engine steps the schedule ran
+                                     "length": None if v.holds else len(self.witnesses[v.invariant][1].steps),
+                                     "counterexample": None if v.holds else written.get(v.invariant),
+                                     **({} if v.holds or v.schedule is None else
+                                        {"schedule": {"events": v.schedule.events(), "step": v.step, "message": v.detail}})}
+        kinds = {trace.invariant_kind(i) for i in self.violated()}
+        summary = ("unsafe" if "harm" in kinds else "safe but undisciplined" if kinds else "safe and disciplined")
+        expect = expect_lines(self.scenario.expect) if self.scenario.expect is not None else []
+        failures = [f"{i} holds, expected violated" for i in sorted((self.scenario.expect or set()) - self.violated())]
+        failures += [f"{i} is violated, not expected" for i in sorted(self.violated() - set(self.scenario.expect or ()))
+                     if self.scenario.expect is not None]
         return {
-            "scenario": self.scenario.name, "mode": "engine-test", "release": self.release.line(),
-            "expect": sorted(self.scenario.expect) if self.scenario.expect is not None else None,
-            "meets_expect": self.meets_expect(),
-            "schedules": self.schedules, "distinct": self.distinct, "total": self.total, "bounded": self.bounded,
-            "seconds": round(self.seconds, 2),
-            "invariants": {v.invariant: ({"verdict": "holds"} if v.holds else {
-                "verdict": "violated", "length": v.schedule.length() if v.schedule else 0,
-                "schedule": v.schedule.events() if v.schedule else [], "step": v.step, "detail": v.detail})
-                for v in self.verdicts},
+            "format": 1, "engine": "engine-test", "scenario": self.scenario.name,
+            "source": self.scenario.source or "<scenario>", "protocol": "transformers continuous batching",
+            "device": "cpu", "reuse": None, "transfer": None, "seconds": round(self.seconds, 2),
+            "verdicts": verdicts, "summary": summary,
+            "category": "partial" if self.bounded and summary != "unsafe" else summary,
+            "complete": not self.bounded, "stopped": f"--max-schedules {self.schedules}" if self.bounded else None,
+            "expect": expect, "expect_met": self.meets_expect() is not False, "expect_failures": failures,
+            "schedules": self.schedules, "distinct": self.distinct, "total_schedules": self.total,
+            "release": {"transformers": self.release.transformers, "torch": self.release.torch, "source": self.release.source},
         }
 
     def counterexample(self, invariant: str) -> dict[str, Any]:
-        """The shortest schedule that breaks `invariant`, with the engine's
-        tables and ref counts per step, the outputs and any traceback."""
-        v = next(v for v in self.verdicts if v.invariant == invariant)
-        o = self.witnesses[invariant]
-        return {"scenario": self.scenario.name, "invariant": invariant, "release": self.release.line(),
-                "schedule": v.schedule.events() if v.schedule else [], "step": v.step, "detail": v.detail,
-                "steps": o.steps, "outputs": o.outputs, "traceback": o.error}
+        """The shortest schedule that breaks `invariant` as its counterexample
+        file has it (cowcheck.enginetest.trace)."""
+        schedule, outcome, violation = self.witnesses[invariant]
+        return trace.trace_json(self.scenario, invariant, schedule, violation, outcome, self.release)
 
 
 def schedules(sc: EngineScenario, steps: int) -> list[Schedule]:
@@ -86,21 +104,15 @@ def schedules(sc: EngineScenario, steps: int) -> list[Schedule]:
     return sorted(out, key=lambda x: (x.length(), x.events()))
 
 
-def harness() -> Harness:
-    torch, transformers, _ = engine.modules()
-    return Harness(torch, transformers, engine.build_model(torch, transformers),
-                   engine.build_model(torch, transformers, "eager"))
-
-
 def explore(sc: EngineScenario, h: Optional[Harness] = None, max_schedules: int = MAX_SCHEDULES,
             progress: Optional[Callable[[int, int], None]] = None) -> EngineResult:
-    start = time.monotonic()
     h = h or harness()
+    start = time.monotonic()      # the exploration's time, not the import and the model's building
     _, _, release = engine.modules()
     base = run(h, sc, Schedule(tuple((r.name, 0) for r in sc.requests), ()))
     every = schedules(sc, max(1, len(base.steps)))
     chosen = every[:max_schedules]
-    found: dict[str, tuple[Schedule, Outcome, Any]] = {}
+    found: dict[str, tuple[Schedule, Outcome, Violation]] = {}
     seen: set[Any] = set()
     for i, schedule in enumerate(chosen):
         outcome = run(h, sc, schedule)
@@ -113,15 +125,14 @@ def explore(sc: EngineScenario, h: Optional[Harness] = None, max_schedules: int 
     verdicts = [Verdict(inv, False, found[inv][0], found[inv][2].step, found[inv][2].detail) if inv in found
                 else Verdict(inv, True) for inv in INVARIANTS]
     return EngineResult(sc, verdicts, len(chosen), len(seen), len(every), len(every) > len(chosen),
-                        time.monotonic() - start, release, {k: o for k, (_, o, _) in found.items()})
+                        time.monotonic() - start, release, found)
 
 
-def write_counterexamples(result: EngineResult, out_dir: Path) -> list[Path]:
-    import json
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for inv in sorted(result.violated()):
-        path = out_dir / f"engine-{result.scenario.name}-{inv}.json"
-        path.write_text(json.dumps(result.counterexample(inv), indent=1, sort_keys=True) + "\n")
-        paths.append(path)
-    return paths
+def write_counterexamples(result: EngineResult, out_dir: Path) -> dict[str, str]:
+    """Write each broken invariant's shortest schedule into `out_dir` as
+    `<scenario>.<invariant>.json`; remove the scenario's engine files of
+    invariants a complete run found to hold. The paths written, by invariant."""
+    written = {inv: str(trace.write(result.counterexample(inv), Path(out_dir))) for inv in sorted(result.violated())}
+    if not result.bounded:
+        trace.remove_stale(Path(out_dir), result.scenario.name, [v.invariant for v in result.verdicts if v.holds])
+    return written

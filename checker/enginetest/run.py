@@ -15,11 +15,15 @@ order is all the engine mode can show of asynchrony."""
 
 from __future__ import annotations
 
+import gc
+import time
 import traceback
+from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
-from cowcheck.enginetest.engine import SEED
+from cowcheck.enginetest.engine import SEED, build_model, modules
 from cowcheck.enginetest.scenario import EngineScenario
 from cowcheck.enginetest.shadow import Shadow, Violation, allocator_of, snapshot
 
@@ -60,7 +64,21 @@ class Harness:
     def __init__(self, torch: Any, transformers: Any, model: Any, reference: Any):
         self.torch, self.transformers, self.model, self.reference = torch, transformers, model, reference
         self.memo: dict[tuple[int, ...], list[list[int]]] = {}
-        self.lmemo: dict[tuple[tuple[int, ...], int], Any] = {}
+        self.lmemo: dict[tuple[int, ...], Any] = {}
+        #: seconds spent per part of the runs (`run`: all of them; `setup`:
+        #: the engine's manager and batch processor, new for each schedule;
+        #: `forward`: the model's forwards in the engine; `monitor`: the
+        #: shadow and the snapshots; `reference`: the forwards without a
+        #: cache), for bench
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def timed(self, part: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[part] += time.perf_counter() - start
 
     def best(self, tokens: tuple[int, ...]) -> list[list[int]]:
         """For every position, the token ids of maximal logit of one full
@@ -75,11 +93,28 @@ class Harness:
     def logprob(self, tokens: tuple[int, ...], at: int, token: int) -> float:
         """The log-probability of `token` after tokens[:at + 1], from one full
         forward without a cache."""
-        key = (tokens, -1)
-        if key not in self.lmemo:
+        if tokens not in self.lmemo:
             with self.torch.no_grad():
-                self.lmemo[key] = self.torch.log_softmax(self.reference(self.torch.tensor([list(tokens)])).logits[0], -1)
-        return float(self.lmemo[key][at, token])
+                self.lmemo[tokens] = self.torch.log_softmax(self.reference(self.torch.tensor([list(tokens)])).logits[0], -1)
+        return float(self.lmemo[tokens][at, token])
+
+
+_harnesses: dict[Optional[str], Harness] = {}
+
+
+def harness(fresh: bool = False) -> Harness:
+    """The engine's model and the reference, from the transformers
+    engine.modules() picks; built once per source tree in a process (the
+    models hold no state between runs, and building them takes seconds),
+    or, `fresh`, anew (no reference memoized yet: bench)."""
+    torch, transformers, release = modules()
+    if fresh or release.source not in _harnesses:
+        _harnesses[release.source] = Harness(torch, transformers, build_model(torch, transformers),
+                                             build_model(torch, transformers, "eager"))
+        # The engine's batch processor runs gc.collect() when it is deleted, once per schedule; over
+        # torch's and transformers' objects that was 90 % of a run. Frozen, the collector skips them.
+        gc.freeze()
+    return _harnesses[release.source]
 
 
 def _manager(h: Harness, sc: EngineScenario) -> Any:
@@ -87,18 +122,30 @@ def _manager(h: Harness, sc: EngineScenario) -> Any:
     gen = h.transformers.GenerationConfig(max_new_tokens=sc.max_new_tokens, do_sample=forks, eos_token_id=-1,
                                           num_return_sequences=sc.num_return_sequences,
                                           **({"top_k": None, "top_p": None, "temperature": 1.0} if forks else {}))
-    cb = h.transformers.ContinuousBatchingConfig(num_blocks=sc.pool, block_size=sc.block_size, use_async_batching=False,
-                                                 allow_block_sharing=True, use_cuda_graph=False, max_batch_tokens=256, seed=SEED, return_logprobs=True,
-                                                 auto_switch_to_flash=False)
+    config = h.transformers.ContinuousBatchingConfig
+    known = set(getattr(config, "__dataclass_fields__", {}))
+    # releases that know `page_size` warn at every run that `block_size` is deprecated
+    page = "page_size" if "page_size" in known else "block_size"
+    settings = {"num_blocks": sc.pool, page: sc.block_size, "use_async_batching": False, "allow_block_sharing": True,
+                "use_cuda_graph": False, "max_batch_tokens": 256, "seed": SEED, "return_logprobs": True,
+                # only where the release has it (5.25): never trade the paged attention for flash attention
+                "auto_switch_to_flash": False}
+    cb = config(**{k: v for k, v in settings.items() if k != "auto_switch_to_flash" or k in known})
     return h.model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
 
 
 def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
     """Run the schedule; the violations found, the engine's state per step,
     the outputs and (an engine exception) its traceback."""
-    manager = _manager(h, sc)
-    bp = manager._create_batch_processor()
-    manager.batch_processor = bp
+    with h.timed("run"):
+        return _run(h, sc, schedule)
+
+
+def _run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
+    with h.timed("setup"):
+        manager = _manager(h, sc)
+        bp = manager._create_batch_processor()
+        manager.batch_processor = bp
     cache = bp.cache
     shadow = Shadow(sc.block_size)
     out = Outcome(shadow.violations)
@@ -123,22 +170,29 @@ def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
     step = 0
     try:
         for step in range(sc.max_steps):
+            events = []
             for name, r in list(waiting.items()):
                 base = 0 if r.after is None else finished_at.get(r.after)
                 if base is not None and step >= base + submits.get(name, 0):
                     manager.add_request(list(r.prompt), request_id=name, max_new_tokens=sc.max_new_tokens)
+                    events.append(f"submit {name}")
                     del waiting[name]
+            cancels = [(rid, p) for rid, s, p in schedule.cancels if s == step]
+            events += [f"cancel {rid} {p}" for rid, p in cancels]
             if not bp.prepare_next_batch():
                 if not waiting and not bp.has_pending_requests():
                     break
-                out.steps.append({"step": step, "batch": [], **snapshot(cache)})
+                out.steps.append({"step": step, "events": events, "batch": [], **snapshot(cache)})
                 continue
             batch = list(bp.inputs_and_outputs.requests_in_batch)
             trace.append(tuple((f.state.request_id, f.query_length) for f in batch))
-            out.steps.append({"step": step, "batch": [[f.state.request_id, f.query_length] for f in batch], **snapshot(cache)})
-            shadow.forward(cache, batch, step)
-            manager._generation_step()
-            flights = [r for r, s, p in schedule.cancels if s == step and p == IN_FLIGHT]
+            with h.timed("monitor"):
+                out.steps.append({"step": step, "events": events,
+                                  "batch": [[f.state.request_id, f.query_length] for f in batch], **snapshot(cache)})
+                shadow.forward(cache, batch, step)
+            with h.timed("forward"):
+                manager._generation_step()
+            flights = [rid for rid, p in cancels if p == IN_FLIGHT]
             if flights:
                 for rid in flights:
                     manager.cancel_request(rid)
@@ -147,20 +201,38 @@ def run(h: Harness, sc: EngineScenario, schedule: Schedule) -> Outcome:
             bp.update_batch()
             for rid in out.outputs:
                 finished_at.setdefault(rid, step + 1)
-            for rid, s, p in schedule.cancels:
-                if s == step and p == AFTER_UPDATE:
+            for rid, p in cancels:
+                if p == AFTER_UPDATE:
                     manager.cancel_request(rid)
-            shadow.ledger(cache, step)
+            with h.timed("monitor"):
+                shadow.ledger(cache, step)
         else:
             step = sc.max_steps
         if not waiting and not bp.has_pending_requests():
             shadow.end(cache, sc.pool, step)
-    except Exception:
+    except Exception as error:
         out.error = traceback.format_exc()
-        shadow.violations.append(Violation("allocator-error", step, out.error.strip().splitlines()[-1]))
-    _outputs(h, sc, out, step)
+        last = out.error.strip().splitlines()[-1]
+        shadow.violations.append(Violation("allocator-error", step, last,
+                                           {"error": last, "traceback": engine_frames(error)}))
+    with h.timed("reference"):
+        _outputs(h, sc, out, step)
     out.fingerprint = (tuple(trace), tuple(sorted((k, tuple(v)) for k, v in out.outputs.items())))
     return out
+
+
+def engine_frames(error: BaseException) -> list[str]:
+    """The engine's own frames of a traceback (transformers', not torch's
+    or cowcheck's), innermost six at most, outermost first, as
+    `transformers/path.py:line in function: code`: relative to the package's
+    folder, so a file regenerates byte for byte on any machine."""
+    frames = []
+    for f in traceback.extract_tb(error.__traceback__):
+        parts = f.filename.replace("\\", "/").split("/")
+        if "transformers" in parts:
+            where = "/".join(parts[len(parts) - 1 - parts[::-1].index("transformers"):])
+            frames.append(f"{where}:{f.lineno} in {f.name}: {(f.line or '').strip()}")
+    return frames[-6:]
 
 
 def _outputs(h: Harness, sc: EngineScenario, out: Outcome, step: int) -> None:
@@ -177,14 +249,19 @@ def _outputs(h: Harness, sc: EngineScenario, out: Outcome, step: int) -> None:
         logprobs = out.logprobs.get(rid, [])
         for i, token in enumerate(generated):
             at = len(prompt) - 1 + i
-            if sc.num_return_sequences > 1 and i < len(logprobs):
+            if sc.num_return_sequences > 1:
+                if i >= len(logprobs):       # a sampled token without its log-probability cannot be judged
+                    break
                 want = h.logprob(tokens, at, token)
                 wrong = abs(want - logprobs[i]) > LOGPROB_TOLERANCE
                 why = f"log-probability {logprobs[i]:.5f}; a forward without cache gives {want:.5f}"
+                facts: dict[str, Any] = {"logprob": round(logprobs[i], 5), "reference_logprob": round(want, 5)}
             else:
                 wrong = token not in h.best(tokens)[at]
                 why = f"{token}; a forward without cache gives {h.best(tokens)[at]}"
+                facts = {"reference": h.best(tokens)[at]}
             if wrong:
                 if all(v.invariant != "faithful-output" for v in out.violations):
-                    out.violations.append(Violation("faithful-output", step, f"{rid}'s token {i} is {why}"))
+                    out.violations.append(Violation("faithful-output", step, f"{rid}'s token {i} is {why}",
+                                                    {"request": rid, "token_index": i, "token": token, **facts}))
                 break

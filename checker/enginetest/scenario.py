@@ -2,7 +2,7 @@
 serves and the choices the explorer enumerates.
 
     description = "..."
-    expect = ["violates allocator-error"]   # every invariant not named holds
+    expect = ["violates allocator-error"]   # every invariant not named holds; ["holds"]: every one
     [engine]
     block_size = 4          # tokens per block
     pool = 6                # blocks in the cache
@@ -53,6 +53,26 @@ class EngineScenario:
     cancels: tuple[str, ...]
     #: the invariants the file expects violated (None: no expect)
     expect: Optional[frozenset[str]]
+    #: the file it was read from, as given (empty for one built in code)
+    source: str = ""
+
+    def to_toml_data(self) -> dict[str, Any]:
+        """The scenario as its file's parsed TOML has it (what `parse` reads
+        back): a counterexample embeds it, so a replay needs nothing else."""
+        requests = [{"name": r.name, "prompt": list(r.prompt), "submit_within": r.submit_within,
+                     **({"after": r.after} if r.after is not None else {})} for r in self.requests]
+        return {"description": self.description,
+                **({"expect": expect_lines(self.expect)} if self.expect is not None else {}),
+                "engine": {"block_size": self.block_size, "pool": self.pool, "max_new_tokens": self.max_new_tokens,
+                           "num_return_sequences": self.num_return_sequences, "max_steps": self.max_steps,
+                           "cancel": list(self.cancels)},
+                "request": requests}
+
+
+def expect_lines(expect: frozenset[str]) -> list[str]:
+    """An expect as a file writes it: ["holds"] when nothing is expected
+    violated."""
+    return [f"violates {i}" for i in sorted(expect)] or ["holds"]
 
 
 def is_engine_data(data: dict[str, Any]) -> bool:
@@ -67,7 +87,7 @@ def _int(where: str, table: dict[str, Any], key: str, default: Optional[int] = N
     return value
 
 
-def parse(data: dict[str, Any], name: str) -> EngineScenario:
+def parse(data: dict[str, Any], name: str, source: str = "") -> EngineScenario:
     """The scenario in a parsed TOML document; SpecError naming the field."""
     if not is_engine_data(data):
         raise SpecError(name, "engine", "an engine scenario needs an [engine] table")
@@ -93,14 +113,16 @@ def parse(data: dict[str, Any], name: str) -> EngineScenario:
         wanted = set()
         for line in expect:
             verb, _, inv = str(line).partition(" ")
+            if line == "holds" and len(expect) == 1:
+                continue
             if verb != "violates" or inv not in INVARIANTS:
-                raise SpecError(name, "expect", f"{line!r}: write 'violates INVARIANT', one of {', '.join(INVARIANTS)}")
+                raise SpecError(name, "expect", f"{line!r}: write 'holds' alone, or 'violates INVARIANT', one of {', '.join(INVARIANTS)}")
             wanted.add(inv)
     return EngineScenario(name, str(data.get("description", "")), _int(name, eng, "block_size", 4, 1),
                           _int(name, eng, "pool", 8, 1), _int(name, eng, "max_new_tokens", 3, 1),
                           _int(name, eng, "num_return_sequences", 1, 1), _int(name, eng, "max_steps", 12, 1),
                           tuple(requests), tuple(str(c) for c in eng.get("cancel", [])),
-                          frozenset(wanted) if wanted is not None else None)
+                          frozenset(wanted) if wanted is not None else None, source)
 
 
 def load(path: Path) -> EngineScenario:
@@ -109,4 +131,4 @@ def load(path: Path) -> EngineScenario:
         data = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise SpecError(str(path), "", f"cannot read: {error}") from None
-    return parse(data, Path(path).stem)
+    return parse(data, Path(path).stem, str(path))

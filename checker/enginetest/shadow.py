@@ -20,9 +20,12 @@ Slot = tuple[int, int]
 
 @dataclass(frozen=True)
 class Violation:
+    """An invariant broken at an engine step: `detail` in words, `facts`
+    the witness's keys (the request, the block, the wrong token...)."""
     invariant: str
     step: int
     detail: str
+    facts: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def allocator_of(cache: Any) -> Any:
@@ -59,9 +62,9 @@ class Shadow:
     slots: dict[Slot, tuple[int, ...]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
 
-    def _flag(self, invariant: str, step: int, detail: str) -> None:
+    def _flag(self, invariant: str, step: int, detail: str, **facts: Any) -> None:
         if all(v.invariant != invariant for v in self.violations):
-            self.violations.append(Violation(invariant, step, detail))
+            self.violations.append(Violation(invariant, step, detail, facts))
 
     def forward(self, cache: Any, batch: list[Any], step: int) -> None:
         """Judge and apply one forward's writes, then judge its reads."""
@@ -75,7 +78,8 @@ class Shadow:
             own = table.get(rid, [])
             for p in range(past + q):
                 if p // B >= len(own):
-                    self._flag("no-use-after-free", step, f"{rid} position {p} has no block in its table {own}")
+                    self._flag("no-use-after-free", step, f"{rid} position {p} has no block in its table {own}",
+                               request=rid, position=p)
                     continue
                 slot = (own[p // B], p % B)
                 if p >= past:
@@ -83,24 +87,27 @@ class Shadow:
                 reads.append((rid, slot, tokens[:p + 1]))
         for rid, slot, want in reads:
             if slot[0] in free:
-                self._flag("no-use-after-free", step, f"{rid} reads block {slot[0]}, which is free")
+                self._flag("no-use-after-free", step, f"{rid} reads block {slot[0]}, which is free", request=rid, block=slot[0])
             found = self.slots.get(slot)
             if found != want:
                 self._flag("faithful-output", step, f"{rid} reads slot {slot} for the prefix {list(want)} and finds "
-                           + ("nothing written" if found is None else f"the KV of {list(found)}"))
+                           + ("nothing written" if found is None else f"the KV of {list(found)}"),
+                           request=rid, block=slot[0], slot=slot[1], expected=list(want), found=None if found is None else list(found))
 
     def _write(self, rid: str, slot: Slot, prefix: tuple[int, ...], table: dict[str, list[int]], free: set[int],
                hashed: set[int], ledger: Any, step: int) -> None:
         block = slot[0]
         others = sorted(r for r, t in table.items() if r != rid and block in t)
         if others:
-            self._flag("exclusive-write", step, f"{rid} writes block {block}, which {', '.join(others)} also maps")
+            self._flag("exclusive-write", step, f"{rid} writes block {block}, which {', '.join(others)} also maps",
+                       request=rid, block=block, others=others)
         if ledger.shared_ref_counts.get(block, 1) > 1:
-            self._flag("refcount-write", step, f"{rid} writes block {block}, ref count {ledger.shared_ref_counts[block]}")
+            self._flag("refcount-write", step, f"{rid} writes block {block}, ref count {ledger.shared_ref_counts[block]}",
+                       request=rid, block=block, ref_count=int(ledger.shared_ref_counts[block]))
         if block in hashed:
-            self._flag("cache-immutable", step, f"{rid} writes block {block}, which is hashed (cached)")
+            self._flag("cache-immutable", step, f"{rid} writes block {block}, which is hashed (cached)", request=rid, block=block)
         if block in free:
-            self._flag("no-use-after-free", step, f"{rid} writes block {block}, which is free")
+            self._flag("no-use-after-free", step, f"{rid} writes block {block}, which is free", request=rid, block=block)
         self.slots[slot] = prefix
 
     def copies(self, pairs: dict[str, tuple[list[int], list[int]]]) -> None:
@@ -118,19 +125,22 @@ class Shadow:
         for block, n in mapped.items():
             counted = int(ledger.shared_ref_counts.get(block, 1))
             if counted != n:
-                self._flag("refcount-exact", step, f"block {block} is in {n} tables, the ledger counts {counted}")
+                self._flag("refcount-exact", step, f"block {block} is in {n} tables, the ledger counts {counted}",
+                           block=block, mapped=n, ref_count=counted)
             if block in free:
-                self._flag("refcount-exact", step, f"block {block} is in a table and free")
+                self._flag("refcount-exact", step, f"block {block} is in a table and free", block=block)
         for block, n in ledger.shared_ref_counts.items():
             if block not in mapped and n > 0:
-                self._flag("refcount-exact", step, f"block {block} is in no table, the ledger counts {n}")
+                self._flag("refcount-exact", step, f"block {block} is in no table, the ledger counts {n}",
+                           block=int(block), mapped=0, ref_count=int(n))
 
     def end(self, cache: Any, pool: int, step: int) -> None:
         """no-leak: every block free (or cached) and no table left."""
         left = tables(cache)
         held = sorted(set(range(self_min(cache), self_min(cache) + pool)) - free_ids(cache))
         if any(left.values()) or held:
-            self._flag("no-leak", step, f"after every request: tables {left}, blocks neither free nor cached {held}")
+            self._flag("no-leak", step, f"after every request: tables {left}, blocks neither free nor cached {held}",
+                       tables=left, held=held)
 
 
 def self_min(cache: Any) -> int:

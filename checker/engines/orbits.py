@@ -137,11 +137,43 @@ class RowOrbits:
         shared = xp.take_along_axis(counts, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
         for t in range(lay.W):
             sig = sig * _PRIME + shared[:, :, t]
-        # the kernels each branch has in flight
+        # how many slots of each block of the working table are written
+        filled = (R[:, 2 * lay.P:2 * lay.P + lay.P * lay.B].reshape(n, lay.P, lay.B) != 0).sum(axis=2)
+        filled = xp.concatenate((filled, xp.zeros((n, 1), dtype=filled.dtype)), axis=1).astype(np.int64)
+        written = xp.take_along_axis(filled, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
+        for t in range(lay.W):
+            sig = sig * _PRIME + written[:, :, t]
+        # the kernels each branch has in flight, and where its first one stands in the queue
         kinds = R[:, lay.QU:lay.QU + lay.Q * lay.QW:lay.QW]
         owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + lay.Q * lay.QW:lay.QW], -1)
+        # the copies in flight into each block
+        dst = xp.where(kinds == COPY, R[:, lay.QU + 2:lay.QU + lay.Q * lay.QW:lay.QW], -1).astype(np.int64)
+        into = xp.zeros((n, lay.P + 1), dtype=np.int64)
+        ar = xp.arange(n)
+        for k in range(lay.Q):
+            into[ar, xp.where(dst[:, k] < 0, lay.P, dst[:, k])] += 1
+        into[:, lay.P] = 0
+        # the locals: how shared each is, how much of it is written, and the copies in flight into it
+        for name in ("tail", "new"):
+            local = cells[:, :, BRANCH_FIELDS.index(name)].astype(np.int64)
+            at = xp.where(local < 0, lay.P, local)
+            for table in (counts, filled, into):
+                sig = sig * _PRIME + xp.take_along_axis(table, at, axis=1)
+        # where the branch's tokens lie: how many slots hold one, and the first place in the free list of a
+        # block holding one (a finished branch leaves its tokens in the blocks it freed)
+        slots = R[:, 2 * lay.P:2 * lay.P + lay.P * lay.B].astype(np.int64).reshape(n, lay.P, lay.B)
+        token_owner = self.owner[slots]                                    # (n, P, B): -1 the prompt or empty
+        free = R[:, lay.FREE:lay.FREE + lay.P].astype(np.int64)
+        place = xp.full((n, lay.P + 1), lay.P, dtype=np.int64)
+        place[ar[:, None], xp.where(free < 0, lay.P, free)] = xp.arange(lay.P)[None, :]
+        place = place[:, :lay.P]
         for i in range(lay.N):
-            sig[:, i] = sig[:, i] * _PRIME + (owner == i).sum(axis=1)
+            mine = owner == i
+            tokens = token_owner == i
+            first = xp.where(tokens.any(axis=2), place, lay.P).min(axis=1) if lay.P else 0
+            at = xp.where(mine.any(axis=1), xp.argmax(mine, axis=1), lay.Q) if lay.Q else 0
+            sig[:, i] = (((sig[:, i] * _PRIME + mine.sum(axis=1)) * _PRIME + at) * _PRIME
+                         + tokens.sum(axis=(1, 2))) * _PRIME + first
         order = xp.broadcast_to(xp.arange(lay.N), (n, lay.N)).copy()
         for members in self.classes:
             m = xp.asarray(members)

@@ -209,3 +209,20 @@ def test_cupy_agrees_with_numpy(name):
         on_host = check(SPECS / f"{name}.toml", engine="frontier", symmetry=symmetry)
         on_gpu = check(SPECS / f"{name}.toml", engine="frontier", array="cupy", symmetry=symmetry)
         assert figures(on_gpu) == figures(on_host)
+
+
+def test_a_check_without_an_engine_runs_the_frontier_engine_from_five_branches():
+    """cowcheck.engines.default: the frontier engine for a covered protocol
+    file with five branches or more, unless an option only the explorer
+    has is asked for; the explorer for fewer branches (every shipped
+    scenario) and for what the frontier engine refuses."""
+    from cowcheck.engines.default import FRONTIER_BRANCHES, default_engine
+    from cowcheck.engines.options import SearchOptions
+    five = make_scenario(2, 1, [(1, False)] * FRONTIER_BRANCHES, "cow")
+    assert check(five, max_states=50).to_json()["engine"] == "frontier"
+    assert default_engine(five, SearchOptions(compact=True)).value == "explicit"
+    assert default_engine(make_scenario(2, 1, [(1, False)] * (FRONTIER_BRANCHES - 1), "cow"), SearchOptions()).value \
+        == "explicit"
+    assert all(len(load_scenario(p).branches) < FRONTIER_BRANCHES for p in SPECS.glob("*.toml"))
+    cached = make_scenario(2, 1, [{"appends": 1}] * FRONTIER_BRANCHES, "prefix-cache", cache=True)
+    assert default_engine(cached, SearchOptions()).value == "explicit"

@@ -54,7 +54,7 @@ RENAMED = 2048
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 #: the search for the peak's shortest trace after a reduced search may take this share of the reduced search's
 #: time (at least a second); past it the peak's trace is the reduced search's (a trace to the peak, maybe longer)
-SEEK = 0.25
+SEEK = 0.1
 #: the fewest copies to a state no edge has reached yet
 _NONE = 1 << 30
 
@@ -315,8 +315,8 @@ class Frontier:
             if self.orbits is None:
                 dst = self._dedup(cand, _host(src), depth + 1)
             else:
-                first, inverse = self._distinct(cand)
-                dst = self._dedup(self._canonical(cand[first]), _host(src[first]), depth + 1)[_host(inverse)]
+                first, inverse, hashes = self._distinct(cand)
+                dst = self._renamed(cand[first], hashes[first], _host(src[first]), depth + 1)[_host(inverse)]
             self.edges.append((_host(src), dst, _host(cost)))
             self._measure(*self.edges[-1], c1)
         return _host(final)
@@ -373,10 +373,10 @@ class Frontier:
         if res.peak is None or best > res.peak:
             res.peak, res.peak_state = best, int(ids[int(self.xp.argmax(alloc))])
 
-    def _distinct(self, cand: Any) -> tuple[Any, Any]:
-        """The distinct candidates (the first of each, in order) and which
-        one each candidate is: the same row comes from several interleavings,
-        and is renamed once."""
+    def _distinct(self, cand: Any) -> tuple[Any, Any, Any]:
+        """The distinct candidates (the first of each, in order), which
+        one each candidate is, and the candidates' hashes: the same row
+        comes from several interleavings, and is renamed once."""
         xp = self.xp
         hashes = self._hash(cand)
         _, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
@@ -387,7 +387,23 @@ class Frontier:
         order = xp.argsort(first)
         rank = xp.empty_like(order)
         rank[order] = xp.arange(len(order))
-        return first[order], rank[inverse]
+        return first[order], rank[inverse], hashes
+
+    def _renamed(self, cand: Any, hashes: Any, src: np.ndarray, depth: int) -> np.ndarray:
+        """`_dedup` of distinct candidates renamed to their representatives,
+        but for the candidates that are a stored row as they are (a
+        representative already): those are that row's state, and are not
+        renamed (renaming is most of the search's time)."""
+        xp = self.xp
+        stored = self.table.lookup(hashes)
+        known = xp.nonzero(stored >= 0)[0]
+        if len(known) and not bool((_words(self.rows[stored[known]], xp) == _words(cand[known], xp)).all()):
+            raise RuntimeError("frontier engine: a new row shares a stored row's 64-bit hash; rerun with --engine explicit")
+        rest = xp.nonzero(stored < 0)[0]
+        ids = _host(stored).astype(np.int64)
+        if len(rest):
+            ids[_host(rest)] = self._dedup(self._canonical(cand[rest]), src[_host(rest)], depth)
+        return ids
 
     def _canonical(self, rows: Any) -> Any:
         """The rows renamed to their orbits' representatives, a batch of

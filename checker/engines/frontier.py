@@ -54,7 +54,7 @@ RENAMED = 2048
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 #: the search for the peak's shortest trace after a reduced search may take this share of the reduced search's
 #: time (at least a second); past it the peak's trace is the reduced search's (a trace to the peak, maybe longer)
-SEEK = 0.1
+SEEK = 0.05
 #: the fewest copies to a state no edge has reached yet
 _NONE = 1 << 30
 

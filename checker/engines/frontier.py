@@ -1091,6 +1091,10 @@ def explore_frontier(scenario: Scenario, options: SearchOptions = SearchOptions(
             else:       # past its budget: the reduced search's trace reaches the peak, not always by a shortest run
                 peak = reduced
                 why += f" (the peak's trace: with it; the search without it did not reach the peak in {budget:.0f} s)"
+    elif reduced is not None and reduced.result.stop is not None and reduced.result.stop.interrupted:
+        main = peak = reduced       # interrupted: no second search, the reduced one is reported as it stands
+        x = reduced.result
+        why = "interrupted in the search with partial-order reduction"
     else:
         main = peak = search("verdicts", _left(options, started))
         x = main.result

@@ -14,6 +14,10 @@ count (tests/test_engines_frontier.py). Traces are rebuilt by walking the
 explicit model from the initial state along the stored parents, at each
 step taking the successor whose row is the stored one, so counterexamples
 are the explicit model's own, replayable and explainable as any other.
+Its reductions are the explorer's, over rows: symmetry renames each new
+row to a member of its orbit (cowcheck.engines.orbits), and partial-order
+reduction keeps, per row, the moves of the actor the ample-set rule
+chooses (cowcheck.engines.ample); `explore_frontier` stages them.
 
 One idea, over 500 lines: the level loop, the step kinds as array
 operations and the invariants as masks all work on the same row layout

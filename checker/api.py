@@ -28,6 +28,7 @@ from cowcheck.engines import explicit as _explicit
 from cowcheck.traces.pool import PoolReplay, replay_on_pool
 from cowcheck.views.explain import explain_text
 from cowcheck.engines.options import SearchOptions
+from cowcheck.engines.default import default_engine
 from cowcheck.engines.invariants import INVARIANTS, Invariant
 from cowcheck.traces.replay import Replayed, replay as _replay_model
 from cowcheck.engines.results import Engine, Outcome, Result
@@ -96,7 +97,7 @@ def with_overrides(scenario: Scenario, protocol: Union[Protocol, str, Path, None
     return _replace(changed, name=f"{changed.name}~{changed.protocol.name}-{changed.device}-{changed.reuse}{transfer_model}", expect=())
 
 
-def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICIT,
+def check(scenario: ScenarioLike, *, engine: Union[Engine, str, None] = None,
           invariants: tuple[Invariant, ...] = INVARIANTS, depth: int = 20,
           options: Optional[SearchOptions] = None, progress: Optional[Callable[..., None]] = None,
           allocator: Union[Callable[[int, int], Any], str, None] = None, array: str = "numpy",
@@ -111,16 +112,17 @@ def check(scenario: ScenarioLike, *, engine: Union[Engine, str] = Engine.EXPLICI
     allocator code through the engine harness instead of the scenario's
     protocol (a factory `(pool, block_size) -> adapter`, or its
     "module:factory" reference; docs/how-to/allocator-code.md). `array`:
-    the frontier engine's array module, numpy or cupy.
-    Writes nothing."""
+    the frontier engine's array module, numpy or cupy. `engine` None:
+    the explorer, or the frontier engine where it is the faster one
+    (cowcheck.engines.default). Writes nothing."""
     if options is not None and search:
         raise SpecError("check()", sorted(search)[0], "give the search options either as `options` or as keywords, not both")
     options = options if options is not None else SearchOptions.of(**search)
     scenario = as_scenario(scenario)     # each engine validates its `expect` against the invariants
-    engine = Engine(engine)
     system = None
     if allocator is not None:
         scenario, system = with_allocator(scenario, allocator)
+    engine = default_engine(scenario, options) if engine is None else Engine(engine)
     if engine is Engine.EXPLICIT:
         return _explicit.explore(scenario, options, invariants=invariants, progress=progress, system=system)
     if engine is Engine.FRONTIER:

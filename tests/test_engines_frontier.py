@@ -7,7 +7,10 @@ approximate canonical form, cowcheck.engines.orbits) every verdict,
 shortest length, peak, copies and steady count is still the one without
 reductions, and it stores no fewer states than the explicit engine's
 orbits (an approximate form may store an orbit more than once, and on a
-tiny space more states than the search without it)."""
+tiny space more states than the search without it). With partial-order
+reduction as row masks (cowcheck.engines.ample, on by default with
+symmetry) the same holds of every measure, and without symmetry its
+reduced search stores exactly the explorer's reduced states."""
 
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from cowcheck import check
 from cowcheck.engines.rows import refusal
 from cowcheck.model.errors import SpecError
 from cowcheck.model.protocol import builtin_names
+from cowcheck.model.reduce.ample import Ample
 from cowcheck.model.scenario import load_scenario, make_scenario
+from cowcheck.model.system import ProtocolModel
 from cowcheck.traces.replay import replay
 
 from tests.conftest import program_branches
@@ -30,7 +35,7 @@ from tests.test_engines_random import scenarios
 
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 #: covered scenarios whose explicit search takes seconds
-SLOW = {"cow-three-writers", "holds-three-writers", "cow-full-prompt", "sampling-cow"}
+SLOW = {"cow-three-writers", "holds-three-writers", "cow-full-prompt", "sampling-cow", "pipelined-rollback"}
 
 
 def figures(result) -> dict:
@@ -47,20 +52,24 @@ def measures(result) -> dict:
 
 def agree(scenario, **limits) -> None:
     explicit = check(scenario, symmetry=False, por=False, **limits)
-    frontier = check(scenario, engine="frontier", symmetry=False, **limits)
+    frontier = check(scenario, engine="frontier", symmetry=False, por=False, **limits)
     assert figures(frontier) == figures(explicit)
     assert frontier.summary == explicit.summary
     replays(frontier)
     if frontier.peak_trace is not None:
         assert frontier.peak_trace.length == explicit.peak_trace.length
-    reduced = check(scenario, engine="frontier", **limits)
-    assert measures(reduced) == measures(explicit)
-    assert reduced.summary == explicit.summary
+    symmetric = check(scenario, engine="frontier", por=False, **limits)
     orbits = check(scenario, por=False, **limits)      # an orbit is stored at least once
-    assert reduced.exploration.states >= orbits.exploration.states
-    replays(reduced)
-    if reduced.peak_trace is not None:
-        assert reduced.peak_trace.length == explicit.peak_trace.length
+    assert symmetric.exploration.states >= orbits.exploration.states
+    # the default adds partial-order reduction where settled completions apply (else it is `symmetric`'s search)
+    defaults = (check(scenario, engine="frontier", **limits),) if Ample(ProtocolModel(scenario), completions=True).completions \
+        else ()
+    for reduced in (symmetric, *defaults):
+        assert measures(reduced) == measures(explicit)
+        assert reduced.summary == explicit.summary
+        replays(reduced)
+        if reduced.peak_trace is not None:
+            assert reduced.peak_trace.length == explicit.peak_trace.length
 
 
 def replays(frontier) -> None:
@@ -71,6 +80,20 @@ def replays(frontier) -> None:
             replayed = replay(verdict.counterexample)
             assert replayed.ok, replayed.message
             assert verdict.counterexample.length == verdict.length
+
+
+def same_reduction(scenario) -> None:
+    """Partial-order reduction without symmetry: the rows' ample sets are the
+    explorer's, state by state, so where the reduced search of either
+    engine runs to its end without a violation, both store the same
+    states and take the same transitions; every verdict and shortest
+    length agrees with the explorer's whatever the reduced searches find."""
+    explicit = check(scenario, symmetry=False, por=True)
+    frontier = check(scenario, engine="frontier", symmetry=False, por=True)
+    assert measures(frontier) == measures(explicit)
+    first, mine = explicit.searches[0], frontier.searches[0]
+    if first.stop is None and not first.violations and mine.stop is None and not mine.violations:
+        assert (mine.states, mine.transitions) == (first.states, first.transitions)
 
 
 def covered() -> list:
@@ -85,6 +108,11 @@ def covered() -> list:
 @pytest.mark.parametrize("path", covered())
 def test_agrees_on_shipped_scenarios(path):
     agree(load_scenario(path))
+
+
+@pytest.mark.parametrize("path", covered())
+def test_partial_order_rows_are_the_explorers(path):
+    same_reduction(load_scenario(path))
 
 
 def test_covers_every_protocol_file_scenario():
@@ -111,6 +139,7 @@ def test_agrees_under_the_scheduler_lock(scenario):
     bound = check(scenario, max_states=3_000, symmetry=False, por=False)
     assume(bound.exploration.complete)
     agree(scenario)
+    same_reduction(scenario)
 
 
 @st.composite
@@ -184,3 +213,20 @@ def test_cupy_agrees_with_numpy(name):
         on_host = check(SPECS / f"{name}.toml", engine="frontier", symmetry=symmetry)
         on_gpu = check(SPECS / f"{name}.toml", engine="frontier", array="cupy", symmetry=symmetry)
         assert figures(on_gpu) == figures(on_host)
+
+
+def test_a_check_without_an_engine_runs_the_frontier_engine_from_five_branches():
+    """cowcheck.engines.default: the frontier engine for a covered protocol
+    file with five branches or more, unless an option only the explorer
+    has is asked for; the explorer for fewer branches (every shipped
+    scenario) and for what the frontier engine refuses."""
+    from cowcheck.engines.default import FRONTIER_BRANCHES, default_engine
+    from cowcheck.engines.options import SearchOptions
+    five = make_scenario(2, 1, [(1, False)] * FRONTIER_BRANCHES, "cow")
+    assert check(five, max_states=50).to_json()["engine"] == "frontier"
+    assert default_engine(five, SearchOptions(compact=True)).value == "explicit"
+    assert default_engine(make_scenario(2, 1, [(1, False)] * (FRONTIER_BRANCHES - 1), "cow"), SearchOptions()).value \
+        == "explicit"
+    assert all(len(load_scenario(p).branches) < FRONTIER_BRANCHES for p in SPECS.glob("*.toml"))
+    cached = make_scenario(2, 1, [{"appends": 1}] * FRONTIER_BRANCHES, "prefix-cache", cache=True)
+    assert default_engine(cached, SearchOptions()).value == "explicit"

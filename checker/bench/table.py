@@ -62,6 +62,8 @@ SCENARIOS: dict[str, tuple | dict] = {
     "cow B=2 L=3 3x2, one may_cancel": (2, 3, [(2, False), (2, False), (2, True)], "cow"),
     "cow B=4 L=6 4x2": (4, 6, [(2, False)] * 4, "cow"),
     "cow B=4 L=6 5x2": (4, 6, [(2, False)] * 5, "cow"),
+    "cow B=4 L=6 6x2": (4, 6, [(2, False)] * 6, "cow"),
+    "cow B=4 L=6 8x1": (4, 6, [(1, False)] * 8, "cow"),
     "premature-decrement B=4 L=6 4x3": (4, 6, [(3, False)] * 4, "premature-decrement"),
     # a beam fork: a and b are roots, a forks c after its first append, then every branch appends twice more
     "cow beam B=4 L=6 a forks c": (4, 6, [{"program": ["append", "fork c", "append", "append"]}, {"appends": 3},
@@ -101,6 +103,8 @@ RUNS = (
     ("cow speculate B=2 L=3 a: speculate 3", SYMMETRY, False),
     ("cow B=4 L=6 5x2", SYMMETRY, True),
     ("cow B=4 L=6 5x2", BOTH, True),
+    ("cow B=4 L=6 6x2", BOTH, True),
+    ("cow B=4 L=6 8x1", BOTH, True),
     ("prefix-cache B=2 4 requests, prompt 3", SYMMETRY, False),
     ("prefix-cache B=2 warm cache, pool 6", NONE, False),
     ("prefix-cache B=2 warm cache, pool 6", SYMMETRY, False),
@@ -150,10 +154,11 @@ FRONTIER = "frontier"
 
 
 def _frontier_covers(label: str, reductions: tuple[bool, bool, bool, bool]) -> bool:
-    """Whether the frontier engine runs this row too: without reductions, or
-    with symmetry alone (its only reduction), on a scenario it covers."""
+    """Whether the frontier engine runs this row too: without reductions,
+    with symmetry, partial-order reduction or both (its reductions, as rows),
+    on a scenario it covers."""
     from cowcheck.engines.rows import refusal
-    return reductions in (NONE, SYMMETRY) and refusal(bench_scenario(label)) is None
+    return reductions in (NONE, SYMMETRY, POR, BOTH) and refusal(bench_scenario(label)) is None
 
 
 def _measure(args, conn) -> None:
@@ -353,8 +358,8 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     for label, reductions, heavy in RUNS:
         if (heavy and not full) or not selected(label, only):
             continue
-        # the runs without reductions and with symmetry alone: the frontier engine beside the explicit
-        # one, where it covers the scenario (docs/explanation/speed.md)
+        # the runs without compact or fingerprints: the frontier engine beside the explicit one, where
+        # it covers the scenario (docs/explanation/speed.md)
         for engine in ("explicit", FRONTIER) if _frontier_covers(label, reductions) else ("explicit",):
             row = in_child(_measure, (label, reductions, engine))
             assert row is not None      # no limit
@@ -388,7 +393,7 @@ def run_benchmarks(console: Console, as_json: bool, counterexamples: str = "coun
     if rows:
         console.print(table)
     if not full and only is None:
-        console.print("[dim](--full adds the unreduced 4x2 run, about 3.3 million states, and the 5x2 run)[/]")
+        console.print("[dim](--full adds the unreduced 4x2 run, about 3.3 million states, the 5x2 runs and the 6x2 and 8x1 runs)[/]")
     for r in symbolic:
         console.print(f"{r['benchmark']}: length {r['bmc_length']}, z3 {r['bmc_z3_seconds']} s "
                       f"({r['bmc_total_seconds']} s in all); explicit --first: length {r['explicit_length']}, "

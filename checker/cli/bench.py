@@ -13,7 +13,7 @@ from cowcheck.model.errors import SpecError
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option("--counterexamples", "folder", default="counterexamples", show_default=True, type=click.Path(file_okay=False),
               help="Whose files the replay line replays.")
-@click.option("--full", is_flag=True, help="Also run the slow ones: 4x2 unreduced (3.3 million states) and 5x2.")
+@click.option("--full", is_flag=True, help="Also run the slow ones: 4x2 unreduced (3.3 million states), 5x2, 6x2 and 8x1.")
 @click.option("--branches", is_flag=True, help="Instead: symmetry as branches grow (cow B=4 L=6, 2-8 x 1 and 2-6 x 2 appends).")
 @click.option("--profile", is_flag=True, help="Instead: where the time goes per state (successors, invariants, canonical form, storage).")
 @click.option("--floor", is_flag=True, help="Instead: 6x1 and 5x2 as they are and with the canonical form looked up "

@@ -160,11 +160,13 @@ class Skipped:
 @click.option("--call-deadline", "call_deadline", type=click.FloatRange(min=0), metavar="SECONDS",
               help="Allocator code: stop the check once one adapter call has run this long, naming it "
                    "[default: the scenario's call_deadline, else 10; 0: no deadline].")
-@click.option("--engine", type=click.Choice(["explicit", "frontier", "bmc", "kind"]), default="explicit", show_default=True,
+@click.option("--engine", type=click.Choice(["explicit", "frontier", "bmc", "kind"]), default=None,
               help="explicit: breadth-first exploration (exhaustive, every measure); frontier: the same search over "
-                   "states as rows of integers, a level at a time (numpy or CuPy; symmetry only, off with --no-symmetry; protocol "
-                   "files it covers, others refused); bmc: z3 bounded model checking (shortest bugs in deep scenarios); kind: "
-                   "z3 k-induction (proofs).")
+                   "states as rows of integers, a level at a time (numpy or CuPy; symmetry and partial-order reduction "
+                   "as rows, off with --no-symmetry and --no-por; protocol files it covers, others refused); bmc: z3 "
+                   "bounded model checking (shortest bugs in deep scenarios); kind: z3 k-induction (proofs) [default: "
+                   "explicit; frontier for a protocol file it covers with 5 branches or more, without --compact "
+                   "or --fingerprints].")
 @click.option("--array", type=click.Choice(POOLS), default="numpy", show_default=True,
               help="--engine frontier: the array module its rows live in (cupy: on a CUDA GPU).")
 @click.option("--depth", type=click.IntRange(min=0), default=20, show_default=True,
@@ -297,7 +299,7 @@ DEFAULT_SEARCH = SearchOptions()
 TRACE_OPTIONS = ("max_states", "max_depth", "first", "symmetry", "por", "compact", "fingerprints")
 
 
-def default_out(overridden: bool, engine: str, options: SearchOptions = DEFAULT_SEARCH,
+def default_out(overridden: bool, engine: Optional[str], options: SearchOptions = DEFAULT_SEARCH,
                 invariant_ids: tuple[str, ...] = ()) -> Path:
     """Where counterexamples go without --out. The committed files in
     counterexamples/ are the explorer's default run's, on the scenarios as
@@ -307,7 +309,7 @@ def default_out(overridden: bool, engine: str, options: SearchOptions = DEFAULT_
     invariants, so it writes where an override does and never rewrites a
     committed file."""
     default_search = all(getattr(options, o) == getattr(DEFAULT_SEARCH, o) for o in TRACE_OPTIONS)
-    if overridden or engine != "explicit" or not default_search or invariant_ids:
+    if overridden or engine not in (None, "explicit") or not default_search or invariant_ids:
         return OVERRIDE_OUT
     return DEFAULT_OUT
 

@@ -29,6 +29,12 @@ measure (and all but `ample` no shortest length either):
 - `ample`: a map from a state and its transitions to the ones to explore
   (model.reduce.ample's partial-order reduction). Verdicts and measures are kept;
   shortest lengths may grow, which the caller re-searches (cowcheck.engines.explicit).
+  It is asked first, and the mirrored moves are computed only where it keeps
+  every move: where it keeps one branch's, that branch mirrors no earlier
+  one (a twin earlier in its class meets the same condition, the rule
+  reading the state up to renaming, and would have been chosen first), and
+  where it keeps one completion, no branch's move is left; so the moves
+  explored are the ones the mirror, then the ample set, would leave.
 - `fingerprints`: the visited set holds a 64-bit hash of each state instead
   of the state (TLC's fingerprints); two states with the same fingerprint
   would be merged, with probability about n(g-n)/2^64 for n states and g
@@ -421,10 +427,11 @@ class Explorer:
                 if trs:
                     res.complete, res.stop = False, deep
                 continue
-            if mirror is not None:
+            if ample is not None:       # the mirrored moves only where the ample set keeps every move (see above)
+                kept = ample(state, trs)
+                trs = mirror(state, trs) if mirror is not None and len(kept) == len(trs) else kept
+            elif mirror is not None:
                 trs = mirror(state, trs)
-            if ample is not None:
-                trs = ample(state, trs)
             for tr in trs:
                 res.transitions += 1
                 nxt = tr.state

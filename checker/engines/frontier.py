@@ -14,6 +14,10 @@ count (tests/test_engines_frontier.py). Traces are rebuilt by walking the
 explicit model from the initial state along the stored parents, at each
 step taking the successor whose row is the stored one, so counterexamples
 are the explicit model's own, replayable and explainable as any other.
+Its reductions are the explorer's, over rows: symmetry renames each new
+row to a member of its orbit (cowcheck.engines.orbits), and partial-order
+reduction keeps, per row, the moves of the actor the ample-set rule
+chooses (cowcheck.engines.ample); `explore_frontier` stages them.
 
 One idea, over 500 lines: the level loop, the step kinds as array
 operations and the invariants as masks all work on the same row layout
@@ -25,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 from types import SimpleNamespace
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -37,19 +42,23 @@ from cowcheck.model.stepkinds import COPIES
 from cowcheck.model.system import ProtocolModel
 from cowcheck.engines.explorer import Exploration, Violation, _resident_bytes, memory_bound, trace_for, walk
 from cowcheck.engines.explicit import report
+from cowcheck.engines.ample import ALL, RowAmple
 from cowcheck.engines.hashtable import HashTable
 from cowcheck.engines.orbits import RowOrbits
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.results import FrontierResult, Search
 from cowcheck.engines.options import SearchOptions
 from cowcheck.engines.rows import CANCELLED, COPY, FINISHED, KERNEL, RUNNING, SNAP, UNBORN, Layout, dtype_for, refusal
-from cowcheck.engines.stop import Stop, StopKind, interrupted
+from cowcheck.engines.stop import PEAK_REACHED, Stop, StopKind, interrupted
 
 #: frontier rows expanded at once: bounds the memory of one batch of successors
 CHUNK = 1 << 15
 #: rows renamed to their representatives at once (cowcheck.engines.orbits): small enough to stay in cache
 RENAMED = 2048
 _MIX = np.uint64(0x9E3779B97F4A7C15)
+#: the search for the peak's shortest trace after a reduced search may take this share of the reduced search's
+#: time (at least a second); past it the peak's trace is the reduced search's (a trace to the peak, maybe longer)
+SEEK = 0.05
 #: the fewest copies to a state no edge has reached yet
 _NONE = 1 << 30
 
@@ -74,19 +83,45 @@ class _Successors:
         self.stuck = xp.ones(n, dtype=bool)     # no transition at all (not even a table miss)
         self.transitions = 0
         self.violations: dict[str, int] = {}    # invariant -> the index of a row whose action breaks it
+        # whose moves these are (a branch i, or N + k for queue entry k's completion): the ample sets' actors
+        self.actor = 0
+        self.actors: list[int] = []
+        self.missed: list[tuple[Any, int]] = []
 
     def add(self, src: Any, rows: Any, cost: int) -> None:
         if len(src):
             self.rows.append(rows)
             self.src.append(src)
             self.cost.append(self.xp.full(len(src), cost, dtype=np.int8))
+            self.actors.append(self.actor)
             self.transitions += len(src)
             self.stuck[src] = False
 
     def attempted(self, src: Any) -> None:
         """Transitions that lead nowhere (a kernel-table-miss): counted, not stored."""
+        if len(src):
+            self.missed.append((src, self.actor))
         self.transitions += len(src)
         self.stuck[src] = False
+
+    def movers(self, n: int, actors: int) -> Any:
+        """(n, actors): which actors have a move in each row."""
+        has = self.xp.zeros((n, actors), dtype=bool)
+        for src, actor in list(zip(self.src, self.actors)) + self.missed:
+            has[src, actor] = True
+        return has
+
+    def reduce(self, chosen: Any) -> None:
+        """Keep, in each row, only the moves of its chosen actor (ALL: every move)."""
+        xp = self.xp
+        kept = 0
+        for k, (src, actor) in enumerate(zip(self.src, self.actors)):
+            keep = xp.nonzero((chosen[src] == ALL) | (chosen[src] == actor))[0]
+            self.rows[k], self.src[k], self.cost[k] = self.rows[k][keep], src[keep], self.cost[k][keep]
+            kept += len(keep)
+        for src, actor in self.missed:
+            kept += int(((chosen[src] == ALL) | (chosen[src] == actor)).sum())
+        self.transitions = kept
 
     def violate(self, inv: str, mask: Any, src: Any) -> None:
         if inv not in self.violations and bool(mask.any()):
@@ -97,8 +132,13 @@ class Frontier:
     """One search of one protocol-file scenario (rows.refusal must be None)."""
 
     def __init__(self, model: ProtocolModel, invariants: tuple[Invariant, ...], options: SearchOptions = SearchOptions(),
-                 xp: Any = np, progress: Optional[Callable[..., None]] = None, array: str = "numpy"):
+                 xp: Any = np, progress: Optional[Callable[..., None]] = None, array: str = "numpy",
+                 ample: Optional[RowAmple] = None, seek: Optional[int] = None):
         self.model, self.scenario = model, model.scenario
+        # partial-order reduction (cowcheck.engines.ample): per row, the moves of the actor it chooses
+        self.ample = ample
+        # the search for the peak's trace: stop once a state reaches this many blocks
+        self.seek = seek
         self.invariants, self.options, self.xp, self.progress = invariants, options, xp, progress
         self.wanted = frozenset(inv.id for inv in invariants)
         self.lay = lay = Layout.of(self.scenario)
@@ -230,6 +270,8 @@ class Frontier:
             raise _Found(Stop(StopKind.SECONDS, options.max_seconds))
         if options.first and res.violations:
             raise _Found(Stop(StopKind.FIRST_VIOLATION))
+        if self.seek is not None and res.peak is not None and res.peak >= self.seek:
+            raise _Found(PEAK_REACHED)
         if self.progress is not None:
             self.progress(self, queued)
 
@@ -246,8 +288,11 @@ class Frontier:
             allowed = None if holder is None else (holder == -1) | (holder == i)
             if mirrored is not None:        # a branch whose moves mirror another's: left out (cowcheck.engines.orbits)
                 allowed = ~mirrored[:, i] if allowed is None else allowed & ~mirrored[:, i]
+            out.actor = i
             self._branch(F, i, out, allowed)
         self._device(F, out)
+        if self.ample is not None:          # each row's ample set: the moves of one actor, or all
+            out.reduce(self.ample.choose(F, out.movers(len(F), lay.N + lay.Q), self._free_map(F), self._uses(F)))
         # state invariants, in the explicit engine's order of judging
         checks = {"no-use-after-free": self._uaf_state(F), "no-leak": final & self._leaky(F),
                   "no-deadlock": ~final & out.stuck, "refcount-exact": self._inexact(F, quiet)}
@@ -274,8 +319,8 @@ class Frontier:
             if self.orbits is None:
                 dst = self._dedup(cand, _host(src), depth + 1)
             else:
-                first, inverse = self._distinct(cand)
-                dst = self._dedup(self._canonical(cand[first]), _host(src[first]), depth + 1)[_host(inverse)]
+                first, inverse, hashes = self._distinct(cand)
+                dst = self._renamed(cand[first], hashes[first], _host(src[first]), depth + 1)[_host(inverse)]
             self.edges.append((_host(src), dst, _host(cost)))
             self._measure(*self.edges[-1], c1)
         return _host(final)
@@ -332,10 +377,10 @@ class Frontier:
         if res.peak is None or best > res.peak:
             res.peak, res.peak_state = best, int(ids[int(self.xp.argmax(alloc))])
 
-    def _distinct(self, cand: Any) -> tuple[Any, Any]:
-        """The distinct candidates (the first of each, in order) and which
-        one each candidate is: the same row comes from several interleavings,
-        and is renamed once."""
+    def _distinct(self, cand: Any) -> tuple[Any, Any, Any]:
+        """The distinct candidates (the first of each, in order), which
+        one each candidate is, and the candidates' hashes: the same row
+        comes from several interleavings, and is renamed once."""
         xp = self.xp
         hashes = self._hash(cand)
         _, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
@@ -346,7 +391,23 @@ class Frontier:
         order = xp.argsort(first)
         rank = xp.empty_like(order)
         rank[order] = xp.arange(len(order))
-        return first[order], rank[inverse]
+        return first[order], rank[inverse], hashes
+
+    def _renamed(self, cand: Any, hashes: Any, src: np.ndarray, depth: int) -> np.ndarray:
+        """`_dedup` of distinct candidates renamed to their representatives,
+        but for the candidates that are a stored row as they are (a
+        representative already): those are that row's state, and are not
+        renamed (renaming is most of the search's time)."""
+        xp = self.xp
+        stored = self.table.lookup(hashes)
+        known = xp.nonzero(stored >= 0)[0]
+        if len(known) and not bool((_words(self.rows[stored[known]], xp) == _words(cand[known], xp)).all()):
+            raise RuntimeError("frontier engine: a new row shares a stored row's 64-bit hash; rerun with --engine explicit")
+        rest = xp.nonzero(stored < 0)[0]
+        ids = _host(stored).astype(np.int64)
+        if len(rest):
+            ids[_host(rest)] = self._dedup(self._canonical(cand[rest]), src[_host(rest)], depth)
+        return ids
 
     def _canonical(self, rows: Any) -> Any:
         """The rows renamed to their orbits' representatives, a batch of
@@ -809,6 +870,7 @@ class Frontier:
             ready = occupied & (xp.cumsum(kinds == COPY, axis=1) * (kinds == COPY) <= 1) \
                 & (xp.cumsum(kinds == KERNEL, axis=1) * (kinds == KERNEL) <= 1)
         for k in range(lay.Q):
+            out.actor = lay.N + k
             copy = xp.nonzero(ready[:, k] & (kinds[:, k] == COPY))[0]
             if len(copy):
                 self._copy_done(F[copy], k, copy, out)
@@ -982,10 +1044,19 @@ def _host(a: Any) -> np.ndarray:
 def explore_frontier(scenario: Scenario, options: SearchOptions = SearchOptions(), *,
                      invariants: tuple[Invariant, ...] = INVARIANTS, progress: Optional[Callable[..., None]] = None,
                      xp: Any = np, array: str = "numpy") -> FrontierResult:
-    """Check a scenario with the frontier engine: one search without
-    reductions (symmetry and partial-order reduction are the explicit
-    engine's), every figure from it. A scenario it does not cover is
-    refused in one line (bad input, exit 2), naming what it lacks."""
+    """Check a scenario with the frontier engine. A scenario it does not
+    cover is refused in one line (bad input, exit 2), naming what it lacks.
+
+    Its reductions: symmetry (rows renamed, cowcheck.engines.orbits) unless
+    --no-symmetry, and partial-order reduction as row masks
+    (cowcheck.engines.ample), staged as the explicit engine's default is:
+    the search with it, up to its first violation; where it finds none,
+    every verdict and measure is its own, and a search without it, up to
+    the first state at the peak, gives the peak's shortest trace; where it
+    finds one or stops short, the search without it gives every figure.
+    Partial-order reduction is used where the explicit engine's default
+    uses it (settled completions apply), or wherever it applies with
+    --por; never with --no-por or --max-depth."""
     why = refusal(scenario)
     if why is not None:
         raise SpecError(scenario.source, "engine", f"{why}: the frontier engine does not cover it; check it with "
@@ -993,13 +1064,64 @@ def explore_frontier(scenario: Scenario, options: SearchOptions = SearchOptions(
     model = ProtocolModel(scenario)
     invariants, unsupported = for_system(invariants, model)
     validate_expect(scenario, False)
-    search = Frontier(model, invariants, options, xp, progress, array)
-    x = search.run()
-    x.reductions = tuple(search.orbits.describe) if search.orbits is not None else ()
-    searched = Search.of("verdicts", x)
-    what = "with " + " and ".join(x.reductions) + " (rows renamed to an approximate canonical form)" if x.reductions \
-        else "without reductions"
-    result = report(scenario, model, invariants, unsupported, x, search, search, searches=(searched,),
-                    partial_order="off", choice=f"frontier: one search over rows, {what}", kind=FrontierResult)
+    ample = None
+    if options.por is not False and options.max_depth is None:
+        ample = RowAmple.of(model, Layout.of(scenario), xp, completions=True)
+        if ample is not None and not (ample.completions or options.por):
+            ample = None        # auto: as the explicit engine's, only where settled completions apply
+
+    def search(purpose: str, limits: SearchOptions, reduce: Optional[RowAmple] = None,
+               seek: Optional[int] = None) -> Frontier:
+        frontier = Frontier(model, invariants, limits, xp, progress, array, reduce, seek)
+        x = frontier.run()
+        x.reductions = tuple(frontier.orbits.describe if frontier.orbits is not None else ()) \
+            + tuple(reduce.describe() if reduce is not None else ())
+        searches.append(Search.of(purpose, x))
+        return frontier
+
+    searches: list[Search] = []
+    started = time.perf_counter()
+    reduced = search("first violation", replace(options, first=True), ample) if ample is not None else None
+    if reduced is not None and reduced.result.complete and not reduced.result.violations:
+        main, peak = reduced, reduced
+        x = reduced.result
+        why = "with partial-order reduction, no violation: every invariant holds and every measure is exact"
+        if x.peak is not None:
+            limits = _left(options, started)
+            budget = min(max(SEEK * x.seconds, 1.0), limits.max_seconds or float("inf"))
+            peak = search("peak trace", replace(limits, max_seconds=budget), seek=x.peak)
+            if peak.result.peak == x.peak:
+                why += " (the peak's shortest trace: without it, up to the peak)"
+            else:       # past its budget: the reduced search's trace reaches the peak, not always by a shortest run
+                peak = reduced
+                why += f" (the peak's trace: with it; the search without it did not reach the peak in {budget:.0f} s)"
+    elif reduced is not None and reduced.result.stop is not None and reduced.result.stop.interrupted:
+        main = peak = reduced       # interrupted: no second search, the reduced one is reported as it stands
+        x = reduced.result
+        why = "interrupted in the search with partial-order reduction"
+    else:
+        main = peak = search("verdicts", _left(options, started))
+        x = main.result
+        if reduced is None:
+            why = "one search"
+        elif reduced.result.violations:
+            why = f"with partial-order reduction, a violation ({next(iter(reduced.result.violations))}): every " \
+                  "figure from the search without it"
+        else:
+            why = f"with partial-order reduction, stopped ({reduced.result.stopped}): every figure from the search " \
+                  "without it"
+    x.seconds = time.perf_counter() - started
+    what = "with " + " and ".join(main.result.reductions) if main.result.reductions else "without reductions"
+    if main.orbits is not None:
+        what += " (rows renamed to an approximate canonical form)"
+    result = report(scenario, model, invariants, unsupported, x, main, peak, searches=tuple(searches),
+                    partial_order=options.por_asked, choice=f"frontier: {why}; {what}", kind=FrontierResult)
     assert isinstance(result, FrontierResult)
     return result
+
+
+def _left(options: SearchOptions, started: float) -> SearchOptions:
+    """`options` with what is left of --max-seconds (at least a second)."""
+    if options.max_seconds is None:
+        return options
+    return replace(options, max_seconds=max(options.max_seconds - (time.perf_counter() - started), 1.0))

@@ -88,12 +88,16 @@ class RowOrbits:
                                   + [c in (1, 2) for _ in entries for c in (1, 2, *range(SNAP, SNAP + W))] + [False] * P)
         self.scan_entry = np.array([-1] * (len(working) + len(published))
                                    + [k for k in range(Q) for _ in (1, 2, *range(SNAP, SNAP + W))] + [-1] * P)
+        # each scanned cell's branch (-1: not a branch's) and its place among the branch's cells
+        inside = (self.scan_cells >= self.start) & (self.scan_cells < self.start + N * BW)
+        self.scan_branch = np.where(inside, (self.scan_cells - self.start) // BW, -1)
+        self.scan_offset = np.where(inside, (self.scan_cells - self.start) % BW, 0)
         self.sig_fields = [f(name) for name in ("status", "pos", "done", "prog", "step", "wlen", "plen")]
         self.describe = (["branch symmetry (" + "; ".join("".join(names[i] for i in c) for c in classes) + ")"] if classes else []) \
             + (["block-id symmetry"] if blocks else [])
         if xp is not np:
             for name in ("block_cells", "copy_cells", "kind_cells", "token_cells", "owner", "offset", "scan_cells",
-                         "scan_copy", "scan_entry"):
+                         "scan_copy", "scan_entry", "scan_branch", "scan_offset"):
                 setattr(self, name, xp.asarray(getattr(self, name)))
 
     @staticmethod
@@ -113,9 +117,8 @@ class RowOrbits:
         """Each row's representative, and the renaming that gives it."""
         xp, lay = self.xp, self.lay
         order = self._order(R) if self.classes else None
-        moved = self.apply(R, Renaming(order, None)) if order is not None else R
-        inv = self._numbering(moved) if self.blocks else None
-        out = self.apply(moved, Renaming(None, inv)) if inv is not None else moved.copy()
+        inv = self._numbering(R, order) if self.blocks else None
+        out = self.apply(R, Renaming(order, inv))
         n = len(R)
         whole = Renaming(xp.broadcast_to(xp.arange(lay.N), (n, lay.N)) if order is None else order,
                          xp.broadcast_to(xp.arange(lay.P), (n, lay.P)) if inv is None else inv)
@@ -137,24 +140,71 @@ class RowOrbits:
         shared = xp.take_along_axis(counts, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
         for t in range(lay.W):
             sig = sig * _PRIME + shared[:, :, t]
-        # the kernels each branch has in flight
+        # how many slots of each block are written, and which branches' tokens it holds (a bit per branch)
+        ar = xp.arange(n)
+        filled = xp.zeros((n, lay.P + 1), dtype=np.int64)
+        holders = xp.zeros((n, lay.P), dtype=np.int64)
+        tokens = xp.zeros(n * (lay.N + 1), dtype=np.int64)
+        for b in range(lay.B):
+            slot = R[:, 2 * lay.P + b:2 * lay.P + lay.P * lay.B:lay.B].astype(np.int64)     # (n, P): slot b of each block
+            filled[:, :lay.P] += slot != 0
+            by = self.owner[slot]                  # -1: the prompt, or empty
+            holders |= xp.where(by >= 0, xp.left_shift(1, xp.maximum(by, 0)), 0)
+            tokens += xp.bincount((ar[:, None] * (lay.N + 1) + by + 1).ravel(), minlength=n * (lay.N + 1))
+        written = xp.take_along_axis(filled, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
+        for t in range(lay.W):
+            sig = sig * _PRIME + written[:, :, t]
+        # the queue's occupied columns (it is kept front first): the kernels each branch has in flight,
+        # where its first one stands, and the copies in flight into each block
         kinds = R[:, lay.QU:lay.QU + lay.Q * lay.QW:lay.QW]
-        owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + lay.Q * lay.QW:lay.QW], -1)
+        busy = int((kinds != -1).sum(axis=1).max()) if lay.Q and n else 0
+        kinds = kinds[:, :busy]
+        owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + busy * lay.QW:lay.QW], -1).astype(np.int64)
+        dst = xp.where(kinds == COPY, R[:, lay.QU + 2:lay.QU + busy * lay.QW:lay.QW], -1).astype(np.int64)
+        into = xp.zeros((n, lay.P + 1), dtype=np.int64)
+        kernels = xp.zeros((n, lay.N + 1), dtype=np.int64)
+        first_kernel = xp.full((n, lay.N + 1), lay.Q, dtype=np.int64)
+        for k in reversed(range(busy)):
+            into[ar, xp.where(dst[:, k] < 0, lay.P, dst[:, k])] += 1
+            who = xp.where(owner[:, k] < 0, lay.N, owner[:, k])
+            kernels[ar, who] += 1
+            first_kernel[ar, who] = k
+        into[:, lay.P] = 0
+        # the locals: how shared each is, how much of it is written, and the copies in flight into it
+        for name in ("tail", "new"):
+            local = cells[:, :, BRANCH_FIELDS.index(name)].astype(np.int64)
+            at = xp.where(local < 0, lay.P, local)
+            for table in (counts, filled, into):
+                sig = sig * _PRIME + xp.take_along_axis(table, at, axis=1)
+        # where the branch's tokens lie: how many slots hold one, and the first place in the free list of a
+        # block holding one (a finished branch leaves its tokens in the blocks it freed)
+        free = R[:, lay.FREE:lay.FREE + lay.P].astype(np.int64)
+        place = xp.full((n, lay.P + 1), lay.P, dtype=np.int64)
+        place[ar[:, None], xp.where(free < 0, lay.P, free)] = xp.arange(lay.P)[None, :]
+        place = place[:, :lay.P]
+        tokens = tokens.reshape(n, lay.N + 1)[:, 1:]
         for i in range(lay.N):
-            sig[:, i] = sig[:, i] * _PRIME + (owner == i).sum(axis=1)
+            first = xp.where((holders >> i) & 1 == 1, place, lay.P).min(axis=1) if lay.P else 0
+            sig[:, i] = (((sig[:, i] * _PRIME + kernels[:, i]) * _PRIME + first_kernel[:, i]) * _PRIME
+                         + tokens[:, i]) * _PRIME + first
         order = xp.broadcast_to(xp.arange(lay.N), (n, lay.N)).copy()
         for members in self.classes:
             m = xp.asarray(members)
             order[:, m] = m[xp.argsort(sig[:, m], axis=1, kind="stable")]
         return order
 
-    def _numbering(self, R: Any) -> Any:
+    def _numbering(self, R: Any, order: Optional[Any] = None) -> Any:
         """inv[new] = old: blocks in order of first appearance in the tables
-        (branch by branch), the device queue, the free list, then by id.
-        One pass over the cells, keeping which blocks each row has seen."""
+        (branch by branch, in `order`: the rows' branches moved first), the
+        device queue, the free list, then by id. One pass over the cells,
+        keeping which blocks each row has seen."""
         xp, lay = self.xp, self.lay
         n, P = len(R), lay.P
-        scan = R[:, self.scan_cells]
+        if order is None:
+            scan = R[:, self.scan_cells]
+        else:       # a branch cell of the moved row: the same cell of the branch moved there
+            moved = self.start + xp.take(order, xp.maximum(self.scan_branch, 0), axis=1) * lay.BW + self.scan_offset
+            scan = xp.take_along_axis(R, xp.where(self.scan_branch >= 0, moved, self.scan_cells), axis=1)
         if lay.Q:       # a copy's source and target are blocks, a kernel's branch and position are not
             scan = xp.where(~self.scan_copy[None, :] | (R[:, self.kind_cells] == COPY)[:, xp.maximum(self.scan_entry, 0)],
                             scan, -1)

@@ -66,7 +66,9 @@ def refusal(scenario: Scenario) -> Optional[str]:
     if scenario.allocator is not None:
         return "allocator code (the engine harness) is checked by the explicit engine"
     if scenario.cache:
-        return "a cache scenario (cache = \"prefix\"): prefix caching is not in the row layout yet"
+        return ("a cache scenario (cache = \"prefix\"): prefix caching is not in the row layout yet (it needs a key per "
+                "block, each request's prompt, hits and verified count, and the steps lookup, touch-hits, alloc-prompt, "
+                "prefill, cache-full, cache-drafts and alloc-no-evict as array operations; docs/explanation/engines.md)")
     ops = {o.op for spec in scenario.branches for o in spec.operations}
     used = [s for path in protocol.paths.values() for s in path.steps] + list(protocol.cancel + protocol.finish) \
         + list(protocol.fork if Op.FORK in ops else ()) + list(protocol.rollback if Op.ROLLBACK in ops else ())

@@ -353,6 +353,43 @@ def test_fuzz_finds_a_delayed_free_skipped_in_vllms_real_scheduler(monkeypatch):
     assert "no-use-after-free" not in clean.findings, sorted(clean.findings)
 
 
+
+#: the released scheduler's no-stale-key on the stress run's scenarios (seed 0: 0 and 3 with cancels, 5
+#: without), shrunk: b, a P/D consumer, gets its first block as a local hit on the block a's prefill is
+#: filling (V1 keys it at a's allocation: exclusive-write, refcount-write, skipped in the stress run)
+CONSUMER_HIT = """scheduler = "cowcheck.adapters.vllm_v1:scheduler"
+block_size = 1
+prompt = 0
+cache = "prefix"
+transfer = "stream"
+pool = 2
+device = "stream"
+[[branch]]
+appends = 0
+prompt = ["p0"]
+[[branch]]
+appends = 0
+prompt = ["p0", "p1"]
+source = "remote"
+"""
+
+
+@_have(VLLM["0.34.0"])
+@pytest.mark.xfail(strict=True, reason="the scheduler harness takes a request's own keys from the tokens its kernels "
+                   "computed (br.seq), empty for a consumer waiting for its recv: its local hit reads as a block handed "
+                   "out still keyed (docs/how-to/fuzz.md); remove this mark with the fix")
+def test_a_consumers_local_prefix_hit_is_no_stale_key(monkeypatch, tmp_path):
+    """vLLM's scheduler gives a P/D consumer its local prefix hit and
+    allocates the rest for the recv (`allocate_slots(...,
+    new_computed_blocks=..., delay_cache_blocks=True)`, then
+    WAITING_FOR_REMOTE_KVS): the hit is the consumer's own prompt block,
+    not a stale key."""
+    from cowcheck import api
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM["0.34.0"]))
+    (tmp_path / "consumer-hit.toml").write_text(CONSUMER_HIT)
+    result = api.check(tmp_path / "consumer-hit.toml")
+    assert {v.invariant for v in result.violated()} == {"exclusive-write", "refcount-write"}
+
 # -- the actual engine (cowcheck.fuzzing.engine, cowcheck engine-test) -------------------------------
 
 from cowcheck.enginetest import INSTALL, missing  # noqa: E402

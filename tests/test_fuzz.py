@@ -353,6 +353,43 @@ def test_fuzz_finds_a_delayed_free_skipped_in_vllms_real_scheduler(monkeypatch):
     assert "no-use-after-free" not in clean.findings, sorted(clean.findings)
 
 
+
+#: the released scheduler's no-stale-key on the stress run's scenarios (seed 0: 0 and 3 with cancels, 5
+#: without), shrunk: b, a P/D consumer, gets its first block as a local hit on the block a's prefill is
+#: filling (V1 keys it at a's allocation: exclusive-write, refcount-write, skipped in the stress run)
+CONSUMER_HIT = """scheduler = "cowcheck.adapters.vllm_v1:scheduler"
+block_size = 1
+prompt = 0
+cache = "prefix"
+transfer = "stream"
+pool = 2
+device = "stream"
+[[branch]]
+appends = 0
+prompt = ["p0"]
+[[branch]]
+appends = 0
+prompt = ["p0", "p1"]
+source = "remote"
+"""
+
+
+@_have(VLLM["0.34.0"])
+@pytest.mark.xfail(strict=True, reason="the scheduler harness takes a request's own keys from the tokens its kernels "
+                   "computed (br.seq), empty for a consumer waiting for its recv: its local hit reads as a block handed "
+                   "out still keyed (docs/how-to/fuzz.md); remove this mark with the fix")
+def test_a_consumers_local_prefix_hit_is_no_stale_key(monkeypatch, tmp_path):
+    """vLLM's scheduler gives a P/D consumer its local prefix hit and
+    allocates the rest for the recv (`allocate_slots(...,
+    new_computed_blocks=..., delay_cache_blocks=True)`, then
+    WAITING_FOR_REMOTE_KVS): the hit is the consumer's own prompt block,
+    not a stale key."""
+    from cowcheck import api
+    monkeypatch.setenv(vllm_v1.ENV, str(VLLM["0.34.0"]))
+    (tmp_path / "consumer-hit.toml").write_text(CONSUMER_HIT)
+    result = api.check(tmp_path / "consumer-hit.toml")
+    assert {v.invariant for v in result.violated()} == {"exclusive-write", "refcount-write"}
+
 # -- the actual engine (cowcheck.fuzzing.engine, cowcheck engine-test) -------------------------------
 
 from cowcheck.enginetest import INSTALL, missing  # noqa: E402
@@ -361,8 +398,8 @@ from cowcheck.fuzzing import engine as engine_fuzz  # noqa: E402
 
 needs_torch = pytest.mark.skipif(missing() is not None, reason=f"the engine-test mode needs torch and transformers: {INSTALL}")
 #: from seed 0 the engine fuzz breaks allocator-error at scenario 1 (the in-flight cancel of a forked
-#: child, specs/engine/fork-cancel-in-flight.toml's bug): 18 schedules, 14 s with torch's import and the
-#: model's build (7 s) on a loaded 2-core machine, so marked slow
+#: child, specs/engine/fork-cancel-in-flight.toml's bug): 18 schedules in under a second; torch's import
+#: and the model's build take 6 to 10 s on a loaded 2-core machine, so marked slow
 ENGINE_BUDGET = 2
 
 
@@ -405,11 +442,21 @@ def test_engine_fuzz_without_torch_is_one_line_and_exit_2(tmp_path):
 
 @needs_torch
 @pytest.mark.slow
-def test_engine_fuzz_finds_the_in_flight_cancel_of_a_forked_child(tmp_path):
+def test_engine_fuzz_finds_the_in_flight_cancel_of_a_forked_child_and_shrinks_it(tmp_path):
     """From seed 0, without a hand-written scenario: the bug engine-test
     found on transformers 5.25.0 (a forked child cancelled in flight:
     update_batch hashes the blocks of a request whose table is gone,
-    KeyError in mark_complete_blocks), as allocator-error."""
+    KeyError in mark_complete_blocks), as allocator-error. The command
+    (in this process, so torch's import and the model's build are paid
+    once): exit 1 (allocator-error is harm), a report the schema accepts, a
+    reduction without the fork, and the drawn and reduced files meet their
+    expect under engine-test with the same schedule budget."""
+    import jsonschema
+    from click.testing import CliRunner
+    from cowcheck.api import engine_test
+    from cowcheck.cli import main
+    from cowcheck.enginetest.scenario import load
+    from cowcheck.schemas import load as schema
     found = fuzz(engine_test=True, seed=0, scenarios=ENGINE_BUDGET, do_shrink=False)
     assert found.kind == "engine" and "allocator-error" in found.findings and len(found.tried) <= ENGINE_BUDGET
     finding = found.findings["allocator-error"]
@@ -418,34 +465,23 @@ def test_engine_fuzz_finds_the_in_flight_cancel_of_a_forked_child(tmp_path):
     assert finding.drawn.scenario.num_return_sequences > 1 and found.unsafe
     data = found.to_json()
     assert data["scenario_kind"] == "engine" and data["check_budget"] == {"max_schedules": engine_fuzz.DEFAULT_MAX_SCHEDULES}
-    toml, record = write_fuzz(found, tmp_path)
-    from cowcheck.enginetest.scenario import load
+    toml, record = write_fuzz(found, tmp_path / "api")
     assert load(toml).expect == {"allocator-error"} and json.loads(record.read_text())["detail"] == finding.verdict.detail
 
-
-@needs_torch
-@pytest.mark.slow
-def test_engine_fuzz_shrinks_and_the_files_meet_their_expect(tmp_path):
-    """The command: exit 1 (allocator-error is harm), a report the schema
-    accepts, a reduction without the fork, and the drawn and reduced files
-    meet their expect under engine-test with the same schedule budget
-    (about a minute: the find, 11 reduction candidates, two engine-tests)."""
-    import jsonschema
-    from cowcheck.schemas import load
-    done = _cowcheck("fuzz", "--engine-test", "--scenarios", str(ENGINE_BUDGET), "--out", tmp_path / "out",
-                     "--json", tmp_path / "r.json")
-    assert done.returncode == 1, done.stderr
+    done = CliRunner().invoke(main, ["fuzz", "--engine-test", "--scenarios", str(ENGINE_BUDGET), "--out", str(tmp_path / "out"),
+                                     "--json", str(tmp_path / "r.json")])
+    assert done.exit_code == 1, done.output
     report = json.loads((tmp_path / "r.json").read_text())
-    jsonschema.validate(report, load("fuzz"))
+    jsonschema.validate(report, schema("fuzz"))
     shrunk = report["findings"][0]["shrunk"]
     assert shrunk and shrunk["scenario"]["engine"]["pool"] <= report["findings"][0]["scenario"]["engine"]["pool"]
     # the fork is not needed: one request cancelled in flight in the step that completes its block
     assert len(shrunk["scenario"]["request"]) == 1 and shrunk["scenario"]["engine"]["num_return_sequences"] == 1
     tomls = sorted((tmp_path / "out").glob("*.toml"))
     assert len(tomls) == 2
-    checked = _cowcheck("engine-test", "--max-schedules", str(engine_fuzz.DEFAULT_MAX_SCHEDULES), *tomls,
-                        "--out", tmp_path / "cx")     # not the checkout's counterexamples/engine
-    assert checked.returncode == 0 and checked.stdout.count("meets expect") == 2, checked.stdout
+    for path in tomls:
+        checked = engine_test(path, max_schedules=engine_fuzz.DEFAULT_MAX_SCHEDULES)
+        assert checked.meets_expect(), (path.name, sorted(checked.violated()))
 
 
 @needs_torch

@@ -443,6 +443,12 @@ class HarnessModel(TransitionSystem):
             out[b] = tuple(tokens)
         return out
 
+    def _own_tokens(self, j: int, br: Branch) -> tuple[str, ...]:
+        """The tokens branch j's table stands for, which a key on one of its
+        blocks may name (no-stale-key): the sequence it has written. The
+        scheduler harness knows more (SchedulerModel)."""
+        return tuple(br.seq)
+
     def _cache_facts(self, before: State, after: State, hits: tuple[int, int], d: Draft) -> None:
         """The facts the cache invariants judge after a host call, from
         what `cached()` reports: each block that joined a table other than
@@ -461,9 +467,10 @@ class HarnessModel(TransitionSystem):
                 continue
             was = before.branches[j]
             old = set(was.working) if was.status is Status.RUNNING else set()
+            seq = self._own_tokens(j, br)
             own: dict[int, list[tuple[str, ...]]] = {}     # block -> its B tokens at each entry the sequence covers whole
-            for k, b in enumerate(br.working[:len(br.seq) // B]):
-                own.setdefault(b, []).append(tuple(br.seq[k * B:(k + 1) * B]))
+            for k, b in enumerate(br.working[:len(seq) // B]):
+                own.setdefault(b, []).append(tuple(seq[k * B:(k + 1) * B]))
             for k, b in enumerate(br.working):
                 if (j == hits[0] and k < hits[1]) or b in old:
                     continue

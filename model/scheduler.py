@@ -429,6 +429,14 @@ class SchedulerModel(HarnessModel):
                 action = transfer_completion(op, ok, self.names) if type(op) is Move else completion(op, self.B, self.names)
                 out.append(Transition(action, after, tuple(d.facts)))
 
+    def _own_tokens(self, j: int, br: Branch) -> tuple[str, ...]:
+        """At least the prompt `add` gave: a request waiting on a recv or a
+        host load runs no kernel yet (its `seq` is empty), but its local
+        prefix hits already carry its own prompt's keys, which are no stale
+        key."""
+        prompt = self.prompts[j]
+        return tuple(br.seq) if len(br.seq) >= len(prompt) else tuple(prompt)
+
     # -- the calls ----------------------------------------------------------------
     def _raised(self, out: list[Transition], d: Draft, actor: str, op: Any, step: str, branch: int, call: str,
                 err: Exception) -> None:

@@ -375,9 +375,6 @@ source = "remote"
 
 
 @_have(VLLM["0.34.0"])
-@pytest.mark.xfail(strict=True, reason="the scheduler harness takes a request's own keys from the tokens its kernels "
-                   "computed (br.seq), empty for a consumer waiting for its recv: its local hit reads as a block handed "
-                   "out still keyed (docs/how-to/fuzz.md); remove this mark with the fix")
 def test_a_consumers_local_prefix_hit_is_no_stale_key(monkeypatch, tmp_path):
     """vLLM's scheduler gives a P/D consumer its local prefix hit and
     allocates the rest for the recv (`allocate_slots(...,

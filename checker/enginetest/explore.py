@@ -24,6 +24,9 @@ from cowcheck.enginetest.shadow import Violation
 
 MAX_SCHEDULES = 1000
 
+#: the `device` of an engine-test result (check --json's shape): the real engine on the CPU, no device model
+DEVICE = "cpu"
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -79,7 +82,7 @@ class EngineResult:
         return {
             "format": 1, "engine": "engine-test", "scenario": self.scenario.name,
             "source": self.scenario.source or "<scenario>", "protocol": "transformers continuous batching",
-            "device": "cpu", "reuse": None, "transfer": None, "seconds": round(self.seconds, 2),
+            "device": DEVICE, "reuse": None, "transfer": None, "seconds": round(self.seconds, 2),
             "verdicts": verdicts, "summary": summary,
             "category": "partial" if self.bounded and summary != "unsafe" else summary,
             "complete": not self.bounded, "stopped": f"--max-schedules {self.schedules}" if self.bounded else None,

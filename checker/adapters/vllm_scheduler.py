@@ -44,12 +44,20 @@ stores are the step's transfers, a load event reported in
 `finished_recving`, a store event in the worker metadata's
 `completed_store_events`.
 
+`OffloadingConnector` is vLLM's OffloadingConnector on the scheduler's
+side: the real `OffloadingConnectorScheduler` over the real
+`CPUOffloadingManager` (0.34.0's `kv_connector/v1/offloading/` and
+`v1/kv_offload/`), whose chunks the host observers read; each block of a
+load or store job is one transfer, the step's `jobs_to_flush` the plan's
+`waits`, a job's completion reported in `completed_jobs`.
+
 Configurations (factories): `scheduler`, the Scheduler (one plan in
 flight); `async_scheduler`, the AsyncScheduler (two: vLLM sets
 `defer_block_free` for a consumer with two batches in flight);
 `async_scheduler_no_defer`, the same with `defer_block_free` off (vLLM
 before 45357's deferred frees); `offload_eager`, `offload_lazy` and their
-`_async` forms, SimpleCPUOffload in place of the P/D connector.
+`_async` forms, SimpleCPUOffload in place of the P/D connector;
+`offloading` and `offloading_async`, the OffloadingConnector.
 
 States are keyed by the exact pickle of the scheduler (no canonical
 snapshot): vLLM's scheduler keeps counters and queues a snapshot would
@@ -57,8 +65,8 @@ have to list in full, and a snapshot would not spare the pickle that
 copies each state. What the scheduler only reads (the config and the
 KVCacheConfig) is shared and pickled by reference (`by_reference`).
 
-One idea, over 500 lines: the stand-ins, the P/D connector and
-SimpleCPUOffload's delegation all exist to run vllm/v1/core/sched/
+One idea, over 500 lines: the stand-ins, the P/D connector and the two
+offloading connectors' delegation all exist to run vllm/v1/core/sched/
 unchanged, and each is a few dozen lines that only make sense beside the
 others."""
 
@@ -236,7 +244,7 @@ def _modules(source: Optional[str]) -> tuple[str, ...]:
     return SCHEDULER + tuple(m for m in OFFLOAD if has(m))
 
 
-# -- vLLM's OffloadingConnectorScheduler (vllm/v1/kv_offload/): constructed, not yet driven ------------------
+# -- vLLM's OffloadingConnectorScheduler (vllm/v1/kv_offload/) -------------------------------------------------
 
 #: OffloadingConnectorScheduler's modules and the real CPUOffloadingManager's (0.34.0's layout), run unchanged;
 #: the LRU policy is imported by name at run time (CachePolicyFactory)
@@ -284,7 +292,7 @@ def load_offloading(source: Optional[str]) -> Any:
     """`load`, and the OffloadingConnectorScheduler's modules besides, its clock stopped."""
     loaded = engine(source, _modules(source) + OFFLOADING, STAND_INS_OFFLOADING, REF)
     assert loaded.mods is not None
-    loaded.mods[OFFLOADING[0]].time = STOPPED_CLOCK
+    setattr(loaded.mods[OFFLOADING[0]], "time", STOPPED_CLOCK)
     return loaded
 
 
@@ -749,9 +757,16 @@ class OffloadingConnector(OffloadConnector):
                     tid = f"{kind}{job}.{i}"
                     self.job_tids.setdefault(job, set()).add(tid)
                     self.job_of[tid] = job
-                    out.append((tid, kind, entry.req_id, adapter._block(g, f"the {kind} {tid}"), adapter.chunk(c), first + i,
+                    out.append((tid, kind, entry.req_id, adapter._block(g, f"the {kind} {tid}"), self.chunk(c), first + i,
                                 bool(entry.sync)))
         return out
+
+    def chunk(self, chunk_id: int) -> int:
+        """The host block of a chunk (one block a chunk, numbered from 0)."""
+        if not 0 <= chunk_id < self.scheduler.manager._num_chunks:
+            raise AssertionError(f"the CPUOffloadingManager named chunk {chunk_id}, not one of its "
+                                 f"{self.scheduler.manager._num_chunks} chunks")
+        return chunk_id
 
     def waits(self, meta: Any) -> list[str]:
         """The transfers of the step's jobs_to_flush not yet reported."""
@@ -987,11 +1002,6 @@ class VllmOffloadingScheduler(VllmScheduler):
         """chunk id: (offload key, ChunkStatus)."""
         policy = self.connector.scheduler.manager._policy
         return {int(chunk.chunk_id): (key, chunk) for key, chunk in policy.chunks.items()}
-
-    def chunk(self, chunk_id: int) -> int:
-        if not 0 <= chunk_id < self.H:
-            raise AssertionError(f"the CPUOffloadingManager named chunk {chunk_id}, not one of its chunks 0 to {self.H - 1}")
-        return chunk_id
 
     def _learn(self) -> None:
         """As VllmScheduler's, and the connector's stats drained, as an

@@ -367,6 +367,19 @@ def test_the_offloading_connector_is_safe_through_its_jobs_to_flush_waits(monkey
     assert {"faithful-output", "host-key-content"} <= set(broken(blind))
 
 
+OLDEST_OFFLOADING = CACHE / "vllm-0.30.0"
+
+
+@pytest.mark.skipif(not (OLDEST_OFFLOADING / ".complete").is_file(), reason="vllm-0.30.0's sources are not in build/engines")
+def test_the_offloading_connector_of_0_30_gives_0_34s_verdicts(monkeypatch):
+    """The oldest release whose OffloadingConnectorScheduler the adapter
+    drives (no sync loads, no failed_jobs): sched-vllm-offloading-flush's
+    verdicts and lengths."""
+    monkeypatch.setenv(vllm_v1.ENV, str(OLDEST_OFFLOADING))
+    assert broken(run("offload-eager-store", OFFLOADING, transfer="own-stream-fenced")) == {"exclusive-write": 3,
+                                                                                          "no-use-after-free": 4}
+
+
 @pytest.mark.parametrize("name, step, kind, decoded, expected", [
     ("sched-vllm-pd-consumer-ahead-no-defer+85842240f64c.faithful-output", 10, "kernel", "q0", "p2"),
     ("sched-vllm-pd-producer-lease+85842240f64c.faithful-output", 10, "send", "x2", "p0")])

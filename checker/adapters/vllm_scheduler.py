@@ -751,14 +751,15 @@ class OffloadingConnector(OffloadConnector):
             for job, entry in jobs.items():
                 gpu, cpu = (entry.dst_spec, entry.src_spec) if kind == "load" else (entry.src_spec, entry.dst_spec)
                 first = int(gpu.block_indices[0]) if len(gpu.block_indices) else 0
-                if kind == "load" and not entry.sync:
+                sync = bool(getattr(entry, "sync", False))     # sync loads: from 0.33
+                if kind == "load" and not sync:
                     self.load_reqs[job] = entry.req_id
                 for i, (g, c) in enumerate(zip(gpu.block_ids.tolist(), cpu.block_ids.tolist())):
                     tid = f"{kind}{job}.{i}"
                     self.job_tids.setdefault(job, set()).add(tid)
                     self.job_of[tid] = job
                     out.append((tid, kind, entry.req_id, adapter._block(g, f"the {kind} {tid}"), self.chunk(c), first + i,
-                                bool(entry.sync)))
+                                sync))
         return out
 
     def chunk(self, chunk_id: int) -> int:
@@ -785,7 +786,8 @@ class OffloadingConnector(OffloadConnector):
                 if job in self.load_reqs:
                     finished.add(self.load_reqs.pop(job))
         common = _mods()["vllm.distributed.kv_transfer.kv_connector.v1.offloading.common"]
-        worker = common.OffloadingWorkerMetadata(completed_jobs=completed, failed_jobs=failed) if completed else None
+        worker = _call(common.OffloadingWorkerMetadata, dict(completed_jobs=completed, failed_jobs=failed)) \
+            if completed else None      # failed_jobs: from 0.34
         return output_type(finished_recving=finished or None, kv_connector_worker_meta=worker)
 
 

@@ -19,7 +19,10 @@ observers of the engine harness (`refcount`, `holds`, `free_blocks`,
 `host_refcount(h)`, `host_free_blocks()`, `host_cached()`; and the
 attribute `plans_in_flight` (1 or 2). A plan has `kernels` [(request,
 first, last)], `copies` [(src, dst)] and `transfers` [(id, kind, request,
-block, host, index, sync)], as a mapping or as attributes.
+block, host, index, sync)], as a mapping or as attributes, and
+optionally `waits` [transfer id]: transfers in flight (an earlier plan's
+or its own) that its kernels wait for, as they wait for its sync loads (a
+worker that fences a step on earlier stores).
 
 Each call is one host action: `add r`, `schedule`, `output` (for the
 oldest outstanding plan, once its kernels have landed) and `abort r`. The
@@ -67,8 +70,9 @@ HOST_NEEDS = {"host_cached": ("host-key-content",), "host_free_blocks": ("no-lea
 HOST_OBSERVERS = ("host_refcount", "host_free_blocks", "host_cached")
 #: the transfer kinds a plan may launch
 KINDS = {kind.value: kind for kind in MoveKind}
-#: a plan's parts
+#: a plan's parts (and the optional one: the in-flight transfers its kernels wait for)
 PARTS = ("kernels", "copies", "transfers")
+WAITS = "waits"
 
 
 @dataclass(frozen=True)
@@ -81,11 +85,14 @@ class Books:
     its transfer id or None; whether the plan's kernels wait for it: a
     copy or a sync load); `done`, the transfer id of each pending report
     of the state's tier, in its order; `added`, which requests have
-    arrived."""
+    arrived; `waits`, (outstanding plan, transfer id) for each transfer an
+    earlier plan launched that this plan's kernels wait for (its `waits`
+    part), until the transfer completes."""
     plans: int = 0
     tags: tuple[tuple[int, Hashable, bool], ...] = ()
     done: tuple[Hashable, ...] = ()
     added: tuple[bool, ...] = ()
+    waits: tuple[tuple[int, Hashable], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,10 +111,12 @@ class Scheduled(Snapshot):
 
 @dataclass(frozen=True)
 class Plan:
-    """What one `schedule()` returned, checked: the kernels, copies and transfers."""
+    """What one `schedule()` returned, checked: the kernels, copies and
+    transfers, and the transfers in flight its kernels wait for."""
     kernels: tuple[tuple[int, int, int], ...]
     copies: tuple[tuple[int, int], ...]
     transfers: tuple[tuple[Hashable, MoveKind, int, int, Optional[int], int, bool], ...]
+    waits: tuple[Hashable, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -200,8 +209,10 @@ class SchedulerModel(HarnessModel):
             raise self._bad(method, f"names request {value!r}, which the scenario lacks (its requests: {', '.join(self.names)})")
         return self.names.index(value)
 
-    def _plan(self, raw: Any, books: Books, state: State) -> Plan:
-        """The plan `schedule()` returned, checked against the section's shape."""
+    def _plan(self, raw: Any, books: Books, state: State, *, launching: bool = True) -> Plan:
+        """The plan `schedule()` returned, checked against the section's
+        shape (its `waits` only when `launching`: against the transfers in
+        flight when it was returned)."""
         shape = ("must return a plan with kernels [(request, first, last)], copies [(src, dst)] and transfers "
                  "[(id, kind, request, block, host, index, sync)], as a mapping or as attributes")
         parts = {}
@@ -257,7 +268,27 @@ class SchedulerModel(HarnessModel):
             if type(sync) is not bool or (sync and kind != "load"):
                 raise self._bad("schedule", f"the {kind} {tid!r}'s sync must be a boolean, true only for a load, got {sync!r}")
             transfers.append((tid, KINDS[kind], i, block, host, index, sync))
-        return Plan(tuple(kernels), copies, tuple(transfers))
+        waits = self._waits(raw, seen) if launching else ()
+        return Plan(tuple(kernels), copies, tuple(transfers), waits)
+
+    def _waits(self, raw: Any, known: set[Hashable]) -> tuple[Hashable, ...]:
+        """The plan's optional `waits`: ids of transfers this plan or an
+        earlier one launched and `output()` has not reported yet."""
+        value = raw.get(WAITS, ()) if isinstance(raw, Mapping) else getattr(raw, WAITS, ())
+        if not isinstance(value, (list, tuple, set, frozenset)):
+            raise self._bad("schedule", f"a plan's waits must list transfer ids, got {type(value).__name__}")
+        waits = []
+        for tid in value:
+            try:
+                ok = tid in known
+            except TypeError:
+                ok = False
+            if not ok:
+                raise self._bad("schedule", f"the plan waits for {tid!r}, which is no transfer in flight or unreported "
+                                "(waits names transfers this plan or an earlier one launched, not yet reported to output)")
+            if tid not in waits:
+                waits.append(tid)
+        return tuple(waits)
 
     # -- what the harness keeps -----------------------------------------------
     def _token(self, i: int, p: int) -> str:
@@ -413,17 +444,20 @@ class SchedulerModel(HarnessModel):
     def _device(self, state: State, out: list[Transition]) -> None:
         """The device's completions: what the ordering rules allow, a
         kernel only once its plan's copies and sync loads have landed."""
-        tags = state.code.books.tags
+        tags, waits = state.code.books.tags, state.code.books.waits
+        flying = {t[1] for t in tags if t[1] is not None}
         for index in queue.ready(state, self.orders):
             op = state.queue[index]
-            if type(op) is Kernel and any(t[2] and t[0] == tags[index][0] for t in tags):
-                continue        # the worker's wait: the plan's copies and sync loads first
+            if type(op) is Kernel and (any(t[2] and t[0] == tags[index][0] for t in tags)
+                                       or any(p == tags[index][0] and tid in flying for p, tid in waits)):
+                continue        # the worker's wait: the plan's copies, sync loads and waited transfers first
             for ok in (True, False) if type(op) is Move and op.kind in self.faults else (True,):
                 d = Draft(state, "lifo")
                 queue.complete(d, index, self.B, ok)
                 books = state.code.books
                 done = books.done + ((tags[index][1],) if len(d.reports) > len(state.tier.reports if state.tier else ()) else ())
-                books = Books(books.plans, tags[:index] + tags[index + 1:], done, books.added)
+                books = Books(books.plans, tags[:index] + tags[index + 1:], done, books.added,
+                              tuple(w for w in books.waits if w[1] != tags[index][1]))
                 code = Scheduled(state.code.key, state.code.blob, books=books)
                 after = d.freeze()._replace(code=code)
                 action = transfer_completion(op, ok, self.names) if type(op) is Move else completion(op, self.B, self.names)
@@ -453,7 +487,7 @@ class SchedulerModel(HarnessModel):
         op = Op.ADMIT if method == "add" else Op.CANCEL
         if method == "add":
             args: tuple[Any, ...] = (name, list(self.prompts[i]), spec.appends, spec.source, spec.sink)
-            books = Books(books.plans, books.tags, books.done, books.added[:i] + (True,) + books.added[i + 1:])
+            books = Books(books.plans, books.tags, books.done, books.added[:i] + (True,) + books.added[i + 1:], books.waits)
             # no drafts: every position the request will compute is verified (verified-only-cached judges drafts only)
             d.branches[i] = d.branches[i]._replace(verified=len(self.prompts[i]) + spec.appends)
         else:
@@ -472,9 +506,10 @@ class SchedulerModel(HarnessModel):
         out.append(Transition(Action(name, op, method, (("table", after.branches[i].working),)), after, tuple(d.facts)))
 
     def _schedule(self, state: State, out: list[Transition]) -> None:
-        """One scheduler step: the plan's copies, its sync loads, one kernel
-        per scheduled request (through its table read after the call),
-        then its other transfers. A plan that launches nothing with no
+        """One scheduler step: the plan's copies, its sync loads and the
+        transfers of its own it waits for, one kernel per scheduled request
+        (through its table read after the call), then its other transfers;
+        the kernels also wait for the earlier transfers its `waits` names. A plan that launches nothing with no
         completion to deliver is no action."""
         adapter, plans = self._unpack(state)
         books: Books = state.code.books
@@ -493,6 +528,8 @@ class SchedulerModel(HarnessModel):
                          ("transfers", tuple(f"{kind} {tid} ({self.names[i]}, block {block}"
                                              + (f", host {host})" if host is not None else ")")
                                              for tid, kind, i, block, host, _, _ in plan.transfers))]
+                if plan.waits:
+                    binds.append(("waits", tuple(map(str, plan.waits))))
                 for i, first, last in plan.kernels:
                     if len(tables[i]) <= last // self.B:
                         d.facts.append(TableMiss(i, max(first, len(tables[i]) * self.B)))
@@ -504,7 +541,7 @@ class SchedulerModel(HarnessModel):
                     d.queue.append(Copy(src, dst, self.B))
                     tags.append((slot, None, True))
                 for entry in plan.transfers:
-                    if entry[6]:
+                    if entry[6] or entry[0] in plan.waits:
                         d.queue.append(self._move(entry, d))
                         tags.append((slot, entry[0], True))
                 for i, first, last in plan.kernels:
@@ -515,11 +552,13 @@ class SchedulerModel(HarnessModel):
                     if last + 1 > br.pos:
                         d.branches[i] = br._replace(pos=last + 1, seq=expected, writes=max(0, last + 1 - len(self.prompts[i])))
                 for entry in plan.transfers:
-                    if not entry[6]:
+                    if not (entry[6] or entry[0] in plan.waits):
                         d.queue.append(self._move(entry, d))
                         tags.append((slot, entry[0], False))
+                flying = {t[1] for t in books.tags if t[1] is not None}
+                waits = books.waits + tuple((slot, tid) for tid in plan.waits if tid in flying)
                 after = self._observe(adapter, state, d.branches, d, plans=plans + (raw,),
-                                      books=Books(books.plans + 1, tuple(tags), books.done, books.added))
+                                      books=Books(books.plans + 1, tuple(tags), books.done, books.added, waits))
                 self._cache_facts(state, after, (-1, 0), d)
         except SpecError:
             raise
@@ -549,7 +588,7 @@ class SchedulerModel(HarnessModel):
         books: Books = state.code.books
         d = Draft(state, "lifo")
         raw = plans[0]
-        plan = self._plan(raw, Books(), state)
+        plan = self._plan(raw, Books(), state, launching=False)
         sampled = {self.names[i]: self._token(i, last + 1) for i, _, last in plan.kernels
                    if last >= len(self.prompts[i]) - 1}
         done = [(tid, report.ok) for tid, report in zip(books.done, state.tier.reports if state.tier else ())]
@@ -561,7 +600,8 @@ class SchedulerModel(HarnessModel):
         d.reports.clear()
         before_tables = {i: br.working for i, br in enumerate(state.branches)}
         call = f"output(<plan>, {sampled!r}, {done!r})"
-        new_books = Books(books.plans - 1, tuple((t[0] - 1 if t[0] > 0 else -1, t[1], t[2]) for t in tags), (), books.added)
+        new_books = Books(books.plans - 1, tuple((t[0] - 1 if t[0] > 0 else -1, t[1], t[2]) for t in tags), (), books.added,
+                          tuple((p - 1, tid) for p, tid in books.waits if p > 0))
         try:
             with self.guard(call):
                 adapter.output(raw, sampled, done)

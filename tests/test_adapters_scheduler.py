@@ -125,7 +125,7 @@ def test_a_synchronous_engines_abort_waits_for_the_steps_output():
 
 def test_the_shipped_scenarios_meet_their_expect():
     results = [api.check(path) for path in sorted(SCENARIOS.glob("sched-vllm-*.toml"))]
-    assert len(results) == 6
+    assert len(results) == 8
     for result in results:
         assert result.expect_met, result.scenario.name
 
@@ -339,6 +339,47 @@ def test_the_offloading_connector_scheduler_constructs_over_the_real_cpu_offload
     request = _request("a", [1, 2, 3, 4, 5], 2)
     connector.on_new_request(request)
     assert connector.get_num_new_matched_tokens(request, 0)[0] in (0, None)
+
+
+OFFLOADING = "cowcheck.adapters.vllm_scheduler:offloading"
+
+
+@pytest.mark.parametrize("transfer", ["own-stream", "own-stream-fenced"])
+def test_the_offloading_connector_agrees_with_store_ahead_but_frees_under_its_store(transfer):
+    """S1 with vLLM 0.34.0's OffloadingConnector: its store is launched by
+    the step that computes the block, as the protocol file store-ahead's
+    is, and the safety verdicts agree on both transfer models. Where they
+    differ, why: store-ahead's store holds its GPU block (refcount-write
+    when the kernel writes it); the OffloadingConnector takes no hold, and
+    frees a finished request's blocks under its stores (no-use-after-free),
+    fencing their reuse with jobs_to_flush."""
+    harness = set(broken(run("offload-eager-store", OFFLOADING, transfer=transfer)))
+    protocol = protocol_broken("offload-eager-store", "store-ahead", transfer=transfer)
+    assert harness == (protocol - {"refcount-write"}) | {"no-use-after-free"}
+
+
+def test_the_offloading_connector_is_safe_through_its_jobs_to_flush_waits(monkeypatch):
+    """b's prefill is given a's freed block while a's store still reads
+    it; the step's jobs_to_flush, as the plan's waits, hold b's kernel
+    until the store lands. A worker that did not wait would store b's
+    tokens under a's key, and c would load them."""
+    assert launched("offload-eager-store", OFFLOADING, transfer="own-stream-fenced") == {"store", "load"}
+    monkeypatch.setattr(vllm_scheduler.OffloadingConnector, "waits", lambda self, meta: [])
+    blind = run("offload-eager-store", OFFLOADING, transfer="own-stream-fenced")
+    assert {"faithful-output", "host-key-content"} <= set(broken(blind))
+
+
+OLDEST_OFFLOADING = CACHE / "vllm-0.30.0"
+
+
+@pytest.mark.skipif(not (OLDEST_OFFLOADING / ".complete").is_file(), reason="vllm-0.30.0's sources are not in build/engines")
+def test_the_offloading_connector_of_0_30_gives_0_34s_verdicts(monkeypatch):
+    """The oldest release whose OffloadingConnectorScheduler the adapter
+    drives (no sync loads, no failed_jobs): sched-vllm-offloading-flush's
+    verdicts and lengths."""
+    monkeypatch.setenv(vllm_v1.ENV, str(OLDEST_OFFLOADING))
+    assert broken(run("offload-eager-store", OFFLOADING, transfer="own-stream-fenced")) == {"exclusive-write": 3,
+                                                                                          "no-use-after-free": 4}
 
 
 @pytest.mark.parametrize("name, step, kind, decoded, expected", [

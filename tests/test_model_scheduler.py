@@ -104,6 +104,7 @@ def test_lease_breaks_the_remote_reader():
     ("send_without_sink", "which has no sink"),
     ("not_a_plan", "must return a plan"),
     ("three_in_flight", "plans_in_flight"),
+    ("waits_unknown", "waits for 'nope', which is no transfer in flight or unreported"),
 ])
 def test_bad_adapters_in_one_line(factory, words):
     with pytest.raises(SpecError) as err:
@@ -217,3 +218,15 @@ def test_a_scheduler_scenario_is_written_back_with_its_scheduler(tmp_path):
     (tmp_path / "back.toml").write_text(text)
     back = load_scenario(tmp_path / "back.toml")
     assert back.scheduler == scenario.scheduler and back.branches == scenario.branches and back.pool == scenario.pool
+
+
+def test_a_plans_waits_hold_its_kernels_until_the_named_earlier_transfers_land():
+    """A consumer's prefill scheduled the step after its recvs launched,
+    before they are reported: blind, its kernel may run under them
+    (copy-before-use, faithful-output); naming them in the plan's `waits`
+    (a worker that waits for them, as vLLM's offloading worker waits for
+    jobs_to_flush) orders them before it, as a sync load is."""
+    blind, waits = run("pd-consumer-ahead", "early_kernel"), run("pd-consumer-ahead", "early_kernel_waits")
+    assert {"copy-before-use", "faithful-output"} <= broken(blind)
+    # the recv lands while the waiting kernel is queued, as a sync load does: exclusive-write's own rule
+    assert broken(waits) == {"exclusive-write"} and str(waits.summary) == "safe but undisciplined"

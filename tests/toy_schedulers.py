@@ -37,7 +37,8 @@ class Req:
 
 class Toy:
     def __init__(self, pool: int, block_size: int, host_pool: int, *, free_at_abort: bool = False,
-                 eager_abort: bool = False, stale_report: bool = False, plans_in_flight: int = 1):
+                 eager_abort: bool = False, stale_report: bool = False, plans_in_flight: int = 1,
+                 early_kernel: Optional[str] = None):
         self.plans_in_flight = plans_in_flight
         self.B = block_size
         self.free = list(range(pool))
@@ -46,6 +47,9 @@ class Toy:
         self.scheduled: list[set[str]] = []        # per outstanding plan, oldest first: the requests it computes
         self.deferred: list[str] = []              # aborted while scheduled: freed at the output of its last step
         self.free_at_abort, self.eager_abort, self.stale_report = free_at_abort, eager_abort, stale_report
+        #: "blind": a consumer's prefill runs the step after its recvs launched, before they are reported;
+        #: "waits": the same, its plan naming the recvs in `waits` (a worker that waits for them)
+        self.early_kernel = early_kernel
 
     # -- the contract ---------------------------------------------------------
     def add(self, request, tokens, max_tokens, source, sink):
@@ -53,7 +57,7 @@ class Toy:
         self.order.append(request)
 
     def schedule(self):
-        kernels, transfers = [], []
+        kernels, transfers, waits = [], [], []
         self.scheduled.append(set())
         for name in self.order:
             r = self.reqs[name]
@@ -76,6 +80,11 @@ class Toy:
                     if r.recvs:
                         continue
                 r.status = "running"
+            if r.status == "waiting" and r.table and r.recvs and self.early_kernel:
+                r.status = "running"
+                r.computed = (len(r.tokens) - 1) // self.B * self.B
+                if self.early_kernel == "waits":
+                    waits += sorted(r.recvs)
             if r.status == "waiting" and r.table and not r.recvs:
                 r.status = "running"
                 r.computed = (len(r.tokens) - 1) // self.B * self.B
@@ -89,7 +98,7 @@ class Toy:
                 kernels.append((name, first, last))
                 r.computed = last + 1
                 self.scheduled[-1].add(name)
-        return {"kernels": kernels, "copies": [], "transfers": transfers}
+        return {"kernels": kernels, "copies": [], "transfers": transfers, **({"waits": waits} if waits else {})}
 
     def output(self, plan, sampled, done):
         for tid, ok in done:
@@ -165,6 +174,8 @@ def eager_abort(pool, block_size, host_pool): return Toy(pool, block_size, host_
 def stale_report(pool, block_size, host_pool): return Toy(pool, block_size, host_pool, stale_report=True)
 def ahead(pool, block_size, host_pool): return Toy(pool, block_size, host_pool, plans_in_flight=2)
 def ahead_eager_abort(pool, block_size, host_pool): return Toy(pool, block_size, host_pool, eager_abort=True, plans_in_flight=2)
+def early_kernel(pool, block_size, host_pool): return Toy(pool, block_size, host_pool, early_kernel="blind")
+def early_kernel_waits(pool, block_size, host_pool): return Toy(pool, block_size, host_pool, early_kernel="waits")
 
 
 class BadKind(Toy):
@@ -198,6 +209,14 @@ def bad_kind(pool, block_size, host_pool): return BadKind(pool, block_size, host
 def outside_pool(pool, block_size, host_pool): return OutsidePool(pool, block_size, host_pool)
 def send_without_sink(pool, block_size, host_pool): return SendWithoutSink(pool, block_size, host_pool)
 def not_a_plan(pool, block_size, host_pool): return NotAPlan(pool, block_size, host_pool)
+
+
+class WaitsUnknown(Toy):
+    def schedule(self):
+        return {**super().schedule(), "waits": ["nope"]}
+
+
+def waits_unknown(pool, block_size, host_pool): return WaitsUnknown(pool, block_size, host_pool)
 def three_in_flight(pool, block_size, host_pool): return Toy(pool, block_size, host_pool, plans_in_flight=3)
 
 

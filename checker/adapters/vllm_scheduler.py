@@ -44,12 +44,20 @@ stores are the step's transfers, a load event reported in
 `finished_recving`, a store event in the worker metadata's
 `completed_store_events`.
 
+`OffloadingConnector` is vLLM's OffloadingConnector on the scheduler's
+side: the real `OffloadingConnectorScheduler` over the real
+`CPUOffloadingManager` (0.34.0's `kv_connector/v1/offloading/` and
+`v1/kv_offload/`), whose chunks the host observers read; each block of a
+load or store job is one transfer, the step's `jobs_to_flush` the plan's
+`waits`, a job's completion reported in `completed_jobs`.
+
 Configurations (factories): `scheduler`, the Scheduler (one plan in
 flight); `async_scheduler`, the AsyncScheduler (two: vLLM sets
 `defer_block_free` for a consumer with two batches in flight);
 `async_scheduler_no_defer`, the same with `defer_block_free` off (vLLM
 before 45357's deferred frees); `offload_eager`, `offload_lazy` and their
-`_async` forms, SimpleCPUOffload in place of the P/D connector.
+`_async` forms, SimpleCPUOffload in place of the P/D connector;
+`offloading` and `offloading_async`, the OffloadingConnector.
 
 States are keyed by the exact pickle of the scheduler (no canonical
 snapshot): vLLM's scheduler keeps counters and queues a snapshot would
@@ -57,8 +65,8 @@ have to list in full, and a snapshot would not spare the pickle that
 copies each state. What the scheduler only reads (the config and the
 KVCacheConfig) is shared and pickled by reference (`by_reference`).
 
-One idea, over 500 lines: the stand-ins, the P/D connector and
-SimpleCPUOffload's delegation all exist to run vllm/v1/core/sched/
+One idea, over 500 lines: the stand-ins, the P/D connector and the two
+offloading connectors' delegation all exist to run vllm/v1/core/sched/
 unchanged, and each is a few dozen lines that only make sense beside the
 others."""
 
@@ -236,7 +244,7 @@ def _modules(source: Optional[str]) -> tuple[str, ...]:
     return SCHEDULER + tuple(m for m in OFFLOAD if has(m))
 
 
-# -- vLLM's OffloadingConnectorScheduler (vllm/v1/kv_offload/): constructed, not yet driven ------------------
+# -- vLLM's OffloadingConnectorScheduler (vllm/v1/kv_offload/) -------------------------------------------------
 
 #: OffloadingConnectorScheduler's modules and the real CPUOffloadingManager's (0.34.0's layout), run unchanged;
 #: the LRU policy is imported by name at run time (CachePolicyFactory)
@@ -275,24 +283,28 @@ STAND_INS_OFFLOADING: dict[str, _StandIn] = {
 }
 
 
+#: the clock the OffloadingConnectorScheduler reads (its lookup-delay stats and a reset's warning only): stopped,
+#: so that the same calls give the same scheduler (a state is its pickle)
+STOPPED_CLOCK = types.SimpleNamespace(monotonic=lambda: 0.0)
+
+
 def load_offloading(source: Optional[str]) -> Any:
-    """`load`, and the OffloadingConnectorScheduler's modules besides."""
-    return engine(source, _modules(source) + OFFLOADING, STAND_INS_OFFLOADING, REF)
+    """`load`, and the OffloadingConnectorScheduler's modules besides, its clock stopped."""
+    loaded = engine(source, _modules(source) + OFFLOADING, STAND_INS_OFFLOADING, REF)
+    assert loaded.mods is not None
+    setattr(loaded.mods[OFFLOADING[0]], "time", STOPPED_CLOCK)
+    return loaded
 
 
-def offloading_connector_scheduler(pool: int, block_size: int, host_pool: int) -> Any:
+def offloading_connector_scheduler(pool: int, block_size: int, host_pool: int, batches: int = 1) -> Any:
     """vLLM's `OffloadingConnectorScheduler` over the real
     `CPUOffloadingManager` with `host_pool` chunks of one block, for the
-    scheduler's config of P + 1 blocks: the object an adapter would hand
-    the Scheduler as its connector. Not yet an adapter configuration: its
-    jobs (`build_connector_meta`'s load_jobs and store_jobs) are not yet
-    mapped onto the harness's transfers, nor its completions
-    (`OffloadingWorkerMetadata.completed_jobs`) and chunks onto the reports
-    and host observers (docs/how-to/scheduler-code.md, "Not built yet")."""
+    scheduler's config of P + 1 blocks (and `batches` in flight): what
+    `OffloadingConnector` (the `offloading` configurations) delegates to."""
     load_offloading(folder())
     mods = _mods()
     conf = mods["vllm.v1.kv_offload.config"]
-    config, kv_config = constants(Shape(pool, block_size, 1, True))[:2]
+    config, kv_config = constants(Shape(pool, block_size, batches, True))[:2]
     offloading = _call(conf.OffloadingConfig, dict(
         groups=(conf.OffloadingGroupConfig(tokens_per_block=block_size, layer_names=("layer.0",), group_id=0),),
         worker_kv_bytes_per_block=1, enable_kv_cache_events=False, engine_id="cowcheck",
@@ -678,6 +690,107 @@ class OffloadConnector(SupportsHMA):
         return output_type(finished_recving=finished or None, kv_connector_worker_meta=worker)
 
 
+class OffloadingConnector(OffloadConnector):
+    """vLLM's OffloadingConnector on the scheduler's side: each call
+    delegated to the real `OffloadingConnectorScheduler`
+    (kv_connector/v1/offloading/scheduler.py) over the real
+    `CPUOffloadingManager`, as the connector class does (it imports
+    torch). The worker's side (OffloadingConnectorWorker) is cowcheck's:
+    each block of a load or store job is one transfer; the step's kernels
+    wait for the unreported transfers of its `jobs_to_flush` (the worker's
+    `handle_preemptions` submits them and waits before the forward pass:
+    the plan's `waits`); a job is reported in the worker metadata's
+    `completed_jobs` once all its transfers are done, an async load's
+    request in `finished_recving` too. The worker defers a step's stores
+    to the next step's start, after the step's kernels; on
+    `own-stream-fenced` the harness orders them so."""
+
+    def __init__(self, scheduler: Any):
+        super().__init__(scheduler.manager)
+        self.scheduler = scheduler
+        #: per job, the transfer ids not yet reported, and each id's job; an async load job's request
+        self.job_tids: dict[int, set[str]] = {}
+        self.job_of: dict[str, int] = {}
+        self.load_reqs: dict[int, str] = {}     # type: ignore[assignment]
+
+    def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
+        self._kv_cache_manager = kv_cache_manager
+
+    def bind_gpu_block_pool(self, pool: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("update_state_after_alloc", "build_connector_meta", "update_connector_output", "take_events"):
+            return getattr(self.__dict__["scheduler"], name)
+        raise AttributeError(name)
+
+    def on_new_request(self, request: Any) -> None:
+        self.scheduler.on_new_request(request)
+
+    def has_pending_push_work(self) -> bool:
+        return bool(self.scheduler.has_pending_push_work())
+
+    def get_external_cache_hit_sources(self, request: Any, num_external_tokens: int) -> dict[Any, int]:
+        return dict(self.scheduler.get_external_cache_hit_sources(request, num_external_tokens))
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[Optional[int], bool]:
+        """OffloadingConnector's: no group bounds the load (one group, offloaded)."""
+        return self.scheduler.get_num_new_matched_tokens(request, num_computed_tokens, max_num_new_tokens=None)
+
+    def get_loaded_kv_cache_group_ids(self, request: Any) -> tuple[int, ...]:
+        return (0,)
+
+    def request_finished(self, request: Any, block_ids: Any) -> tuple[bool, Optional[dict[str, Any]]]:
+        return self.scheduler.request_finished(request)
+
+    request_finished_all_groups = request_finished
+
+    def transfers(self, meta: Any, adapter: "VllmScheduler") -> list[tuple[str, str, str, int, Optional[int], int, bool]]:
+        out: list[tuple[str, str, str, int, Optional[int], int, bool]] = []
+        for kind, jobs in (("load", meta.load_jobs), ("store", meta.store_jobs)):
+            for job, entry in jobs.items():
+                gpu, cpu = (entry.dst_spec, entry.src_spec) if kind == "load" else (entry.src_spec, entry.dst_spec)
+                first = int(gpu.block_indices[0]) if len(gpu.block_indices) else 0
+                sync = bool(getattr(entry, "sync", False))     # sync loads: from 0.33
+                if kind == "load" and not sync:
+                    self.load_reqs[job] = entry.req_id
+                for i, (g, c) in enumerate(zip(gpu.block_ids.tolist(), cpu.block_ids.tolist())):
+                    tid = f"{kind}{job}.{i}"
+                    self.job_tids.setdefault(job, set()).add(tid)
+                    self.job_of[tid] = job
+                    out.append((tid, kind, entry.req_id, adapter._block(g, f"the {kind} {tid}"), self.chunk(c), first + i,
+                                sync))
+        return out
+
+    def chunk(self, chunk_id: int) -> int:
+        """The host block of a chunk (one block a chunk, numbered from 0)."""
+        if not 0 <= chunk_id < self.scheduler.manager._num_chunks:
+            raise AssertionError(f"the CPUOffloadingManager named chunk {chunk_id}, not one of its "
+                                 f"{self.scheduler.manager._num_chunks} chunks")
+        return chunk_id
+
+    def waits(self, meta: Any) -> list[str]:
+        """The transfers of the step's jobs_to_flush not yet reported."""
+        return sorted(tid for job in meta.jobs_to_flush or () for tid in self.job_tids.get(job, ()))
+
+    def report(self, done: list[tuple[str, bool]], output_type: Any) -> Any:
+        completed, failed, finished = {}, set(), set()
+        for tid, ok in done:
+            job = self.job_of.pop(tid)
+            self.job_tids[job].discard(tid)
+            if not ok:
+                failed.add(job)
+            if not self.job_tids[job]:
+                del self.job_tids[job]
+                completed[job] = 1
+                if job in self.load_reqs:
+                    finished.add(self.load_reqs.pop(job))
+        common = _mods()["vllm.distributed.kv_transfer.kv_connector.v1.offloading.common"]
+        worker = _call(common.OffloadingWorkerMetadata, dict(completed_jobs=completed, failed_jobs=failed)) \
+            if completed else None      # failed_jobs: from 0.34
+        return output_type(finished_recving=finished or None, kv_connector_worker_meta=worker)
+
+
 # -- the adapter ------------------------------------------------------------------------
 
 class VllmScheduler(V1Pool):
@@ -693,14 +806,16 @@ class VllmScheduler(V1Pool):
         self.source = source
         self.B = block_size
         self.plans_in_flight = batches
-        load(source)
+        (load_offloading if offload == "offloading" else load)(source)
         mods = _mods()
         #: the config and KVCacheConfig, shared by every adapter of this shape and pickled by reference
         self.shape = Shape(pool, block_size, batches, bool(offload))
         config, kv_config = constants(self.shape)[:2]
         self.H = host_pool
         self.connector: Any = PDConnector(block_size)
-        if offload:
+        if offload == "offloading":
+            self.connector = OffloadingConnector(offloading_connector_scheduler(pool, block_size, host_pool, batches))
+        elif offload:
             # one byte a block: the host pool holds host_pool + 1 blocks (its own null block 0 renumbered away)
             manager = _call(mods["vllm.v1.simple_kv_offload.manager"].SimpleCPUOffloadScheduler, dict(
                 vllm_config=config, kv_cache_config=kv_config, cpu_capacity_bytes=host_pool + 1,
@@ -764,8 +879,9 @@ class VllmScheduler(V1Pool):
             kernels.append((rid, done - n, done - 1))
         meta = out.kv_connector_metadata
         transfers = self.connector.transfers(meta, self) if meta is not None else []
+        waits = self.connector.waits(meta) if isinstance(self.connector, OffloadingConnector) else []
         self._learn()
-        return {"kernels": kernels, "copies": [], "transfers": transfers, "output": out}
+        return {"kernels": kernels, "copies": [], "transfers": transfers, "output": out, **({"waits": waits} if waits else {})}
 
     def output(self, plan: dict[str, Any], sampled: dict[str, str], done: list[tuple[str, bool]]) -> None:
         outputs = _mods()["vllm.v1.core.sched.scheduler"]  # its ModelRunnerOutput, KVConnectorOutput
@@ -831,7 +947,7 @@ class VllmScheduler(V1Pool):
 
     def _pools(self) -> list[Any]:
         pools = super()._pools()
-        return pools + [self._host_pool()] if isinstance(self.connector, OffloadConnector) else pools
+        return pools + [self._host_pool()] if type(self.connector) is OffloadConnector else pools
 
     def holds(self, block: int) -> int:
         """The connector's: the blocks of a finished request the scheduler
@@ -867,6 +983,54 @@ class VllmOffloadScheduler(VllmScheduler):
         return (restore, (load, VllmOffloadScheduler, self.source, dumps(self.__dict__, by_reference(self.shape))))
 
 
+class HostChunks(NamedTuple):
+    """The CPUOffloadingManager's chunks as `_cached_keys` reads a block
+    pool's cache map (the form up to 0.10.2: {key: {id: block}}), so that
+    the adapter keeps the tokens of the hashes the host tier keys, or will
+    once their stores land."""
+    cached_block_hash_to_block: dict[Any, dict[int, None]]
+
+
+class VllmOffloadingScheduler(VllmScheduler):
+    """The Scheduler with vLLM's OffloadingConnector: the host observers
+    read the real CPUOffloadingManager's chunks (its LRU policy's map of
+    offload keys to ChunkStatus). A chunk's `ref_cnt` is -1 while its store
+    is in flight (a store's pin) and counts its loads after; a chunk with
+    no store in flight and no load is free (a keyed one is evictable). The
+    connector pins no GPU block: it stores a finished request's blocks
+    after they are freed, and fences their reuse (jobs_to_flush)."""
+
+    def _chunks(self) -> dict[int, tuple[Any, Any]]:
+        """chunk id: (offload key, ChunkStatus)."""
+        policy = self.connector.scheduler.manager._policy
+        return {int(chunk.chunk_id): (key, chunk) for key, chunk in policy.chunks.items()}
+
+    def _learn(self) -> None:
+        """As VllmScheduler's, and the connector's stats drained, as an
+        engine that logs stats drains them each step (`get_stats`): they
+        only grow otherwise, and a state is the scheduler's pickle."""
+        self.connector.scheduler.get_stats()
+        super()._learn()
+
+    def _pools(self) -> list[Any]:
+        return super()._pools() + [HostChunks({key: {h: None} for h, (key, _) in self._chunks().items()})]
+
+    def host_refcount(self, h: int) -> int:
+        chunk = self._chunks().get(h)
+        return 0 if chunk is None else 1 if chunk[1].ref_cnt < 0 else int(chunk[1].ref_cnt)
+
+    def host_free_blocks(self) -> list[int]:
+        chunks = self._chunks()
+        return [h for h in range(self.H) if h not in chunks or chunks[h][1].ref_cnt == 0]
+
+    def host_cached(self) -> dict[int, tuple[str, ...]]:
+        return {h: self._key_names(key) for h, (key, chunk) in self._chunks().items() if chunk.ref_cnt >= 0}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (restore, (load_offloading, VllmOffloadingScheduler, self.source,
+                          dumps(self.__dict__, by_reference(self.shape))))
+
+
 def _construct(cls: Any, base: Any, known: dict[str, Any]) -> Any:
     """`cls(...)` with the parameters of `base`'s constructor that it has
     (AsyncScheduler takes *args, **kwargs and passes them to Scheduler)."""
@@ -878,6 +1042,8 @@ def _construct(cls: Any, base: Any, known: dict[str, Any]) -> Any:
 
 
 def _make(pool: int, block_size: int, host_pool: int, **kwargs: Any) -> VllmScheduler:
+    if kwargs.get("offload") == "offloading":
+        return VllmOffloadingScheduler(pool, block_size, folder(), host_pool=host_pool, **kwargs)
     if kwargs.get("offload"):
         return VllmOffloadScheduler(pool, block_size, folder(), host_pool=host_pool, **kwargs)
     return VllmScheduler(pool, block_size, folder(), **kwargs)
@@ -916,3 +1082,13 @@ def offload_eager_async(pool: int, block_size: int, host_pool: int) -> VllmSched
 def offload_lazy_async(pool: int, block_size: int, host_pool: int) -> VllmScheduler:
     """The AsyncScheduler (two batches in flight) with SimpleCPUOffload, lazy mode."""
     return _make(pool, block_size, host_pool, offload="lazy", batches=2)
+
+
+def offloading(pool: int, block_size: int, host_pool: int) -> VllmScheduler:
+    """The Scheduler with vLLM's OffloadingConnector (OffloadingConnectorScheduler, the real CPUOffloadingManager)."""
+    return _make(pool, block_size, host_pool, offload="offloading")
+
+
+def offloading_async(pool: int, block_size: int, host_pool: int) -> VllmScheduler:
+    """The AsyncScheduler (two batches in flight) with vLLM's OffloadingConnector."""
+    return _make(pool, block_size, host_pool, offload="offloading", batches=2)

@@ -898,7 +898,8 @@ def _scheduler_words(action: dict, binds: dict) -> str:
     if step == "schedule":
         parts = [f"kernels {', '.join(binds['kernels'])}" if binds.get("kernels") else "",
                  f"transfers {', '.join(binds['transfers'])}" if binds.get("transfers") else "",
-                 f"copies {binds['copy_src']} -> {binds['copy_dst']}" if binds.get("copy_src") else ""]
+                 f"copies {binds['copy_src']} -> {binds['copy_dst']}" if binds.get("copy_src") else "",
+                 f"its kernels wait for {', '.join(binds['waits'])}, in flight" if binds.get("waits") else ""]
         launched = "; ".join(p for p in parts if p)
         return f"The scheduler plans a step: {launched or 'nothing to launch (a poll for completions)'}."
     done = ", ".join(binds.get("done") or []) or "no transfer"

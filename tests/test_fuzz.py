@@ -200,7 +200,6 @@ def test_the_command_writes_the_findings_and_a_report_the_schema_accepts(tmp_pat
     (["--protocol", "cow", "--seed", "-1"], "--seed"),
     (["--engine-test", "--protocol", "cow"], "fuzzed alone"),
     (["--engine-test", "--kind", "fork"], "runs engine scenarios"),
-    (["--engine-test", "--workers", "2"], "fuzzed serially"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
     done = _cowcheck("fuzz", *args, "--out", tmp_path / "out")

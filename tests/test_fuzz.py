@@ -147,14 +147,14 @@ def test_a_worker_lost_mid_run_has_its_scenarios_checked_again():
     with Runner(workers=2) as runner:
         check = runner.run
 
-        def run_and_kill(tasks, done):
+        def run_and_kill(tasks, done, **how):
             def answered(i, answer):
                 done(i, answer)
                 if not killed:
                     pid = next(iter(runner.client.run(os.getpid).values()))
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
-            check(tasks, answered)
+            check(tasks, answered, **how)
         runner.run = run_and_kill
         on_dask = fuzz("spare-capacity", seed=0, scenarios=16, keep_going=True, do_shrink=False, runner=runner)
     serial = fuzz("spare-capacity", seed=0, scenarios=16, keep_going=True, do_shrink=False)

@@ -43,7 +43,7 @@ def test_on_a_real_local_dask_cluster_a_lost_worker_and_all_the_serial_run_finds
     with Runner(workers=2) as runner:
         check = runner.run
 
-        def run_and_kill(tasks, done, cell):
+        def run_and_kill(tasks, done, **how):
             def answered(i, answer):
                 done(i, answer)
                 if not killed:
@@ -51,7 +51,7 @@ def test_on_a_real_local_dask_cluster_a_lost_worker_and_all_the_serial_run_finds
                     where = next(w for w, pid in pids.items() if pid != answer["pid"])
                     os.kill(pids[where], signal.SIGKILL)
                     killed.append((pids[where], list(busy.get(where, ()))))
-            check(tasks, answered, cell)
+            check(tasks, answered, **how)
         runner.run = run_and_kill
         on_dask = fuzz(engine_test=True, seed=0, scenarios=SCENARIOS, keep_going=True, do_shrink=False, runner=runner)
     assert killed and killed[0][1], f"the killed worker had no scenario in flight: {killed}"

@@ -40,7 +40,7 @@ def search(result: Fuzz, runner: Runner, began: float, progress: Optional[Callab
         pairs = [draw(i) for i in range(index, index + size)]
         answers: dict[int, dict[str, Any]] = {}
         try:
-            runner.run([task for _, task in pairs], answers.__setitem__, cell)
+            runner.run([task for _, task in pairs], answers.__setitem__, cell=cell)
         finally:      # interrupted or not, what came back is judged, in index order
             stop = judge(result, [drawn for drawn, _ in pairs], answers)
             if progress is not None:

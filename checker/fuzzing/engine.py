@@ -410,7 +410,7 @@ def shrunk(finding: EngineFinding, runner: "Runner", max_schedules: int) -> Engi
         for start in range(0, len(candidates), batch):
             part = candidates[start:start + batch]
             answers: dict[int, dict[str, Any]] = {}
-            runner.run([engine_task(c, name, max_schedules) for c in part], answers.__setitem__, engine_cell)
+            runner.run([engine_task(c, name, max_schedules) for c in part], answers.__setitem__, cell=engine_cell)
             hit = next(((i, v) for i in range(len(part)) for v in _broken(answers.get(i), finding.invariant)), None)
             tried += len(part) if hit is None else hit[0] + 1
             if hit is not None:

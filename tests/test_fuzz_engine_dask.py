@@ -30,6 +30,27 @@ def _found(result):
             for k, f in result.findings.items()}
 
 
+class _KillAtFirstAnswer:
+    """A Runner's `run` that, at the first answer, kills the other worker
+    (SIGKILL), noting its pid and the tasks the scheduler had given it."""
+
+    def __init__(self, runner: Runner):
+        self.runner, self.run = runner, runner.run
+        self.killed: list[tuple[int, list]] = []
+
+    def __call__(self, tasks, done, **how):
+        self.run(tasks, lambda i, answer: (done(i, answer), self.kill(answer["pid"])), **how)
+
+    def kill(self, answered: int) -> None:
+        if self.killed:
+            return
+        client = self.runner.client
+        pids, busy = client.run(os.getpid), client.processing()
+        other = next(w for w, pid in pids.items() if pid != answered)
+        os.kill(pids[other], signal.SIGKILL)
+        self.killed.append((pids[other], list(busy.get(other, ()))))
+
+
 @needs_torch
 @pytest.mark.slow
 def test_on_a_real_local_dask_cluster_a_lost_worker_and_all_the_serial_run_finds():
@@ -39,21 +60,10 @@ def test_on_a_real_local_dask_cluster_a_lost_worker_and_all_the_serial_run_finds
     its scenarios run again elsewhere, and the run ends with the serial
     run's scenarios, counts and findings, in the same order."""
     serial = fuzz(engine_test=True, seed=0, scenarios=SCENARIOS, keep_going=True, do_shrink=False)
-    killed: list[tuple[int, list]] = []
     with Runner(workers=2) as runner:
-        check = runner.run
-
-        def run_and_kill(tasks, done, **how):
-            def answered(i, answer):
-                done(i, answer)
-                if not killed:
-                    pids, busy = runner.client.run(os.getpid), runner.client.processing()
-                    where = next(w for w, pid in pids.items() if pid != answer["pid"])
-                    os.kill(pids[where], signal.SIGKILL)
-                    killed.append((pids[where], list(busy.get(where, ()))))
-            check(tasks, answered, **how)
-        runner.run = run_and_kill
+        runner.run = killing = _KillAtFirstAnswer(runner)
         on_dask = fuzz(engine_test=True, seed=0, scenarios=SCENARIOS, keep_going=True, do_shrink=False, runner=runner)
+    killed = killing.killed
     assert killed and killed[0][1], f"the killed worker had no scenario in flight: {killed}"
     assert on_dask.workers == 2 and on_dask.stopped is None and not on_dask.interrupted
     assert _tried(on_dask) == _tried(serial) and len(serial.tried) == SCENARIOS

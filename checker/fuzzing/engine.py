@@ -338,8 +338,8 @@ def _verdicts(answer: dict[str, Any]) -> list["Verdict"]:
 
 
 def _broken(answer: Optional[dict[str, Any]], invariant: str) -> list["Verdict"]:
-    """The verdict of an engine_cell answer that breaks `invariant`, if it
-    does (none where the task failed or never answered)."""
+    """The verdict of an engine_cell answer that breaks `invariant`: one,
+    or none (where it holds, or the task failed or never answered)."""
     if answer is None or "failed" in answer:
         return []
     return [v for v in _verdicts(answer) if v.invariant == invariant and not v.holds]

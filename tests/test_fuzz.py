@@ -147,14 +147,14 @@ def test_a_worker_lost_mid_run_has_its_scenarios_checked_again():
     with Runner(workers=2) as runner:
         check = runner.run
 
-        def run_and_kill(tasks, done):
+        def run_and_kill(tasks, done, **how):
             def answered(i, answer):
                 done(i, answer)
                 if not killed:
                     pid = next(iter(runner.client.run(os.getpid).values()))
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
-            check(tasks, answered)
+            check(tasks, answered, **how)
         runner.run = run_and_kill
         on_dask = fuzz("spare-capacity", seed=0, scenarios=16, keep_going=True, do_shrink=False, runner=runner)
     serial = fuzz("spare-capacity", seed=0, scenarios=16, keep_going=True, do_shrink=False)
@@ -200,7 +200,6 @@ def test_the_command_writes_the_findings_and_a_report_the_schema_accepts(tmp_pat
     (["--protocol", "cow", "--seed", "-1"], "--seed"),
     (["--engine-test", "--protocol", "cow"], "fuzzed alone"),
     (["--engine-test", "--kind", "fork"], "runs engine scenarios"),
-    (["--engine-test", "--workers", "2"], "fuzzed serially"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
     done = _cowcheck("fuzz", *args, "--out", tmp_path / "out")

@@ -37,7 +37,7 @@ FINDINGS_WORTH = ("invariant", "shrunk to", "shrunk length", "first", "length", 
                    "is the Dask scheduler's address, as in sweep).")
 @click.option("--engine-test", "engine_test", is_flag=True,
               help="Fuzz the actual engine instead (`cowcheck engine-test`: transformers' continuous batching on the CPU; "
-                   "needs torch and transformers): engine scenarios, each explored within --max-schedules.")
+                   "needs torch and transformers, on each worker too): engine scenarios, each explored within --max-schedules.")
 @click.option("--kind", type=click.Choice(KINDS),
               help="The scenarios to draw [default: the protocol's own kind: transfer where it launches transfers, cache "
                    "where only a cache scenario runs it, else fork; for allocator code, cache where it answers admit, else fork; "
@@ -92,7 +92,7 @@ def fuzz(protocol, allocator, scheduler_code, engine_test, kind, seed, scenarios
         if scheduler is not None and workers is not None:
             raise SpecError("--scheduler", "", "--workers is for the embedded cluster; with --scheduler the cluster's own workers check the scenarios")
         if engine_test:                                                # bad input before anything starts
-            engine_subject(protocol, allocator, scheduler_code, kind, serial=workers is None and scheduler is None)
+            engine_subject(protocol, allocator, scheduler_code, kind, here=scheduler is None)
         else:
             subject_kind(protocol, allocator, kind, scheduler_code)
         writable_folder(Path(out_dir), "--out")

@@ -14,17 +14,23 @@ in flight and after the update; pools just big enough for the largest
 request, so that cached blocks are evicted.
 
 Scenario i of seed s is drawn from `"engine:<s>:<i>"` alone, as the other
-kinds are (cowcheck.fuzzing.generators). The run is serial: each schedule
-runs the real model in this process (one model, built once)."""
+kinds are (cowcheck.fuzzing.generators). Each scenario's exploration is a
+task of the sweep's Runner (`engine_cell`: plain data in and out), run
+serially in this process or on Dask as the other kinds' checks
+(cowcheck.fuzzing.batches); each process that runs them builds the model
+once."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
+from cowcheck.fuzzing.batches import batch_size, search
 from cowcheck.fuzzing.draws import Draw, RandomDraw
 from cowcheck.fuzzing.generators import Knobs
 from cowcheck.fuzzing.report import Broken, Fuzz, Tried
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
     from cowcheck.enginetest.explore import EngineResult, Verdict
     from cowcheck.enginetest.run import Harness
     from cowcheck.enginetest.scenario import EngineScenario
+    from cowcheck.sweeps.runner import Runner
 
 KIND = "engine"
 #: each scenario's exploration, unless told otherwise: this many schedules, shortest first
@@ -272,21 +279,13 @@ def unavailable() -> Optional[str]:
     return missing()
 
 
-class Explorer:
-    """The engine-test exploration of one scenario, on one model built once."""
-
-    def __init__(self, max_schedules: int):
-        from cowcheck.enginetest.explore import harness
-        self.max_schedules = max_schedules
-        self.harness: "Harness" = harness()
-        self.release = ""
-
-    def __call__(self, scenario: "EngineScenario") -> "EngineResult":
-        from cowcheck.enginetest.explore import explore
-        with _quiet(self.harness):
-            result = explore(scenario, self.harness, max_schedules=self.max_schedules)
-        self.release = result.release.line()
-        return result
+def explored(scenario: "EngineScenario", max_schedules: int) -> "EngineResult":
+    """The engine-test exploration of one scenario, on the model this
+    process built once (cowcheck.enginetest.run.harness keeps it)."""
+    from cowcheck.enginetest.explore import explore, harness
+    h = harness()
+    with _quiet(h):
+        return explore(scenario, h, max_schedules=max_schedules)
 
 
 class _quiet:
@@ -304,58 +303,122 @@ class _quiet:
         self.logging.set_verbosity(self.level)
 
 
-def fuzz_engine(result: Fuzz, *, max_schedules: int, invariants: Optional[tuple[str, ...]], skip: tuple[str, ...],
+def engine_task(data: dict[str, Any], name: str, max_schedules: int) -> dict[str, Any]:
+    """One scenario's exploration as plain data (engine_cell's input)."""
+    return {"scenario": data, "name": name, "max_schedules": max_schedules}
+
+
+def engine_cell(task: dict[str, Any]) -> dict[str, Any]:
+    """One scenario's exploration, as the sweep's Runner runs a task (in
+    this process, or on a Dask worker, which imports torch and transformers
+    and builds the model on its first task): its counts and verdicts as
+    plain data. A process without torch or transformers answers why
+    (`unavailable`, one line), not with a traceback."""
+    why = unavailable()
+    if why is not None:
+        return {"unavailable": why, "host": socket.gethostname(), "pid": os.getpid()}
+    checked = explored(_parsed(task["scenario"], task["name"]), task["max_schedules"])
+    return {"pid": os.getpid(), "release": checked.release.line(), "schedules": checked.schedules,
+            "seconds": checked.seconds, "bounded": checked.bounded, "violated": sorted(checked.violated()),
+            "verdicts": [{"invariant": v.invariant, "holds": v.holds, "step": v.step, "detail": v.detail,
+                          "schedule": None if v.schedule is None else
+                          {"submits": v.schedule.submits, "cancels": v.schedule.cancels}} for v in checked.verdicts]}
+
+
+def _verdicts(answer: dict[str, Any]) -> list["Verdict"]:
+    """An engine_cell answer's verdicts, as the exploration gave them.
+    SpecError where the process that ran it has no torch or transformers."""
+    from cowcheck.enginetest.explore import Verdict
+    from cowcheck.enginetest.run import Schedule
+    if "unavailable" in answer:
+        raise SpecError("--engine-test", "", f"a worker on {answer['host']} cannot run the engine: {answer['unavailable']}")
+    return [Verdict(v["invariant"], v["holds"], None if v["schedule"] is None else Schedule(
+        tuple((n, k) for n, k in v["schedule"]["submits"]), tuple((r, s, p) for r, s, p in v["schedule"]["cancels"])),
+        v["step"], v["detail"]) for v in answer["verdicts"]]
+
+
+def _broken(answer: Optional[dict[str, Any]], invariant: str) -> list["Verdict"]:
+    """The verdict of an engine_cell answer that breaks `invariant`: one,
+    or none (where it holds, or the task failed or never answered)."""
+    if answer is None or "failed" in answer:
+        return []
+    return [v for v in _verdicts(answer) if v.invariant == invariant and not v.holds]
+
+
+def fuzz_engine(result: Fuzz, runner: "Runner", *, invariants: Optional[tuple[str, ...]], skip: tuple[str, ...],
                 do_shrink: bool, began: float, progress: Optional[Callable[[Fuzz], None]] = None) -> None:
-    """Draw engine scenarios into `result` until a violation of a judged
-    invariant (unless keep_going) or the budget's end, then reduce the
-    first scenario that broke each (unless not `do_shrink`)."""
+    """Draw engine scenarios into `result` in batches on `runner` until a
+    violation of a judged invariant (unless keep_going) or the budget's
+    end, then reduce the first scenario that broke each (unless not
+    `do_shrink`)."""
     wanted = judged(invariants, skip)
-    explorer = Explorer(max_schedules)
-    limit, seconds = result.budget["scenarios"], result.budget["seconds"]
-    index = 0
-    while (limit is None or index < limit) and (seconds is None or time.perf_counter() - began < seconds):
-        drawn = draw_engine(result.seed, index, result.knobs)
-        checked = explorer(drawn.scenario)
-        result.subject = f"the engine ({explorer.release})"
-        broken = {v.invariant: v for v in checked.verdicts if not v.holds and v.invariant in wanted}
-        result.tried.append(Tried(index, drawn.scenario.name, checked.schedules, round(checked.seconds, 3),
-                                  {k: _length(v) for k, v in broken.items()},
-                                  not checked.bounded, drawn.data["engine"]["pool"] < ROOMY))
-        for inv, verdict in broken.items():
-            if inv in result.findings:
-                result.findings[inv].scenarios += 1
-            else:
-                result.findings[inv] = EngineFinding(inv, drawn, verdict, tuple(sorted(checked.violated())))  # type: ignore[assignment]
-        if progress is not None:
-            progress(result)
-        index += 1
-        if broken and not result.keep_going:
-            break
+    schedules = result.check_budget["max_schedules"]
+
+    def draw(i: int) -> tuple[EngineDrawn, dict[str, Any]]:
+        drawn = draw_engine(result.seed, i, result.knobs)
+        return drawn, engine_task(drawn.data, drawn.scenario.name, schedules)
+
+    def judge(result: Fuzz, drawn: list[EngineDrawn], answers: dict[int, dict[str, Any]]) -> bool:
+        """Record a batch's answers in index order; True when the run stops
+        there (a violation, without keep_going)."""
+        for i, d in enumerate(drawn):
+            answer = answers.get(i)
+            if answer is None:
+                continue
+            tight = d.data["engine"]["pool"] < ROOMY
+            if "failed" in answer:
+                result.tried.append(Tried(d.index, d.scenario.name, 0, 0.0, {}, False, tight, str(answer["failed"])))
+                continue
+            broken = {v.invariant: v for v in _verdicts(answer) if not v.holds and v.invariant in wanted}
+            result.subject = f"the engine ({answer['release']})"
+            result.tried.append(Tried(d.index, d.scenario.name, answer["schedules"], round(answer["seconds"], 3),
+                                      {k: _length(v) for k, v in broken.items()}, not answer["bounded"], tight))
+            for inv, verdict in broken.items():
+                if inv in result.findings:
+                    result.findings[inv].scenarios += 1
+                else:
+                    result.findings[inv] = EngineFinding(inv, d, verdict, tuple(answer["violated"]))  # type: ignore[assignment]
+            if broken and not result.keep_going:
+                return True
+        return False
+
+    search(result, runner, began, progress, draw, judge, engine_cell)
     if do_shrink:
         for finding in result.findings.values():
             assert isinstance(finding, EngineFinding)
-            finding.shrunk = shrunk(finding, explorer)
+            finding.shrunk = shrunk(finding, runner, schedules)
 
 
-def shrunk(finding: EngineFinding, explorer: Explorer) -> EngineShrunk:
+def shrunk(finding: EngineFinding, runner: "Runner", max_schedules: int) -> EngineShrunk:
     """The finding reduced one change at a time (the first smaller
-    neighbour that still breaks the invariant, until none does)."""
+    neighbour that still breaks the invariant, until none does). The
+    neighbours run in batches on `runner` (one at a time serially), and the
+    first in order that breaks it is taken, with the count of those tried
+    up to it: the same reduction and count with any number of workers."""
     began, tried = time.perf_counter(), 0
     data, verdict, violated = finding.drawn.data, finding.verdict, finding.violated
+    name, batch = finding.drawn.scenario.name, batch_size(runner)
     for _ in range(GREEDY_ROUNDS):
+        candidates = []
         for candidate in neighbours(data):
             try:
-                scenario = _parsed(candidate, finding.drawn.scenario.name)
+                _parsed(candidate, name)
             except SpecError:
                 continue
-            tried += 1
-            checked = explorer(scenario)
-            found = next((v for v in checked.verdicts if v.invariant == finding.invariant and not v.holds), None)
-            if found is not None:
-                data, verdict, violated = candidate, found, tuple(sorted(checked.violated()))
+            candidates.append(candidate)
+        smaller = None
+        for start in range(0, len(candidates), batch):
+            part = candidates[start:start + batch]
+            answers: dict[int, dict[str, Any]] = {}
+            runner.run([engine_task(c, name, max_schedules) for c in part], answers.__setitem__, cell=engine_cell)
+            hit = next(((i, v) for i in range(len(part)) for v in _broken(answers.get(i), finding.invariant)), None)
+            tried += len(part) if hit is None else hit[0] + 1
+            if hit is not None:
+                smaller = (part[hit[0]], hit[1], tuple(answers[hit[0]]["violated"]))
                 break
-        else:
+        if smaller is None:
             break
+        data, verdict, violated = smaller
     return EngineShrunk(data, verdict, violated, data != finding.drawn.data, tried, time.perf_counter() - began)
 
 

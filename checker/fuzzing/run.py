@@ -29,6 +29,7 @@ from cowcheck.model.scenario import Scenario, scenario_from_dict
 from cowcheck import api
 from cowcheck.engines import counterexample as trace
 from cowcheck.engines.invariants import ALLOCATOR_ERROR, BY_ID, CACHE_INVARIANTS, HOST_INVARIANTS, INVARIANTS
+from cowcheck.fuzzing.batches import search
 from cowcheck.fuzzing.generators import KINDS, Code, Drawn, Knobs, Subject, draw_scenario, kind_for
 from cowcheck.fuzzing.greedy import neighbours
 from cowcheck.sweeps.runner import NoWorkers, Runner, task_for
@@ -117,20 +118,24 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
 
     `engine_test`: the actual engine instead (`cowcheck engine-test`'s
     transformers continuous batching: engine scenarios, each explored
-    within `check_budget["max_schedules"]` schedules, serially; needs torch
-    and transformers)."""
+    within `check_budget["max_schedules"]` schedules, serially or on Dask
+    as the other kinds; needs torch and transformers where it runs)."""
     if engine_test:
-        return _engine(protocol, allocator, scheduler_code, kind, seed=seed, scenarios=scenarios, seconds=seconds,
-                       check_budget=check_budget, keep_going=keep_going, knobs=knobs, invariants=invariants, skip=skip,
-                       do_shrink=do_shrink, serial=(runner is None or runner.serial) and not workers and scheduler is None,
-                       progress=progress)
-    subject, label, kind = subject_kind(protocol, allocator, kind, scheduler_code)
+        from cowcheck.fuzzing.engine import DEFAULT_MAX_SCHEDULES, KIND, judged as engine_judged
+        engine_subject(protocol, allocator, scheduler_code, kind, here=(scheduler if runner is None else runner.scheduler) is None)
+        label, kind = "the engine", KIND
+        check_budget = {"max_schedules": int((check_budget or {}).get("max_schedules", DEFAULT_MAX_SCHEDULES))}
+    else:
+        subject, label, kind = subject_kind(protocol, allocator, kind, scheduler_code)
+        check_budget = dict(DEFAULT_CHECK_BUDGET if check_budget is None else check_budget)
     if scenarios is None and seconds is None:
         raise SpecError("fuzz", "", "give a budget: a number of scenarios, seconds, or both")
-    for ident in (*(invariants or ()), *skip):
-        if ident not in BY_ID:
-            raise SpecError("--invariant", "", f"unknown invariant {ident!r}; allowed: {', '.join(BY_ID)}")
-    check_budget = dict(DEFAULT_CHECK_BUDGET if check_budget is None else check_budget)
+    if engine_test:
+        engine_judged(invariants, skip)
+    else:
+        for ident in (*(invariants or ()), *skip):
+            if ident not in BY_ID:
+                raise SpecError("--invariant", "", f"unknown invariant {ident!r}; allowed: {', '.join(BY_ID)}")
     budget = {"scenarios": scenarios, "seconds": seconds, "invariants": list(invariants) if invariants else None, "skip": list(skip)}
     own = runner is None
     runner = runner or Runner(workers, scheduler)
@@ -138,10 +143,14 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
                   scheduler=runner.scheduler)
     began = time.perf_counter()
     try:
-        _search(result, subject, invariants, skip, runner, began, progress)
-        if do_shrink and not result.interrupted and result.stopped is None:
-            for finding in result.findings.values():
-                finding.shrunk = _shrunk(finding, runner)
+        if engine_test:
+            from cowcheck.fuzzing.engine import fuzz_engine
+            fuzz_engine(result, runner, invariants=invariants, skip=skip, do_shrink=do_shrink, began=began, progress=progress)
+        else:
+            _search(result, subject, invariants, skip, runner, began, progress)
+            if do_shrink and not result.interrupted and result.stopped is None:
+                for finding in result.findings.values():
+                    finding.shrunk = _shrunk(finding, runner)
     except KeyboardInterrupt:
         result.interrupted = True
     except NoWorkers as lost:
@@ -157,68 +166,31 @@ def fuzz(protocol: Union[Protocol, str, Path, None] = None, *, allocator: Option
 
 
 def engine_subject(protocol: Any, allocator: Optional[str], scheduler_code: Optional[str], kind: Optional[str],
-                   serial: bool = True) -> None:
+                   here: bool = True) -> None:
     """SpecError unless the actual engine can be fuzzed as asked: nothing
-    else given, no other kind, serially, torch and transformers here."""
+    else given, no other kind, and torch and transformers importable
+    `here` (serially or on an embedded cluster, whose workers share this
+    environment; on an existing cluster each worker answers for itself,
+    cowcheck.fuzzing.engine.engine_cell)."""
     from cowcheck.fuzzing.engine import KIND, unavailable
     if any(x is not None for x in (protocol, allocator, scheduler_code)):
         raise SpecError("--engine-test", "", "the actual engine is fuzzed alone: give --engine-test without --protocol, "
                         "--allocator or --scheduler-code")
     if kind is not None and kind != KIND:
         raise SpecError("--kind", "", f"the actual engine runs engine scenarios, not {kind} scenarios")
-    if not serial:
-        raise SpecError("--engine-test", "", "the actual engine is fuzzed serially (it runs a model in this process): "
-                        "leave out --workers and --scheduler")
-    why = unavailable()
+    why = unavailable() if here else None
     if why is not None:
         raise SpecError("--engine-test", "", why)
-
-
-def _engine(protocol: Any, allocator: Optional[str], scheduler_code: Optional[str], kind: Optional[str], *, seed: int,
-            scenarios: Optional[int], seconds: Optional[float], check_budget: Optional[dict[str, Any]], keep_going: bool,
-            knobs: Knobs, invariants: Optional[tuple[str, ...]], skip: tuple[str, ...], do_shrink: bool, serial: bool,
-            progress: Optional[Callable[[Fuzz], None]]) -> Fuzz:
-    """`fuzz` of the actual engine (cowcheck.fuzzing.engine)."""
-    from cowcheck.fuzzing.engine import DEFAULT_MAX_SCHEDULES, KIND, fuzz_engine, judged as engine_judged
-    engine_subject(protocol, allocator, scheduler_code, kind, serial)
-    if scenarios is None and seconds is None:
-        raise SpecError("fuzz", "", "give a budget: a number of scenarios, seconds, or both")
-    engine_judged(invariants, skip)
-    budget = {"scenarios": scenarios, "seconds": seconds, "invariants": list(invariants) if invariants else None, "skip": list(skip)}
-    schedules = int((check_budget or {}).get("max_schedules", DEFAULT_MAX_SCHEDULES))
-    result = Fuzz("the engine", KIND, seed, knobs, budget, {"max_schedules": schedules}, keep_going)
-    began = time.perf_counter()
-    try:
-        fuzz_engine(result, max_schedules=schedules, invariants=invariants, skip=skip, do_shrink=do_shrink, began=began,
-                    progress=progress)
-    except KeyboardInterrupt:
-        result.interrupted = True
-    finally:
-        result.seconds = time.perf_counter() - began
-    return result
 
 
 def _search(result: Fuzz, subject: Subject, invariants: Optional[tuple[str, ...]], skip: tuple[str, ...], runner: Runner, began: float,
             progress: Optional[Callable[[Fuzz], None]]) -> None:
     """Draw and check batches until a violation (unless keep_going) or the budget's end."""
-    batch = 1 if runner.serial else max(8, 2 * max(runner.workers, 1))
-    index = 0
-    limit, seconds = result.budget["scenarios"], result.budget["seconds"]
-    while (limit is None or index < limit) and (seconds is None or time.perf_counter() - began < seconds):
-        size = batch if limit is None else min(batch, limit - index)
-        drawn = [draw_scenario(result.seed, i, result.kind, subject, result.knobs) for i in range(index, index + size)]
-        tasks = [task_for(d.scenario, result.check_budget, invariants=judged(d, invariants, skip), max_memory_mib=runner.memory_per_task)
-                 for d in drawn]
-        answers: dict[int, dict[str, Any]] = {}
-        try:
-            runner.run(tasks, lambda i, answer: answers.__setitem__(i, answer))
-        finally:      # interrupted or not, what came back is recorded, in index order
-            stop = _record(result, drawn, answers)
-            if progress is not None:
-                progress(result)
-        if stop:
-            return
-        index += size
+    def draw(i: int) -> tuple[Drawn, dict[str, Any]]:
+        d = draw_scenario(result.seed, i, result.kind, subject, result.knobs)
+        return d, task_for(d.scenario, result.check_budget, invariants=judged(d, invariants, skip),
+                           max_memory_mib=runner.memory_per_task)
+    search(result, runner, began, progress, draw, _record)
 
 
 def _record(result: Fuzz, drawn: list[Drawn], answers: dict[int, dict[str, Any]]) -> bool:

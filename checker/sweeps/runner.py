@@ -117,8 +117,8 @@ class _Watch:
 
 
 class Runner:
-    """Runs tasks (run_cell's input) and hands each answer to a callback as
-    it arrives. workers=0: in this process, one after another; otherwise on
+    """Runs tasks (run_cell's input, or another cell function's) and hands
+    each answer to a callback as it arrives. workers=0: in this process, one after another; otherwise on
     Dask: an embedded LocalCluster of `workers` processes (one thread each),
     or, with `scheduler`, an existing cluster. Use as a context manager; the
     cluster is started on first use and closed on leaving."""
@@ -186,21 +186,24 @@ class Runner:
                 self.client = Client(self.cluster)
         self.started = time.perf_counter() - start
 
-    def run(self, tasks: list[dict[str, Any]], done: Callable[[int, dict[str, Any]], None]) -> None:
-        """Run every task; call done(i, answer) as each answer arrives. A
-        KeyboardInterrupt cancels what has not finished and propagates."""
+    def run(self, tasks: list[dict[str, Any]], done: Callable[[int, dict[str, Any]], None],
+            cell: Callable[[dict[str, Any]], dict[str, Any]] = run_cell) -> None:
+        """Run every task through `cell` (a module-level function, plain data
+        in and out: a worker imports it by name); call done(i, answer) as
+        each answer arrives. A KeyboardInterrupt cancels what has not
+        finished and propagates."""
         if not tasks:
             return
         if self.serial:
             for i, task in enumerate(tasks):
-                answer = run_cell(task)
+                answer = cell(task)
                 if answer.get("interrupted"):
                     raise KeyboardInterrupt()
                 done(i, answer)
             return
         self.connect(len(tasks))
         from distributed import as_completed
-        futures = self.client.map(run_cell, tasks, pure=False, retries=2)
+        futures = self.client.map(cell, tasks, pure=False, retries=2)
         index = {f.key: i for i, f in enumerate(futures)}
         try:
             for future in self._finished(as_completed(futures)):

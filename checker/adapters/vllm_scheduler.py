@@ -22,8 +22,10 @@ reports); `schedule` is `schedule()`, its kernels read from the
 `num_scheduled_tokens` positions) and its transfers from the connector's
 metadata; `output` is `update_from_output` with a `ModelRunnerOutput`
 (the sampled tokens) and a `KVConnectorOutput` (`finished_recving` and
-`finished_sending` per request once all its transfers are reported,
-`invalid_block_ids` from failed recvs); `abort` is
+`finished_sending` per request once all its transfers are reported; a
+failed recv as NIXL reports it: `finished_recving`, the request's recv
+blocks in `invalid_block_ids`, and `failed_recving` from 0.30.0);
+`abort` is
 `finish_requests(id, FINISHED_ABORTED)`.
 
 `PDConnector` keeps vLLM's KV connector contract as NIXL does, so that it

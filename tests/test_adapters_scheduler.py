@@ -19,6 +19,7 @@ from cowcheck.adapters.sources import CACHE
 from cowcheck.cli.check import engine_unavailable
 from cowcheck.engines import explicit
 from cowcheck.engines.options import SearchOptions
+from cowcheck.model.errors import SpecError
 from cowcheck.model.scheduler import SchedulerModel
 from cowcheck.traces.replay import replay
 
@@ -125,7 +126,7 @@ def test_a_synchronous_engines_abort_waits_for_the_steps_output():
 
 def test_the_shipped_scenarios_meet_their_expect():
     results = [api.check(path) for path in sorted(SCENARIOS.glob("sched-vllm-*.toml"))]
-    assert len(results) == 8
+    assert len(results) == 10
     for result in results:
         assert result.expect_met, result.scenario.name
 
@@ -427,3 +428,79 @@ def test_every_release_between_gives_the_same_verdicts(monkeypatch, version):
     monkeypatch.setenv(vllm_v1.ENV, str(release(version)))
     for name, ref, verdicts in BETWEEN_VERDICTS:
         assert broken(run(name, ref)) == verdicts, (version, name)
+
+
+# -- failures (faults) ---------------------------------------------------------------
+
+def failed_recv_outputs(monkeypatch, version: str) -> tuple[list, list]:
+    """A consumer's three recvs, the second failed, on `version`: the
+    KVConnectorOutput the P/D connector reports, and a's next kernels."""
+    monkeypatch.setenv(vllm_v1.ENV, str(release(version)))
+    reported = []
+    report = vllm_scheduler.PDConnector.report
+    monkeypatch.setattr(vllm_scheduler.PDConnector, "report",
+                        lambda self, done, kind: reported.append(report(self, done, kind)) or reported[-1])
+    adapter = vllm_scheduler.scheduler(3, 2, 0)
+    adapter.add("a", ["p0", "p1", "p2", "p3", "p4"], 1, "remote", None)
+    plan = adapter.schedule()
+    adapter.output(plan, {}, [(t[0], i != 1) for i, t in enumerate(plan["transfers"])])
+    return reported, adapter.schedule()["kernels"]
+
+
+@pytest.mark.parametrize("version, failed_recving", [("0.34.0", {"a"}), ("0.24.0", None)])
+def test_a_failed_recv_is_reported_as_nixl_does_and_the_prompt_recomputed(monkeypatch, version, failed_recving):
+    """NIXL's worker: a request whose recv failed is finished_recving once
+    all its recvs are done, with all its recv blocks in invalid_block_ids
+    and, from 0.30.0, in failed_recving. The Scheduler then recomputes
+    the whole prompt (0.34.0: failed_recving resets it; 0.24.0: the
+    first invalid block is the first)."""
+    (out,), kernels = failed_recv_outputs(monkeypatch, version)
+    assert out.finished_recving == {"a"} and out.invalid_block_ids == {1, 2, 3}
+    assert getattr(out, "failed_recving", None) == failed_recving
+    assert kernels == [("a", 0, 4)]
+
+
+def test_the_pd_consumer_fault_agrees_with_kv_connector():
+    """S8-recv on the real Scheduler holds (its expect, which
+    test_the_shipped_scenarios_meet_their_expect checks), as kv-connector
+    does on the same scenario (failed-recv)."""
+    assert api.as_scenario(SCENARIOS / "sched-vllm-pd-consumer-fault.toml").expect == \
+        api.as_scenario(SCENARIOS / "failed-recv.toml").expect
+    assert protocol_broken("sched-vllm-pd-consumer-fault", "kv-connector") == set()
+
+
+def test_simple_cpu_offload_has_no_failure_path_a_failed_store_is_bad_input():
+    """SimpleCPUOffload's worker reports every copy it launched as done:
+    a scenario whose store fails is bad input, not a success."""
+    with pytest.raises(SpecError, match=r"offload_\*.*SimpleCPUOffloadScheduler has no failure path"):
+        run("offload-eager-store", EAGER, faults=("store",))
+
+
+def test_the_offloading_connector_reports_a_failed_job_and_a_failed_loads_request():
+    """0.34.0's OffloadingConnectorWorker: a failed job in failed_jobs, a
+    failed async load's request in failed_recving; S8 is as safe as S1
+    (sched-vllm-offloading-flush's verdicts), and agrees with store-ahead
+    as S1 does. Without failed_recving c's kernel reads the block its
+    failed load never wrote."""
+    harness = broken(run("sched-vllm-offloading-fault", OFFLOADING))
+    assert harness == {"exclusive-write": 3, "no-use-after-free": 4}
+    protocol = protocol_broken("sched-vllm-offloading-fault", "store-ahead")
+    assert set(harness) == (protocol - {"refcount-write"}) | {"no-use-after-free"}
+
+
+def test_without_failed_recving_the_offloading_connector_runs_on_a_failed_load(monkeypatch):
+    report = vllm_scheduler.OffloadingConnector.report
+
+    def blind(self, done, kind):
+        out = report(self, done, kind)
+        out.failed_recving = set()
+        return out
+    monkeypatch.setattr(vllm_scheduler.OffloadingConnector, "report", blind)
+    assert "faithful-output" in broken(run("sched-vllm-offloading-fault", OFFLOADING))
+
+
+def test_the_offloading_connector_of_0_30_has_no_failure_path(monkeypatch):
+    """Before 0.34 the worker asserts every transfer succeeded."""
+    monkeypatch.setenv(vllm_v1.ENV, str(release("0.30.0")))
+    with pytest.raises(SpecError, match="0.30.0's OffloadingConnector has no failure path"):
+        run("sched-vllm-offloading-fault", OFFLOADING)

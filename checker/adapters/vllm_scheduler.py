@@ -22,8 +22,10 @@ reports); `schedule` is `schedule()`, its kernels read from the
 `num_scheduled_tokens` positions) and its transfers from the connector's
 metadata; `output` is `update_from_output` with a `ModelRunnerOutput`
 (the sampled tokens) and a `KVConnectorOutput` (`finished_recving` and
-`finished_sending` per request once all its transfers are reported,
-`invalid_block_ids` from failed recvs); `abort` is
+`finished_sending` per request once all its transfers are reported; a
+failed recv as NIXL reports it: `finished_recving`, the request's recv
+blocks in `invalid_block_ids`, and `failed_recving` from 0.30.0);
+`abort` is
 `finish_requests(id, FINISHED_ABORTED)`.
 
 `PDConnector` keeps vLLM's KV connector contract as NIXL does, so that it
@@ -84,7 +86,7 @@ from typing import Any, NamedTuple, Optional
 
 from cowcheck.adapters.sources import dumps, restore
 from cowcheck.adapters.vllm_core import (STAND_INS, KVCacheEvent, Placeholder, SamplingParams, V1Pool, _ANY, _Real, _StandIn,
-                                        DType, ENV, _cached_keys, _call, _cbor_refused, _mods, _request, engine, source)
+                                        DType, ENV, _cached_keys, _call, _engine, _cbor_refused, _mods, _request, engine, source)
 from cowcheck.model.errors import SpecError
 
 REF = "cowcheck.adapters.vllm_v1:scheduler"
@@ -484,6 +486,9 @@ class PDConnector:
         self.unreported: dict[tuple[str, str], set[str]] = {}
         #: V1 block of each transfer, for invalid_block_ids
         self.block_of: dict[str, int] = {}
+        #: per request, the V1 blocks of its recvs, and whether one of them failed
+        self.recv_blocks: dict[str, list[int]] = {}
+        self.recv_failed: set[str] = set()
 
     # the contract's properties
     supports_divergent_local_hybrid_hits = False
@@ -583,23 +588,40 @@ class PDConnector:
         self.pending.append((tid, kind, rid, bid, index))
         self.unreported.setdefault((rid, kind), set()).add(tid)
         self.block_of[tid] = bid
+        if kind == "recv":
+            self.recv_blocks.setdefault(rid, []).append(bid)
 
     def report(self, done: list[tuple[str, bool]], output_type: Any) -> Any:
-        """The KVConnectorOutput for these completions: a request's recvs
-        or sends finished once all of them are; a failed recv's block is
-        invalid."""
+        """The KVConnectorOutput for these completions, as NIXL's worker
+        builds it: a request's recvs or sends finished once all of them
+        are. A request one of whose recvs failed is finished too (so the
+        scheduler takes it out of WAITING_FOR_REMOTE_KVS), and then all
+        its recv blocks are in `invalid_block_ids` (NIXL's
+        `get_block_ids_with_load_errors`: the request's local blocks) and,
+        from 0.30.0 where KVConnectorOutput has the field, the request in
+        `failed_recving`. A failed send is finished as a successful one:
+        NIXL's producer learns nothing of a read that failed, and its
+        lease frees the blocks."""
         finished: dict[str, set[str]] = {"recv": set(), "send": set()}
-        invalid = set()
+        invalid: set[int] = set()
+        failed: set[str] = set()
         for tid, ok in done:
             rid, kind = next((r, k) for (r, k), ids in self.unreported.items() if tid in ids)
             self.unreported[(rid, kind)].discard(tid)
             if not ok and kind == "recv":
-                invalid.add(self.block_of[tid])
+                self.recv_failed.add(rid)
             if not self.unreported[(rid, kind)]:
                 del self.unreported[(rid, kind)]
                 finished[kind].add(rid)
-        return output_type(finished_sending=finished["send"] or None, finished_recving=finished["recv"] or None,
-                           invalid_block_ids=invalid)
+                if kind == "recv":
+                    blocks = self.recv_blocks.pop(rid, [])
+                    if rid in self.recv_failed:
+                        self.recv_failed.discard(rid)
+                        invalid.update(blocks)
+                        failed.add(rid)
+        return _call(output_type, dict(finished_sending=finished["send"] or None,
+                                       finished_recving=finished["recv"] or None,
+                                       invalid_block_ids=invalid, failed_recving=failed))
 
 
 class OffloadConnector(SupportsHMA):
@@ -675,8 +697,20 @@ class OffloadConnector(SupportsHMA):
         return out
 
     def report(self, done: list[tuple[str, bool]], output_type: Any) -> Any:
+        """A load event's requests finished once all its loads are done, a
+        store event completed once all its stores are. SimpleCPUOffload
+        has no failure path: its worker reports every copy it launched as
+        done (SimpleCPUOffloadWorkerMetadata has completed store events
+        only), so a failed one is bad input, not a success."""
+        failed = next((tid for tid, ok in done if not ok), None)
+        if failed is not None:
+            raise SpecError("cowcheck.adapters.vllm_scheduler:offload_*", "faults",
+                            f"the {failed.rstrip('.0123456789')} {failed} failed, and vLLM {_engine.version}'s "
+                            "SimpleCPUOffloadScheduler has no failure path (its worker reports every load and store "
+                            "it launched as done, never failed): check faults on the offloading configurations "
+                            "(cowcheck.adapters.vllm_scheduler:offloading) or the P/D connector's recvs")
         finished, stored = set(), {}
-        for tid, _ in done:      # a failed load or store is reported as done: the scenarios here have no faults
+        for tid, _ in done:
             kind, event = next(key for key, ids in self.unreported.items() if tid in ids)
             self.unreported[(kind, event)].discard(tid)
             if not self.unreported[(kind, event)]:
@@ -712,6 +746,8 @@ class OffloadingConnector(OffloadConnector):
         self.job_tids: dict[int, set[str]] = {}
         self.job_of: dict[str, int] = {}
         self.load_reqs: dict[int, str] = {}     # type: ignore[assignment]
+        #: jobs one of whose transfers failed, until all of them are done
+        self.job_failed: set[int] = set()
 
     def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
         self._kv_cache_manager = kv_cache_manager
@@ -774,21 +810,38 @@ class OffloadingConnector(OffloadConnector):
         return sorted(tid for job in meta.jobs_to_flush or () for tid in self.job_tids.get(job, ()))
 
     def report(self, done: list[tuple[str, bool]], output_type: Any) -> Any:
-        completed, failed, finished = {}, set(), set()
+        """As OffloadingConnectorWorker.get_finished (0.34): a job is
+        completed once all its transfers are done, and failed (`failed_jobs`)
+        if one of them failed; a failed async load's request is in
+        `finished_recving` and `failed_recving`. Before 0.34 the worker
+        asserts every transfer succeeded: no failure path, so a failed one
+        is bad input."""
+        common = _mods()["vllm.distributed.kv_transfer.kv_connector.v1.offloading.common"]
+        completed, failed, finished, failed_recving = {}, set(), set(), set()
         for tid, ok in done:
             job = self.job_of.pop(tid)
             self.job_tids[job].discard(tid)
             if not ok:
-                failed.add(job)
+                if "failed_jobs" not in inspect.signature(common.OffloadingWorkerMetadata).parameters:
+                    raise SpecError("cowcheck.adapters.vllm_scheduler:offloading", "faults",
+                                    f"the transfer {tid} failed, and vLLM {_engine.version}'s OffloadingConnector has "
+                                    "no failure path (its worker asserts transfer_result.success; failed_jobs is 0.34's)")
+                self.job_failed.add(job)
             if not self.job_tids[job]:
                 del self.job_tids[job]
                 completed[job] = 1
-                if job in self.load_reqs:
-                    finished.add(self.load_reqs.pop(job))
-        common = _mods()["vllm.distributed.kv_transfer.kv_connector.v1.offloading.common"]
+                request = self.load_reqs.pop(job, None)
+                if request is not None:
+                    finished.add(request)
+                if job in self.job_failed:
+                    self.job_failed.discard(job)
+                    failed.add(job)
+                    if request is not None:
+                        failed_recving.add(request)
         worker = _call(common.OffloadingWorkerMetadata, dict(completed_jobs=completed, failed_jobs=failed)) \
             if completed else None      # failed_jobs: from 0.34
-        return output_type(finished_recving=finished or None, kv_connector_worker_meta=worker)
+        return _call(output_type, dict(finished_recving=finished or None, failed_recving=failed_recving,
+                                       kv_connector_worker_meta=worker))
 
 
 # -- the adapter ------------------------------------------------------------------------

@@ -500,7 +500,8 @@ def test_the_readme_override_examples_behave_as_it_says(tmp_path):
     deadlocks = sum("violates no-deadlock" in load_scenario(p).expect for p in scenarios)
     assert deadlocks >= 1
     aborts = sum(p.stem.endswith("pd-consumer-abort") for p in scenarios)     # its scheduler-code twin too, as a protocol file here
-    unsafe, undisciplined = deadlocks + aborts, 1     # pd-consumer-abort; failed-recv
+    faults = sum(p.stem.endswith(("failed-recv", "pd-consumer-fault")) for p in scenarios)     # a failed recv, in a protocol file and under the scheduler
+    unsafe, undisciplined = deadlocks + aborts, faults
     assert (f"{unsafe} unsafe, {undisciplined} safe but undisciplined, {len(scenarios) - unsafe - undisciplined} safe and "
             "disciplined" in " ".join(every.stdout.split()))
     assert "pd-consumer-abort~cow-stream-lifo-nic " in every.stdout     # a transfer scenario names its model

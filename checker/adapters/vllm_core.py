@@ -100,8 +100,14 @@ class KVCacheEvent(Placeholder):
 
 
 def _logger(name: str) -> logging.Logger:
-    """vllm.logger.init_logger: a plain logger with vLLM's *_once methods."""
+    """vllm.logger.init_logger: a plain logger with vLLM's *_once methods,
+    quiet unless the caller configures logging (a library's NullHandler):
+    the harness drives the engine through thousands of states, and vLLM's
+    warnings on each (a failed offload job, say) are not the checker's
+    output."""
     log = logging.getLogger(name)
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
     for once in ("info_once", "warning_once", "debug_once"):
         setattr(log, once, getattr(log, once.removesuffix("_once")))
     return log

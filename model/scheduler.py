@@ -94,6 +94,11 @@ class Books:
     added: tuple[bool, ...] = ()
     waits: tuple[tuple[int, Hashable], ...] = ()
 
+    @property
+    def flying(self) -> set[Hashable]:
+        """The ids of the transfers in flight (a copy's tag has none)."""
+        return {t[1] for t in self.tags if t[1] is not None}
+
 
 @dataclass(frozen=True, eq=False)
 class Scheduled(Snapshot):
@@ -235,7 +240,7 @@ class SchedulerModel(HarnessModel):
                                 f"last <= {top} (request {self.names[i]!r}'s prompt and appends)")
             kernels.append((i, first, last))
         copies = tuple(self._copies(list(parts["copies"]), "schedule"))
-        seen = {tag[1] for tag in books.tags if tag[1] is not None} | set(books.done)
+        seen = books.flying | set(books.done)
         transfers = []
         for entry in parts["transfers"]:
             if not isinstance(entry, (list, tuple)) or len(entry) != 7:
@@ -445,7 +450,7 @@ class SchedulerModel(HarnessModel):
         """The device's completions: what the ordering rules allow, a
         kernel only once its plan's copies and sync loads have landed."""
         tags, waits = state.code.books.tags, state.code.books.waits
-        flying = {t[1] for t in tags if t[1] is not None}
+        flying = state.code.books.flying
         for index in queue.ready(state, self.orders):
             op = state.queue[index]
             if type(op) is Kernel and (any(t[2] and t[0] == tags[index][0] for t in tags)
@@ -555,7 +560,7 @@ class SchedulerModel(HarnessModel):
                     if not (entry[6] or entry[0] in plan.waits):
                         d.queue.append(self._move(entry, d))
                         tags.append((slot, entry[0], False))
-                flying = {t[1] for t in books.tags if t[1] is not None}
+                flying = books.flying
                 waits = books.waits + tuple((slot, tid) for tid in plan.waits if tid in flying)
                 after = self._observe(adapter, state, d.branches, d, plans=plans + (raw,),
                                       books=Books(books.plans + 1, tuple(tags), books.done, books.added, waits))

@@ -372,10 +372,9 @@ def scenario_toml(scenario: Scenario, description: str, expect: str, folder: Uni
     name = scenario.protocol.name
     builtin = name in builtin_names() and for_scenario(load_builtin(name), scenario.cache, "").definition == scenario.protocol.definition
     code = scenario.allocator or scenario.scheduler
-    if scenario.allocator is not None:
-        checked = f"allocator = {_toml_value(_code_from(scenario.allocator, scenario, Path(folder)))}"
-    elif scenario.scheduler is not None:
-        checked = f"scheduler = {_toml_value(_code_from(scenario.scheduler, scenario, Path(folder)))}"
+    if code is not None:
+        key = "allocator" if scenario.allocator is not None else "scheduler"
+        checked = f"{key} = {_toml_value(_code_from(code, scenario, Path(folder)))}"
     else:
         checked = f"protocol = {_toml_value(name) if builtin else _toml_value(scenario.protocol.definition)}"
     lines = [f"description = {_toml_value(description)}", f"expect = {_toml_value(expect)}", checked,

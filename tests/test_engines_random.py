@@ -17,7 +17,7 @@ from cowcheck.fuzzing.strategies import scenarios as fuzz_scenarios
 from cowcheck.model.protocol import builtin_names
 from cowcheck.model.system import ProtocolModel
 
-CAP = 10_000
+CAP = 5_000
 
 
 def scenarios(protocols=("cow",), max_block=4, max_prompt=8, max_branches=3, max_ops=3, reuses=("lifo", "fifo")):

@@ -39,6 +39,7 @@ from cowcheck.symbolic.invariants import ENCODINGS, NO_ENCODING, SymbolicJudge
 from cowcheck.symbolic.kind import run_kinduction
 from cowcheck.symbolic.steps import HANDLERS
 from cowcheck.symbolic.system import SymbolicSystem
+from cowcheck.symbolic.terms import Renaming
 from cowcheck.engines.counterexample import load
 
 
@@ -92,11 +93,11 @@ def test_an_invariant_without_an_encoding_is_unsupported():
 
 
 # -- the encoding, state by state ----------------------------------------------
-def _value(expr, pairs):
+def _value(expr, state: Renaming):
     """A formula or field with a concrete state substituted, as a Python value."""
     if not z3.is_expr(expr):
         return expr
-    out = z3.simplify(z3.substitute(expr, *pairs))
+    out = z3.simplify(state(expr))
     if z3.is_true(out) or z3.is_false(out):
         return z3.is_true(out)
     return out.as_signed_long()
@@ -114,12 +115,12 @@ class Bench:
 
     def agree(self, state) -> None:
         enc, model = self.enc, self.enc.model
-        pairs = enc.substitution(self.sym, state)
-        assert _value(enc.domain(self.sym), pairs), "a reachable state is outside the type invariants"
+        concrete = Renaming(enc.substitution(self.sym, state))
+        assert _value(enc.domain(self.sym), concrete), "a reachable state is outside the type invariants"
         successors = model.successors(state)
         matched = set()
         for inst, x in zip(enc.instances, self.executed):
-            enabled = _value(x.guard, pairs)
+            enabled = _value(x.guard, concrete)
             trs = [t for t in successors if enc.matches(inst, state, t)]
             assert enabled == bool(trs), (inst.label, enabled, [str(t.action) for t in trs])
             if not enabled:
@@ -127,18 +128,18 @@ class Bench:
             assert len(trs) == 1, inst.label
             tr = trs[0]
             matched.add(id(tr))
-            assert _value(x.leads, pairs) == (tr.state is not None), inst.label
+            assert _value(x.leads, concrete) == (tr.state is not None), inst.label
             if tr.state is not None:
-                got = [_value(v, pairs) for v in x.post.flat()]
+                got = [_value(v, concrete) for v in x.post.flat()]
                 assert got == enc.values(tr.state), (inst.label, str(tr.action))
             n = enc.instances.index(inst)
             broken = {i for i, _ in self.explicit.action(model, state, tr)}
             for inv_id in ENCODINGS:
-                assert _value(self.judge.action(inv_id, which=n), pairs) == (inv_id in broken), (inv_id, str(tr.action))
+                assert _value(self.judge.action(inv_id, which=n), concrete) == (inv_id in broken), (inv_id, str(tr.action))
         assert matched == {id(t) for t in successors}, "an explicit action has no symbolic instance"
         broken = {i for i, _ in self.explicit.state(model, state, model.is_final(state), not successors)}
         for inv_id in ENCODINGS:
-            assert _value(self.judge.state(inv_id), pairs) == (inv_id in broken), inv_id
+            assert _value(self.judge.state(inv_id), concrete) == (inv_id in broken), inv_id
 
 
 @st.composite

@@ -48,7 +48,7 @@ from cowcheck.symbolic.invariants import SymbolicJudge, encoded, unsupported
 from cowcheck.symbolic.reduction import Reductions
 from cowcheck.symbolic.state import Sym
 from cowcheck.symbolic.system import SymbolicSystem
-from cowcheck.symbolic.terms import Term, any_of, decided, solving
+from cowcheck.symbolic.terms import Renaming, Term, any_of, decided, solving
 
 
 class EncodingMismatch(AssertionError):
@@ -84,6 +84,7 @@ class Unrolling:
         self._pruned: dict[tuple, z3.BoolRef] = {}
         self.earliest = [system.earliest(inst) for inst in system.instances]
         self.runs: dict[str, tuple[list, list]] = {}   # run name -> (states, acts)
+        self._renamings: dict[tuple[int, str, bool], Renaming] = {}
 
     def _changed(self, x) -> dict:
         """The fields (index in Sym.flat) an executed instance may change,
@@ -140,10 +141,13 @@ class Unrolling:
         return self.runs[run][1][k]
 
     def _at(self, formula, k: int, run: str, with_next: bool = False):
-        pairs = list(zip(self.pre.flat(), self.state(k, run).flat()))
-        if with_next:
-            pairs += list(zip(self.nxt.flat(), self.state(k + 1, run).flat())) + [(self.act, self.act_at(k, run))]
-        return z3.substitute(formula, *pairs)
+        key = (k, run, with_next)
+        if key not in self._renamings:
+            pairs = list(zip(self.pre.flat(), self.state(k, run).flat()))
+            if with_next:
+                pairs += list(zip(self.nxt.flat(), self.state(k + 1, run).flat())) + [(self.act, self.act_at(k, run))]
+            self._renamings[key] = Renaming(pairs)
+        return self._renamings[key](formula)
 
     def step(self, k: int, run: str = INIT_RUN) -> z3.BoolRef:
         """The transition from depth k to depth k+1."""

@@ -14,7 +14,7 @@ from cowcheck.model.scenario import Scenario
 from cowcheck.engines.invariants import Invariant
 from cowcheck.symbolic.bmc import Unrolling, solve
 from cowcheck.symbolic.lemmas import Lemmas, Part
-from cowcheck.symbolic.terms import decided
+from cowcheck.symbolic.terms import Renaming, decided
 
 #: z3's limit on one falsification round of Prover.step: proving in one query
 #: that no candidate fails can take longer than the per-candidate sweeps do
@@ -89,14 +89,15 @@ class Prover:
         if k == 1:
             pairs, enabled = self.successor()
             domain = system.domain(u.pre)
-            frame = [domain, z3.substitute(domain, *pairs), enabled, z3.Or([a != b for a, b in pairs])]
+            rename = Renaming(pairs)
+            frame = [domain, rename(domain), enabled, z3.Or([a != b for a, b in pairs])]
 
             def at(c: Candidate, i: int):
                 if i == 0:
                     return c.formula
                 key = (c.key, "next")
                 if key not in self._at:
-                    self._at[key] = z3.substitute(c.formula, *pairs)
+                    self._at[key] = rename(c.formula)
                 return self._at[key]
             return frame, at
         run = f"k{k}_"

@@ -81,18 +81,25 @@ def symmetry_breaking(system: SymbolicSystem, s: Sym) -> z3.BoolRef:
 def _variables(exprs: list, seen: set) -> set:
     """The ids of the uninterpreted constants in exprs. `seen` holds the
     subterms already visited for this instance (its guard and posts share
-    many)."""
-    out, todo = set(), [e for e in exprs if z3.is_expr(e)]
+    many). The walk uses z3's C API on raw terms: wrapping each subterm in
+    a Python ExprRef (reference counted both ways) took most of the time,
+    and the terms stay alive as long as `exprs` does."""
+    exprs = [e for e in exprs if z3.is_expr(e)]
+    if not exprs:
+        return set()
+    c = exprs[0].ctx.ref()
+    out, todo = set(), [e.as_ast() for e in exprs]
     while todo:
-        e = todo.pop()
-        key = e.get_id()
-        if key in seen:
+        a = todo.pop()
+        key = z3.Z3_get_ast_id(c, a)
+        if key in seen or z3.Z3_get_ast_kind(c, a) != z3.Z3_APP_AST:
             continue
         seen.add(key)
-        if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        n = z3.Z3_get_app_num_args(c, a)
+        if n:
+            todo.extend(z3.Z3_get_app_arg(c, a, i) for i in range(n))
+        elif z3.Z3_get_decl_kind(c, z3.Z3_get_app_decl(c, a)) == z3.Z3_OP_UNINTERPRETED:
             out.add(key)
-        else:
-            todo.extend(e.children())
     return out
 
 

@@ -39,6 +39,30 @@ def by_value(x: Term, domain: Iterable[int], fn: Callable[[int], Term]) -> Term:
     return out
 
 
+class Renaming:
+    """One substitution (template term -> term), applied to many formulas.
+
+    z3.substitute rebuilds its two arrays and, unless Python runs with -O,
+    checks every pair's sorts on each call: a fifth of a BMC run's time,
+    where the same pairs instantiate the relation and every invariant at a
+    depth. Here both happen once."""
+
+    def __init__(self, pairs: Iterable[tuple[Any, Any]]):
+        self.pairs = list(pairs)        # the arrays point into these terms: keep them alive
+        assert all(a.sort().eq(b.sort()) for a, b in self.pairs), "a renaming must keep each term's sort"
+        n = len(self.pairs)
+        self._from, self._to = (z3.z3types.Ast * n)(), (z3.z3types.Ast * n)()
+        for i, (a, b) in enumerate(self.pairs):
+            self._from[i], self._to[i] = a.as_ast(), b.as_ast()
+
+    def __call__(self, formula: Any) -> Any:
+        if not self.pairs:
+            return formula
+        ctx = formula.ctx
+        return z3.z3._to_expr_ref(z3.Z3_substitute(ctx.ref(), formula.as_ast(), len(self.pairs), self._from, self._to),
+                                  ctx)
+
+
 def any_of(items: Iterable[Term]) -> Term:
     items = list(items)
     return z3.Or(items) if items else z3.BoolVal(False)

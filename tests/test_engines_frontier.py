@@ -7,7 +7,9 @@ approximate canonical form, cowcheck.engines.orbits) every verdict,
 shortest length, peak, copies and steady count is still the one without
 reductions, and it stores no fewer states than the explicit engine's
 orbits (an approximate form may store an orbit more than once, and on a
-tiny space more states than the search without it). With partial-order
+tiny space more states than the search without it). Cache scenarios are
+covered without reductions (the frontier engine searches them unreduced
+whatever is asked), with the hits measure besides. With partial-order
 reduction as row masks (cowcheck.engines.ample, on by default with
 symmetry) the same holds of every measure, and without symmetry its
 reduced search stores exactly the explorer's reduced states."""
@@ -29,19 +31,26 @@ from cowcheck.model.scenario import load_scenario, make_scenario
 from cowcheck.model.system import ProtocolModel
 from cowcheck.traces.replay import replay
 
-from tests.conftest import program_branches
+from tests.conftest import cache_scenarios, program_branches
 from cowcheck.model.scenario import DEVICES
 from tests.test_engines_random import scenarios
 
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 #: covered scenarios whose explicit search takes seconds
-SLOW = {"cow-three-writers", "holds-three-writers", "cow-full-prompt", "sampling-cow", "pipelined-rollback"}
+SLOW = {"cow-three-writers", "holds-three-writers", "cow-full-prompt", "sampling-cow", "pipelined-rollback",
+        "sampling-prefix-cache"}
+#: the pure prefix-caching scenarios shipped (no allocator or scheduler code, no transfers): all covered
+CACHE = ("cache-drafts", "free-in-flight", "free-in-flight-stream", "no-evict", "prefix-cache-aligned", "prefix-cache-any-reuse",
+         "prefix-cache-cancel-in-flight", "prefix-cache-continue", "prefix-cache-evict", "prefix-cache-parallel",
+         "prefix-cache-speculate", "prefix-cache-warm", "prefix-v1-async", "prefix-v1-cache-drafts", "prefix-v1-cancel-in-flight",
+         "prefix-v1-no-evict", "prefix-v1-step-fenced", "prefix-v1-step-fenced-async", "prefix-v1-touch-after-alloc",
+         "sampling-prefix-cache", "touch-after-alloc", "vllm-v1-parallel-async", "vllm-v1-parallel-stream")
 
 
 def figures(result) -> dict:
     x = result.exploration
     return {"states": x.states, "transitions": x.transitions, "depth": x.depth, "peak": x.peak, "copies": x.cost_range,
-            "steady": x.steady, "complete": x.complete,
+            "hits": x.hits_range, "steady": x.steady, "complete": x.complete,
             "verdicts": {k: (str(v.outcome), v.length) for k, v in result.verdicts.items()}}
 
 
@@ -58,13 +67,17 @@ def agree(scenario, **limits) -> None:
     replays(frontier)
     if frontier.peak_trace is not None:
         assert frontier.peak_trace.length == explicit.peak_trace.length
-    symmetric = check(scenario, engine="frontier", por=False, **limits)
-    orbits = check(scenario, por=False, **limits)      # an orbit is stored at least once
-    assert symmetric.exploration.states >= orbits.exploration.states
-    # the default adds partial-order reduction where settled completions apply (else it is `symmetric`'s search)
-    defaults = (check(scenario, engine="frontier", **limits),) if Ample(ProtocolModel(scenario), completions=True).completions \
-        else ()
-    for reduced in (symmetric, *defaults):
+    if scenario.cache:      # searched without reductions whatever is asked: once more, as by default
+        runs: tuple = (check(scenario, engine="frontier", **limits),)
+    else:
+        symmetric = check(scenario, engine="frontier", por=False, **limits)
+        orbits = check(scenario, por=False, **limits)      # an orbit is stored at least once
+        assert symmetric.exploration.states >= orbits.exploration.states
+        # the default adds partial-order reduction where settled completions apply (else it is `symmetric`'s search)
+        defaults = (check(scenario, engine="frontier", **limits),) \
+            if Ample(ProtocolModel(scenario), completions=True).completions else ()
+        runs = (symmetric, *defaults)
+    for reduced in runs:
         assert measures(reduced) == measures(explicit)
         assert reduced.summary == explicit.summary
         replays(reduced)
@@ -96,10 +109,12 @@ def same_reduction(scenario) -> None:
         assert (mine.states, mine.transitions) == (first.states, first.transitions)
 
 
-def covered() -> list:
+def covered(cache: bool = True) -> list:
+    """The shipped scenarios the frontier engine covers (`cache`: cache scenarios too)."""
     out = []
     for path in sorted(SPECS.glob("*.toml")):
-        if refusal(load_scenario(path)) is None:
+        scenario = load_scenario(path)
+        if refusal(scenario) is None and (cache or not scenario.cache):
             marks = [pytest.mark.slow] if path.stem in SLOW else []
             out.append(pytest.param(path, id=path.stem, marks=marks))
     return out
@@ -110,13 +125,14 @@ def test_agrees_on_shipped_scenarios(path):
     agree(load_scenario(path))
 
 
-@pytest.mark.parametrize("path", covered())
+@pytest.mark.parametrize("path", covered(cache=False))
 def test_partial_order_rows_are_the_explorers(path):
     same_reduction(load_scenario(path))
 
 
 def test_covers_every_protocol_file_scenario():
-    assert len(covered()) >= 48
+    assert len(covered()) >= 48 + len(CACHE)
+    assert {p.values[0].stem for p in covered()} >= set(CACHE)
 
 
 @pytest.mark.slow
@@ -140,6 +156,22 @@ def test_agrees_under_the_scheduler_lock(scenario):
     assume(bound.exploration.complete)
     agree(scenario)
     same_reduction(scenario)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(cache_scenarios(most=2, longest=3))
+def test_agrees_on_random_cache_scenarios(scenario):
+    """Prefix caching: keys, evictions, lookups and hits, admissions (atomic,
+    `after`), prefills, cache-full and its bug variants, speculation,
+    cancels, the three reuse orders and device models."""
+    assume(refusal(scenario) is None)
+    bound = check(scenario, max_states=2_000, symmetry=False, por=False)
+    assume(bound.exploration.complete)
+    explicit = check(scenario, symmetry=False, por=False)
+    frontier = check(scenario, engine="frontier", symmetry=False, por=False)
+    assert figures(frontier) == figures(explicit)
+    assert frontier.summary == explicit.summary
+    replays(frontier)
 
 
 @st.composite
@@ -177,8 +209,10 @@ def test_max_memory_stops_with_a_partial_result():
 
 def test_refuses_what_it_does_not_cover_in_one_line():
     with pytest.raises(SpecError) as refused:
-        check(SPECS / "prefix-cache-warm.toml", engine="frontier")
-    assert "prefix caching is not in the row layout yet" in str(refused.value) and "\n" not in str(refused.value)
+        check(SPECS / "offload-kv-connector.toml", engine="frontier")
+    assert "a transfer scenario" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(SpecError, match="uses the step 'store'"):
+        check(SPECS / "pd-consumer-ahead-local.toml", engine="frontier")
     with pytest.raises(SpecError, match="allocator code"):
         check(SPECS / "engine-code.toml", engine="frontier")
 

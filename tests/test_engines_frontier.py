@@ -7,15 +7,15 @@ approximate canonical form, cowcheck.engines.orbits) every verdict,
 shortest length, peak, copies and steady count is still the one without
 reductions, and it stores no fewer states than the explicit engine's
 orbits (an approximate form may store an orbit more than once, and on a
-tiny space more states than the search without it). Cache scenarios are
-covered without reductions (the frontier engine searches them unreduced
-whatever is asked), with the hits measure besides. With partial-order
+tiny space more states than the search without it). Cache scenarios
+(prefix caching) are covered too, with the hits measure besides. With partial-order
 reduction as row masks (cowcheck.engines.ample, on by default with
 symmetry) the same holds of every measure, and without symmetry its
 reduced search stores exactly the explorer's reduced states."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -67,17 +67,13 @@ def agree(scenario, **limits) -> None:
     replays(frontier)
     if frontier.peak_trace is not None:
         assert frontier.peak_trace.length == explicit.peak_trace.length
-    if scenario.cache:      # searched without reductions whatever is asked: once more, as by default
-        runs: tuple = (check(scenario, engine="frontier", **limits),)
-    else:
-        symmetric = check(scenario, engine="frontier", por=False, **limits)
-        orbits = check(scenario, por=False, **limits)      # an orbit is stored at least once
-        assert symmetric.exploration.states >= orbits.exploration.states
-        # the default adds partial-order reduction where settled completions apply (else it is `symmetric`'s search)
-        defaults = (check(scenario, engine="frontier", **limits),) \
-            if Ample(ProtocolModel(scenario), completions=True).completions else ()
-        runs = (symmetric, *defaults)
-    for reduced in runs:
+    symmetric = check(scenario, engine="frontier", por=False, **limits)
+    orbits = check(scenario, por=False, **limits)      # an orbit is stored at least once
+    assert symmetric.exploration.states >= orbits.exploration.states
+    # the default adds partial-order reduction where settled completions apply (else it is `symmetric`'s search)
+    defaults = (check(scenario, engine="frontier", **limits),) if Ample(ProtocolModel(scenario), completions=True).completions \
+        else ()
+    for reduced in (symmetric, *defaults):
         assert measures(reduced) == measures(explicit)
         assert reduced.summary == explicit.summary
         replays(reduced)
@@ -109,12 +105,10 @@ def same_reduction(scenario) -> None:
         assert (mine.states, mine.transitions) == (first.states, first.transitions)
 
 
-def covered(cache: bool = True) -> list:
-    """The shipped scenarios the frontier engine covers (`cache`: cache scenarios too)."""
+def covered() -> list:
     out = []
     for path in sorted(SPECS.glob("*.toml")):
-        scenario = load_scenario(path)
-        if refusal(scenario) is None and (cache or not scenario.cache):
+        if refusal(load_scenario(path)) is None:
             marks = [pytest.mark.slow] if path.stem in SLOW else []
             out.append(pytest.param(path, id=path.stem, marks=marks))
     return out
@@ -125,7 +119,7 @@ def test_agrees_on_shipped_scenarios(path):
     agree(load_scenario(path))
 
 
-@pytest.mark.parametrize("path", covered(cache=False))
+@pytest.mark.parametrize("path", covered())
 def test_partial_order_rows_are_the_explorers(path):
     same_reduction(load_scenario(path))
 
@@ -163,15 +157,14 @@ def test_agrees_under_the_scheduler_lock(scenario):
 def test_agrees_on_random_cache_scenarios(scenario):
     """Prefix caching: keys, evictions, lookups and hits, admissions (atomic,
     `after`), prefills, cache-full and its bug variants, speculation,
-    cancels, the three reuse orders and device models."""
+    cancels, the three reuse orders and device models; with symmetry
+    (keys renamed with blocks and tokens) and partial-order reduction (the
+    cache's conditions) too."""
     assume(refusal(scenario) is None)
     bound = check(scenario, max_states=2_000, symmetry=False, por=False)
     assume(bound.exploration.complete)
-    explicit = check(scenario, symmetry=False, por=False)
-    frontier = check(scenario, engine="frontier", symmetry=False, por=False)
-    assert figures(frontier) == figures(explicit)
-    assert frontier.summary == explicit.summary
-    replays(frontier)
+    agree(scenario)
+    same_reduction(scenario)
 
 
 @st.composite
@@ -263,4 +256,5 @@ def test_a_check_without_an_engine_runs_the_frontier_engine_from_five_branches()
         == "explicit"
     assert all(len(load_scenario(p).branches) < FRONTIER_BRANCHES for p in SPECS.glob("*.toml"))
     cached = make_scenario(2, 1, [{"appends": 1}] * FRONTIER_BRANCHES, "prefix-cache", cache=True)
-    assert default_engine(cached, SearchOptions()).value == "explicit"
+    assert default_engine(cached, SearchOptions()).value == "frontier"
+    assert default_engine(replace(cached, host_pool=2), SearchOptions()).value == "explicit"     # transfers: refused

@@ -5,9 +5,7 @@ it covers every scenario kind and every option. The frontier engine
 (cowcheck.engines.frontier) is chosen instead where it is the faster one
 by a wide margin and gives the same answer: a protocol-file scenario it
 covers (`rows.refusal`), with FRONTIER_BRANCHES branches or more, and no
-option only the explorer has (`--compact`, `--fingerprints`), but for a
-cache scenario: the frontier engine searches those without reductions,
-where the explorer has both, so the explorer is the faster one there. There, with
+option only the explorer has (`--compact`, `--fingerprints`). There, with
 symmetry and partial-order reduction as rows, it gives the explorer's
 verdicts, shortest lengths and measures (tests/test_engines_frontier.py)
 several times sooner (docs/explanation/speed.md: cow B=4 L=6 8x1, 6x2 and
@@ -30,7 +28,7 @@ FRONTIER_BRANCHES = 5
 def default_engine(scenario: Scenario, options: SearchOptions) -> Engine:
     """The engine for a check that names none (allocator and scheduler code
     are the explorer's: `refusal` names them)."""
-    if options.compact or options.fingerprints or len(scenario.branches) < FRONTIER_BRANCHES or scenario.cache \
+    if options.compact or options.fingerprints or len(scenario.branches) < FRONTIER_BRANCHES \
             or refusal(scenario) is not None:
         return Engine.EXPLICIT
     return Engine.FRONTIER

@@ -9,8 +9,8 @@ the stored row (a collision is an error, never a merge). The same code runs
 on numpy or CuPy (`xp`, the array module cowcheck.traces.pool chooses).
 
 It gives the explicit engine's figures without reductions: the same states,
-transitions, depth, verdicts, shortest lengths, peak, copies and steady
-count (tests/test_engines_frontier.py). Traces are rebuilt by walking the
+transitions, depth, verdicts, shortest lengths, peak, copies, hits (prefix
+caching) and steady count (tests/test_engines_frontier.py). Traces are rebuilt by walking the
 explicit model from the initial state along the stored parents, at each
 step taking the successor whose row is the stored one, so counterexamples
 are the explicit model's own, replayable and explainable as any other.
@@ -155,10 +155,9 @@ class Frontier:
         self.reuse = self.scenario.reuse
         self.device = self.scenario.device
         self.max_memory = memory_bound(options.max_memory_mib)
-        # symmetry (--no-symmetry: off): each row renamed to a member of its orbit before it is stored; not in a
-        # cache scenario yet (the canonical form does not rename keys: docs/explanation/engines.md)
+        # symmetry (--no-symmetry: off): each row renamed to a member of its orbit before it is stored
         self.cache = self.scenario.cache
-        self.orbits = RowOrbits.of(self.scenario, lay, xp) if options.symmetry and not self.cache else None
+        self.orbits = RowOrbits.of(self.scenario, lay, xp) if options.symmetry else None
         rng = np.random.default_rng(0x5EED)
         self.coef = xp.asarray(rng.integers(1, 2 ** 63, size=self.width // per_word, dtype=np.uint64) * 2 + 1)
         self.count = 0
@@ -1321,8 +1320,7 @@ def explore_frontier(scenario: Scenario, options: SearchOptions = SearchOptions(
     invariants, unsupported = for_system(invariants, model)
     validate_expect(scenario, False)
     ample = None
-    # not in a cache scenario yet: the rows' ample sets lack the cache's conditions (docs/explanation/engines.md)
-    if options.por is not False and options.max_depth is None and not scenario.cache:
+    if options.por is not False and options.max_depth is None:
         ample = RowAmple.of(model, Layout.of(scenario), xp, completions=True)
         if ample is not None and not (ample.completions or options.por):
             ample = None        # auto: as the explicit engine's, only where settled completions apply

@@ -5,9 +5,10 @@ The row holds exactly what tells two states of the explicit model
 (cowcheck.model.state) apart, so that two rows are equal exactly when the
 states are: per block its refcount, holds and slots; the free list, front
 first; per branch its status, pos, operations done, program (an append path,
-`cancel`, `finish` or `fork`), step, locals and both tables; the device queue
-in launch order, each op as (kind, a, b, c, snapshot): a copy's source,
-target and count, a kernel's branch, position, 0 and the table it reads. What a
+`cancel`, `finish`, `fork`, `rollback` or `admit`), step, locals and both
+tables; the device queue in launch order, each op as (kind, a, b, c,
+snapshot): a copy's source, target and count, a kernel's branch, position,
+span less one (0 but for a prefill) and the table it reads. What a
 state holds that the row does not (a branch's write counter, its sequence, a
 kernel's token and expected sequence) is a function of what it does, as long
 as no branch speculates: a child is born at its parent's fork at a position
@@ -33,8 +34,7 @@ known in advance from the prompts and programs (with speculation: the
 prompt, then any increasing run of the request's tokens), so a key is a
 small integer: its index in `keys`, ordered by `key_codes` (each prefix as
 one base-V number) so that a sequence's prefix finds its key by a binary
-search. A kernel entry's third cell is its span less one (a prefill writes
-several positions).
+search.
 
 `refusal` says, in one line, what of a scenario the layout does not cover;
 the engine refuses such a scenario as bad input, never with a silent gap:

@@ -152,16 +152,31 @@ def test_agrees_under_the_scheduler_lock(scenario):
     same_reduction(scenario)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cache_scenarios(most=2, longest=3))
 def test_agrees_on_random_cache_scenarios(scenario):
-    """Prefix caching: keys, evictions, lookups and hits, admissions (atomic,
-    `after`), prefills, cache-full and its bug variants, speculation,
-    cancels, the three reuse orders and device models; with symmetry
-    (keys renamed with blocks and tokens) and partial-order reduction (the
-    cache's conditions) too."""
+    """Prefix caching without reductions: keys, evictions, lookups and
+    hits, admissions (atomic, `after`), prefills, cache-full and its bug
+    variants, speculation, cancels, the three reuse orders and device
+    models (with reductions: the slow test below)."""
     assume(refusal(scenario) is None)
-    bound = check(scenario, max_states=2_000, symmetry=False, por=False)
+    explicit = check(scenario, max_states=1_000, symmetry=False, por=False)
+    assume(explicit.exploration.complete)
+    frontier = check(scenario, engine="frontier", symmetry=False, por=False)
+    assert figures(frontier) == figures(explicit)
+    assert frontier.summary == explicit.summary
+    replays(frontier)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(cache_scenarios(most=3, longest=4))
+def test_agrees_on_random_cache_scenarios_with_reductions(scenario):
+    """The same, and with symmetry (keys renamed with blocks and tokens) and
+    partial-order reduction (the cache's conditions): every verdict, length
+    and measure, and without symmetry the explorer's reduced states."""
+    assume(refusal(scenario) is None)
+    bound = check(scenario, max_states=3_000, symmetry=False, por=False)
     assume(bound.exploration.complete)
     agree(scenario)
     same_reduction(scenario)
@@ -230,7 +245,8 @@ def test_hash_table_maps_what_was_inserted(batches, probes):
     assert found == [stored.get(h, -1) for h in asked]
 
 
-@pytest.mark.parametrize("name", ["cow-fork", "cow-speculate", "vllm-bmv1-streams", "cow-any-reuse", "double-decrement"])
+@pytest.mark.parametrize("name", ["cow-fork", "cow-speculate", "vllm-bmv1-streams", "cow-any-reuse", "double-decrement",
+                                  "prefix-cache-parallel", "cache-drafts"])
 def test_cupy_agrees_with_numpy(name):
     """The same array code on CuPy (a GPU; .ci/gpu runs this, where a
     missing GPU fails instead of skipping)."""

@@ -937,7 +937,7 @@ class Frontier:
                 self._unlist(R, rows, R[rows, lay.FREE:lay.FREE + lay.P] == b[:, None])
                 R[rows, lay.RC + b] += 1
             both = xp.concatenate((hits, R[:, lay.wt(i):lay.wt(i) + lay.W]), axis=1)
-            order = xp.argsort(both == -1, axis=1, kind="stable")
+            order = xp.argsort((both == -1).astype(np.int8), axis=1, kind="stable")
             table = xp.take_along_axis(both, order, axis=1)
             if bool((table[:, lay.W:] != -1).any()):
                 raise AssertionError("frontier engine: a working table outgrew the row layout")
@@ -1011,7 +1011,7 @@ class Frontier:
         """Take the free-list places `drop` (rows, P) off the list in `rows`, the rest kept in order."""
         lay, xp = self.lay, self.xp
         cells = xp.where(drop, -1, R[rows, lay.FREE:lay.FREE + lay.P])
-        order = xp.argsort(cells == -1, axis=1, kind="stable")
+        order = xp.argsort((cells == -1).astype(np.int8), axis=1, kind="stable")
         R[rows, lay.FREE:lay.FREE + lay.P] = xp.take_along_axis(cells, order, axis=1)
 
     def _decrement(self, R: Any, rows: Any, b: Any, refcount: bool, out: _Successors, src: Any, freed: list) -> None:

@@ -10,10 +10,11 @@ on numpy or CuPy (`xp`, the array module cowcheck.traces.pool chooses).
 
 It gives the explicit engine's figures without reductions: the same states,
 transitions, depth, verdicts, shortest lengths, peak, copies, hits (prefix
-caching) and steady count (tests/test_engines_frontier.py). Traces are rebuilt by walking the
-explicit model from the initial state along the stored parents, at each
-step taking the successor whose row is the stored one, so counterexamples
-are the explicit model's own, replayable and explainable as any other.
+caching) and steady count (tests/test_engines_frontier.py). Traces are
+rebuilt by walking the explicit model from the initial state along the
+stored parents, at each step taking the successor whose row is the stored
+one, so counterexamples are the explicit model's own, replayable and
+explainable as any other.
 Its reductions are the explorer's, over rows: symmetry renames each new
 row to a member of its orbit (cowcheck.engines.orbits), and partial-order
 reduction keeps, per row, the moves of the actor the ample-set rule
@@ -155,8 +156,8 @@ class Frontier:
         self.reuse = self.scenario.reuse
         self.device = self.scenario.device
         self.max_memory = memory_bound(options.max_memory_mib)
+        self.cache = self.scenario.cache           # prefix caching: keys, hits, admissions (rows.Layout)
         # symmetry (--no-symmetry: off): each row renamed to a member of its orbit before it is stored
-        self.cache = self.scenario.cache
         self.orbits = RowOrbits.of(self.scenario, lay, xp) if options.symmetry else None
         rng = np.random.default_rng(0x5EED)
         self.coef = xp.asarray(rng.integers(1, 2 ** 63, size=self.width // per_word, dtype=np.uint64) * 2 + 1)

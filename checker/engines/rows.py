@@ -159,7 +159,7 @@ class Layout:
         vocab: tuple[str, ...] = ()
         prompts: tuple[tuple[int, ...], ...] = ()
         if cache:
-            made = {f"{name}{t + 1}" for j, name in enumerate(names) for t in range(T)}
+            made = {t for j in range(len(names)) for t in scenario.own_tokens(j)}       # what some request writes
             vocab = tuple(dict.fromkeys(t for i in range(len(names)) for t in scenario.prompt_of(i) if t not in made))
         L = len(vocab) if cache else scenario.prompt
 
@@ -375,7 +375,9 @@ class Layout:
 
 def _token(text: str, L: int, T: int, vocab: Optional[tuple[str, ...]], names: tuple[str, ...]) -> int:
     """A token's number: a generated token's by its branch and count; a
-    prompt's `p<k>` (or, in a cache scenario, its place in `vocab`)."""
+    prompt's `p<k>` (or, in a cache scenario, its place in `vocab`: any
+    token a prompt names and no request writes, `a1` of a request that
+    writes nothing included, which symmetry must not rename)."""
     if vocab is not None and text in vocab:
         return vocab.index(text) + 1
     if vocab is None and text[0] == "p" and text[1:].isdigit() and "p" not in names:

@@ -7,13 +7,15 @@ approximate canonical form, cowcheck.engines.orbits) every verdict,
 shortest length, peak, copies and steady count is still the one without
 reductions, and it stores no fewer states than the explicit engine's
 orbits (an approximate form may store an orbit more than once, and on a
-tiny space more states than the search without it). With partial-order
+tiny space more states than the search without it). Cache scenarios
+(prefix caching) are covered too, with the hits measure besides. With partial-order
 reduction as row masks (cowcheck.engines.ample, on by default with
 symmetry) the same holds of every measure, and without symmetry its
 reduced search stores exactly the explorer's reduced states."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,19 +31,26 @@ from cowcheck.model.scenario import load_scenario, make_scenario
 from cowcheck.model.system import ProtocolModel
 from cowcheck.traces.replay import replay
 
-from tests.conftest import program_branches
+from tests.conftest import cache_scenarios, program_branches
 from cowcheck.model.scenario import DEVICES
 from tests.test_engines_random import scenarios
 
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 #: covered scenarios whose explicit search takes seconds
-SLOW = {"cow-three-writers", "holds-three-writers", "cow-full-prompt", "sampling-cow", "pipelined-rollback"}
+SLOW = {"cow-three-writers", "holds-three-writers", "cow-full-prompt", "sampling-cow", "pipelined-rollback",
+        "sampling-prefix-cache"}
+#: the pure prefix-caching scenarios shipped (no allocator or scheduler code, no transfers): all covered
+CACHE = ("cache-drafts", "free-in-flight", "free-in-flight-stream", "no-evict", "prefix-cache-aligned", "prefix-cache-any-reuse",
+         "prefix-cache-cancel-in-flight", "prefix-cache-continue", "prefix-cache-evict", "prefix-cache-parallel",
+         "prefix-cache-speculate", "prefix-cache-warm", "prefix-v1-async", "prefix-v1-cache-drafts", "prefix-v1-cancel-in-flight",
+         "prefix-v1-no-evict", "prefix-v1-step-fenced", "prefix-v1-step-fenced-async", "prefix-v1-touch-after-alloc",
+         "sampling-prefix-cache", "touch-after-alloc", "vllm-v1-parallel-async", "vllm-v1-parallel-stream")
 
 
 def figures(result) -> dict:
     x = result.exploration
     return {"states": x.states, "transitions": x.transitions, "depth": x.depth, "peak": x.peak, "copies": x.cost_range,
-            "steady": x.steady, "complete": x.complete,
+            "hits": x.hits_range, "steady": x.steady, "complete": x.complete,
             "verdicts": {k: (str(v.outcome), v.length) for k, v in result.verdicts.items()}}
 
 
@@ -116,7 +125,8 @@ def test_partial_order_rows_are_the_explorers(path):
 
 
 def test_covers_every_protocol_file_scenario():
-    assert len(covered()) >= 48
+    assert len(covered()) >= 48 + len(CACHE)
+    assert {p.values[0].stem for p in covered()} >= set(CACHE)
 
 
 @pytest.mark.slow
@@ -135,6 +145,36 @@ def test_agrees_on_random_scenarios(scenario):
 def test_agrees_under_the_scheduler_lock(scenario):
     """Protocols with atomic paths: while a branch is inside one (short of
     its wait), no other branch moves, in rows as in the model."""
+    assume(refusal(scenario) is None)
+    bound = check(scenario, max_states=3_000, symmetry=False, por=False)
+    assume(bound.exploration.complete)
+    agree(scenario)
+    same_reduction(scenario)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(cache_scenarios(most=2, longest=3))
+def test_agrees_on_random_cache_scenarios(scenario):
+    """Prefix caching without reductions: keys, evictions, lookups and
+    hits, admissions (atomic, `after`), prefills, cache-full and its bug
+    variants, speculation, cancels, the three reuse orders and device
+    models (with reductions: the slow test below)."""
+    assume(refusal(scenario) is None)
+    explicit = check(scenario, max_states=1_000, symmetry=False, por=False)
+    assume(explicit.exploration.complete)
+    frontier = check(scenario, engine="frontier", symmetry=False, por=False)
+    assert figures(frontier) == figures(explicit)
+    assert frontier.summary == explicit.summary
+    replays(frontier)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(cache_scenarios(most=3, longest=4))
+def test_agrees_on_random_cache_scenarios_with_reductions(scenario):
+    """The same, and with symmetry (keys renamed with blocks and tokens) and
+    partial-order reduction (the cache's conditions): every verdict, length
+    and measure, and without symmetry the explorer's reduced states."""
     assume(refusal(scenario) is None)
     bound = check(scenario, max_states=3_000, symmetry=False, por=False)
     assume(bound.exploration.complete)
@@ -177,8 +217,10 @@ def test_max_memory_stops_with_a_partial_result():
 
 def test_refuses_what_it_does_not_cover_in_one_line():
     with pytest.raises(SpecError) as refused:
-        check(SPECS / "prefix-cache-warm.toml", engine="frontier")
-    assert "prefix caching is not in the row layout yet" in str(refused.value) and "\n" not in str(refused.value)
+        check(SPECS / "offload-kv-connector.toml", engine="frontier")
+    assert "a transfer scenario" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(SpecError, match="uses the step 'store'"):
+        check(SPECS / "pd-consumer-ahead-local.toml", engine="frontier")
     with pytest.raises(SpecError, match="allocator code"):
         check(SPECS / "engine-code.toml", engine="frontier")
 
@@ -203,7 +245,8 @@ def test_hash_table_maps_what_was_inserted(batches, probes):
     assert found == [stored.get(h, -1) for h in asked]
 
 
-@pytest.mark.parametrize("name", ["cow-fork", "cow-speculate", "vllm-bmv1-streams", "cow-any-reuse", "double-decrement"])
+@pytest.mark.parametrize("name", ["cow-fork", "cow-speculate", "vllm-bmv1-streams", "cow-any-reuse", "double-decrement",
+                                  "prefix-cache-parallel", "cache-drafts"])
 def test_cupy_agrees_with_numpy(name):
     """The same array code on CuPy (a GPU; .ci/gpu runs this, where a
     missing GPU fails instead of skipping)."""
@@ -229,4 +272,5 @@ def test_a_check_without_an_engine_runs_the_frontier_engine_from_five_branches()
         == "explicit"
     assert all(len(load_scenario(p).branches) < FRONTIER_BRANCHES for p in SPECS.glob("*.toml"))
     cached = make_scenario(2, 1, [{"appends": 1}] * FRONTIER_BRANCHES, "prefix-cache", cache=True)
-    assert default_engine(cached, SearchOptions()).value == "explicit"
+    assert default_engine(cached, SearchOptions()).value == "frontier"
+    assert default_engine(replace(cached, host_pool=2), SearchOptions()).value == "explicit"     # transfers: refused

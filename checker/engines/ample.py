@@ -16,7 +16,10 @@ sentences over one-hot maps of blocks:
 - *private* to branch i: not free, reached by no other branch and by no
   queue entry (but the one a settled completion asks about);
 - its *uses*: its working table and its published table below
-  ceil(pos / B) (`Frontier._uses`).
+  ceil(pos / B) (`Frontier._uses`);
+- in a cache scenario a keyed block, or one in another request's hits,
+  is private to no one, and a step that leads into the atomic admission's
+  locking steps (its wait before `cache-full`) is never chosen.
 
 The frontier engine applies the choice after it has generated a chunk's
 moves (`keep`): the moves generated and then dropped cost time, not
@@ -49,10 +52,20 @@ class RowAmple:
         # the places of the programs, as program * longest + step, where each local step stands
         self.longest = max(len(program) for program in lay.programs)
         self.places: dict[str, list[tuple[int, Any]]] = {}
+        # where an op's owner may be parked for a settled completion: every wait, the locking ones too
+        self.parks: dict[str, list[tuple[int, Any]]] = {}
+        numbers = lay.numbers
+        locking = {numbers[place.op, place.path] * self.longest + place.step for place in model.structure.locking_places
+                   if (place.op, place.path) in numbers} if ample.admission_lock else set()
         for p, program in enumerate(lay.programs):
             for k, step in enumerate(program):
+                code = p * self.longest + k
+                if step.op in ("wait-copy", "wait-kernel") and step.op in ample.local_steps:
+                    self.parks.setdefault(step.op, []).append((code, step))
+                if code + 1 in locking and code not in locking and k + 1 < len(program):
+                    continue        # the step takes the scheduler lock: it disables every other branch
                 if step.op in ample.local_steps:
-                    self.places.setdefault(step.op, []).append((p * self.longest + k, step))
+                    self.places.setdefault(step.op, []).append((code, step))
 
     @staticmethod
     def of(model: ProtocolModel, lay: Layout, xp: Any, completions: bool) -> "RowAmple | None":
@@ -90,15 +103,17 @@ class RowAmple:
         used = xp.stack([self._onehot(working[:, i]) for i in range(N)], axis=1) | published
         kernels = xp.stack([((kinds == KERNEL) & (owners == i)).sum(axis=1) for i in range(N)], axis=1)   # (n, N)
         undecided = xp.ones(n, dtype=bool)
+        # a keyed block is reached through the cache (another request's lookup): private to no one
+        keyed = F[:, lay.KEY:lay.KEY + P] >= 0 if lay.cache else xp.zeros((n, P), dtype=bool)
         for i in range(N):
-            private = ~free & (count - reach[:, i] == 0) & (queued == 0)
+            private = ~free & ~keyed & (count - reach[:, i] == 0) & (queued == 0)
             local = self._local(F, i, private, used[:, i], published[:, i], working[:, i], kernels[:, i] > 0) \
                 & has[:, i] & undecided
             chosen[rows[local]] = i
             undecided &= ~local
         if self.completions and busy and bool(undecided.any()):
             sub = xp.nonzero(undecided)[0]
-            settled = self._settled(F[sub], kinds[sub], owners[sub], free[sub], reach[sub], count[sub], queued[sub],
+            settled = self._settled(F[sub], kinds[sub], owners[sub], free[sub], keyed[sub], reach[sub], count[sub], queued[sub],
                                     [e[sub] for e in entry], used[sub], kernels[sub], has[sub])
             pick = settled >= 0
             chosen[rows[sub[pick]]] = N + settled[pick]
@@ -140,15 +155,20 @@ class RowAmple:
                     safe = xp.maximum(cells, 0)
                     fine = (cells < 0) | uses[ar[:, None], safe] | mine[ar[:, None], safe]
                     ok = ~kernel[idx] & (R[:, lay.br(i, "plen")] > R[:, lay.br(i, "pos")] // lay.B) & fine.all(axis=1)
+                elif op == "prefill":       # like a write, for the prompt's last position
+                    cells = R[:, lay.pt(i):lay.pt(i) + lay.W].astype(np.int64)
+                    safe = xp.maximum(cells, 0)
+                    fine = (cells < 0) | uses[ar[:, None], safe] | mine[ar[:, None], safe]
+                    ok = ~kernel[idx] & (R[:, lay.br(i, "plen")] > (len(lay.prompts[i]) - 1) // lay.B) & fine.all(axis=1)
                 elif op in ("copy", "copy-block"):
                     x, y = (self._bound(R, i, name) for name in step.args)
                     ok = ~kernel[idx] & _at(mine, y, ar) & (_at(uses, x, ar) | _at(mine, x, ar))
-                else:       # a launch the rows do not hold (prefill, transfers): refused by rows.refusal
+                else:       # a launch the rows do not hold (transfers): refused by rows.refusal
                     continue
                 out[idx] |= ok
         return out
 
-    def _settled(self, F: Any, kinds: Any, owners: Any, free: Any, reach: Any, count: Any, queued: Any, entry: list,
+    def _settled(self, F: Any, kinds: Any, owners: Any, free: Any, keyed: Any, reach: Any, count: Any, queued: Any, entry: list,
                  used: Any, kernels: Any, has: Any) -> Any:
         """Per row, the first queue entry that is settled (Ample._settled) and
         whose completion is a move, -1 where none."""
@@ -165,9 +185,9 @@ class RowAmple:
             prog = F[:, lay.br(i, "prog")]
             at = xp.where((F[:, lay.br(i, "status")] == RUNNING) & (prog >= 0),
                           prog.astype(np.int64) * self.longest + F[:, lay.br(i, "step")], -1)
-            for code, step in self.places.get("wait-copy", []):
+            for code, step in self.parks.get("wait-copy", []):
                 waits_for[:, i] = xp.where(at == code, self._bound(F, i, step.args[0]), waits_for[:, i])
-            for code, _ in self.places.get("wait-kernel", []):
+            for code, _ in self.parks.get("wait-kernel", []):
                 parked[:, i] |= at == code
         news = self._onehot(F[:, [lay.br(j, "new") for j in range(N)]].reshape(n * N, 1)).reshape(n, N, P)
         new_count = news.sum(axis=1, dtype=np.int8)
@@ -186,7 +206,7 @@ class RowAmple:
             if not bool(mine.any()):
                 continue
             who = xp.maximum(owner, 0)
-            private = ~free & (count - reach[ar, who] == 0) & (queued - entry[k] == 0)
+            private = ~free & ~keyed & (count - reach[ar, who] == 0) & (queued - entry[k] == 0)
             stable = ~free & (into_count - into[k] == 0) & (new_count - news[ar, who] == 0)
             use = used[ar, who]
             src = xp.where(is_copy, F[:, base + 1].astype(np.int64), -1)
@@ -194,16 +214,22 @@ class RowAmple:
             snap = F[:, base + SNAP:base + SNAP + lay.W].astype(np.int64)
             safe = xp.maximum(snap, 0)
             fine = ((snap < 0) | (use[ar[:, None], safe] & stable[ar[:, None], safe])).all(axis=1)
-            target = snap[ar, xp.where(is_kernel, F[:, base + 2].astype(np.int64) // B, 0)]     # the block it writes
-            kernel = is_kernel & parked[ar, who] & (kernels[ar, who] == 1) & fine & _at(private, target, ar)
+            # the blocks it writes (a prefill: its positions pos - more .. pos) are private to it
+            last, more = F[:, base + 2].astype(np.int64), xp.where(is_kernel, F[:, base + 3].astype(np.int64), 0)
+            written = xp.ones(n, dtype=bool)
+            for back in range(int(more.max()) + 1 if n else 0):
+                target = snap[ar, xp.where(is_kernel, xp.maximum(last - back, 0) // B, 0)]
+                written &= (back > more) | _at(private, target, ar)
+            kernel = is_kernel & parked[ar, who] & (kernels[ar, who] == 1) & fine & written
             out = xp.where(mine & (copy | kernel), k, out)
         return out
 
     # -- maps of blocks ---------------------------------------------------------
     def _cells(self, i: int) -> list[int]:
-        """The cells of branch i that name a block: its locals and both tables."""
+        """The cells of branch i that name a block: its locals and both tables (and its hits)."""
         lay = self.lay
-        return [lay.br(i, "tail"), lay.br(i, "new"), *range(lay.wt(i), lay.wt(i) + lay.W), *range(lay.pt(i), lay.pt(i) + lay.W)]
+        return [lay.br(i, "tail"), lay.br(i, "new"), *range(lay.wt(i), lay.wt(i) + lay.W), *range(lay.pt(i), lay.pt(i) + lay.W),
+                *(range(lay.hits(i), lay.hits(i) + lay.H) if lay.cache else ())]
 
     def _entry_reach(self, F: Any, kinds: Any, k: int) -> Any:
         """(n, P): the blocks queue entry k reaches (a copy's source and

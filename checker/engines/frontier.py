@@ -9,11 +9,12 @@ the stored row (a collision is an error, never a merge). The same code runs
 on numpy or CuPy (`xp`, the array module cowcheck.traces.pool chooses).
 
 It gives the explicit engine's figures without reductions: the same states,
-transitions, depth, verdicts, shortest lengths, peak, copies and steady
-count (tests/test_engines_frontier.py). Traces are rebuilt by walking the
-explicit model from the initial state along the stored parents, at each
-step taking the successor whose row is the stored one, so counterexamples
-are the explicit model's own, replayable and explainable as any other.
+transitions, depth, verdicts, shortest lengths, peak, copies, hits (prefix
+caching) and steady count (tests/test_engines_frontier.py). Traces are
+rebuilt by walking the explicit model from the initial state along the
+stored parents, at each step taking the successor whose row is the stored
+one, so counterexamples are the explicit model's own, replayable and
+explainable as any other.
 Its reductions are the explorer's, over rows: symmetry renames each new
 row to a member of its orbit (cowcheck.engines.orbits), and partial-order
 reduction keeps, per row, the moves of the actor the ample-set rule
@@ -30,6 +31,7 @@ import os
 import time
 from types import SimpleNamespace
 from dataclasses import replace
+from itertools import permutations
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -38,7 +40,7 @@ from cowcheck.model.errors import SpecError
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.state import Block
 from cowcheck.model.structure import Structure
-from cowcheck.model.stepkinds import COPIES
+from cowcheck.model.stepkinds import COPIES, WAITS
 from cowcheck.model.system import ProtocolModel
 from cowcheck.engines.explorer import Exploration, Violation, _resident_bytes, memory_bound, trace_for, walk
 from cowcheck.engines.explicit import report
@@ -48,7 +50,8 @@ from cowcheck.engines.orbits import RowOrbits
 from cowcheck.engines.invariants import INVARIANTS, Invariant, for_system, validate_expect
 from cowcheck.engines.results import FrontierResult, Search
 from cowcheck.engines.options import SearchOptions
-from cowcheck.engines.rows import CANCELLED, COPY, FINISHED, KERNEL, RUNNING, SNAP, UNBORN, Layout, dtype_for, refusal
+from cowcheck.engines.rows import (CANCELLED, COPY, FINISHED, KERNEL, RUNNING, SNAP, UNBORN, WAITING, Layout, dtype_for,
+                                   refusal)
 from cowcheck.engines.stop import PEAK_REACHED, Stop, StopKind, interrupted
 
 #: frontier rows expanded at once: bounds the memory of one batch of successors
@@ -61,6 +64,8 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 SEEK = 0.05
 #: the fewest copies to a state no edge has reached yet
 _NONE = 1 << 30
+#: the steps of prefix caching `Frontier._cache_step` applies (the allocs are `_apply`'s)
+CACHE_ROWS = ("lookup", "touch-hits", "alloc-prompt", "prefill", "cache-full", "cache-drafts")
 
 
 class _Found(Exception):
@@ -80,6 +85,7 @@ class _Successors:
         self.rows: list = []
         self.src: list = []
         self.cost: list = []
+        self.hits: list = []                    # prompt blocks served from the cache (touch-hits), per successor
         self.stuck = xp.ones(n, dtype=bool)     # no transition at all (not even a table miss)
         self.transitions = 0
         self.violations: dict[str, int] = {}    # invariant -> the index of a row whose action breaks it
@@ -88,11 +94,12 @@ class _Successors:
         self.actors: list[int] = []
         self.missed: list[tuple[Any, int]] = []
 
-    def add(self, src: Any, rows: Any, cost: int) -> None:
+    def add(self, src: Any, rows: Any, cost: int, hits: Any = 0) -> None:
         if len(src):
             self.rows.append(rows)
             self.src.append(src)
             self.cost.append(self.xp.full(len(src), cost, dtype=np.int8))
+            self.hits.append(self.xp.broadcast_to(self.xp.asarray(hits, dtype=np.int8), (len(src),)))
             self.actors.append(self.actor)
             self.transitions += len(src)
             self.stuck[src] = False
@@ -118,6 +125,7 @@ class _Successors:
         for k, (src, actor) in enumerate(zip(self.src, self.actors)):
             keep = xp.nonzero((chosen[src] == ALL) | (chosen[src] == actor))[0]
             self.rows[k], self.src[k], self.cost[k] = self.rows[k][keep], src[keep], self.cost[k][keep]
+            self.hits[k] = self.hits[k][keep]
             kept += len(keep)
         for src, actor in self.missed:
             kept += int(((chosen[src] == ALL) | (chosen[src] == actor)).sum())
@@ -148,6 +156,7 @@ class Frontier:
         self.reuse = self.scenario.reuse
         self.device = self.scenario.device
         self.max_memory = memory_bound(options.max_memory_mib)
+        self.cache = self.scenario.cache           # prefix caching: keys, hits, admissions (rows.Layout)
         # symmetry (--no-symmetry: off): each row renamed to a member of its orbit before it is stored
         self.orbits = RowOrbits.of(self.scenario, lay, xp) if options.symmetry else None
         rng = np.random.default_rng(0x5EED)
@@ -164,6 +173,7 @@ class Frontier:
         self.forward = True                        # every edge so far leads past its chunk: copies measured on the way
         self.table = HashTable(xp)                 # row hash -> state id
         self.edges: list[tuple[Any, Any, Any]] = []
+        self.edge_hits: list[np.ndarray] = []     # beside each edge batch, its hits (cache scenarios)
         self.final = np.zeros(0, dtype=bool)
         self.levels: list[int] = []                # the frontier's size per depth
         self.result = Exploration(encoding=f"frontier rows ({array})")
@@ -191,7 +201,26 @@ class Frontier:
         programs = lay.numbers
         self.locking = xp.asarray([programs[place.op, place.path] * self.longest + place.step
                                    for place in Structure(self.scenario.protocol).locking_places
-                                   if (place.op, place.path) in programs], dtype=np.int16)     # rollback and admit: refused
+                                   if (place.op, place.path) in programs], dtype=np.int16)
+        if self.cache:
+            self._cache_tables()
+
+    def _cache_tables(self) -> None:
+        """What the steps of prefix caching read: per request its `after`,
+        whether each operation is a draft's append, the keys of its
+        prompt's blocks (lookup) and of its sequence's (cache-full, without
+        speculation); the keys' codes and their blocks' tokens."""
+        lay, xp, B = self.lay, self.xp, self.lay.B
+        specs = self.scenario.branches
+        self.after = [spec.after for spec in specs]
+        self.is_draft = [xp.asarray(np.array(spec.drafts + (False,), dtype=bool)) for spec in specs]
+        index = {k: n for n, k in enumerate(lay.keys)}
+        self.prompt_keys = [[index[p[:(k + 1) * B]] for k in range((len(p) - 1) // B)] for p in lay.prompts]
+        self.seq_keys = [[index[t[:(k + 1) * B]] if (k + 1) * B <= len(t) else -1 for k in range(lay.W)]
+                         for t in lay.tokens]
+        self.key_codes = xp.asarray(lay.key_codes)
+        self.key_tails = xp.asarray(lay.key_tails if lay.keys else np.zeros((1, B), dtype=np.int64))    # read where keyed
+        self.powers = xp.asarray(np.array([lay.V ** k for k in range(max(lay.S, 1))], dtype=np.int64))
 
     def _reserve(self, xp: Any) -> int:
         """How many states the arrays of rows, parents, depths and copies
@@ -253,13 +282,15 @@ class Frontier:
         res.bytes_per_state = self.bytes / max(self.count, 1)
         if res.complete:
             res.cost_range = self._cost_range()
+            if self.cache:
+                res.hits_range = self._kahn(np.concatenate(self.edge_hits).astype(np.int64)) if self.edges else None
         return res
 
     @property
     def bytes(self) -> int:
         """What the search holds: the rows, the hash table, the parents and
         depths, and the edges kept for the copies measure."""
-        edges = sum(a.nbytes + b.nbytes + c.nbytes for a, b, c in self.edges)
+        edges = sum(a.nbytes + b.nbytes + c.nbytes for a, b, c in self.edges) + sum(h.nbytes for h in self.edge_hits)
         return self.count * (self.width * np.dtype(self.dtype).itemsize + 12) + self.table.nbytes + edges
 
     def _checkpoint(self, depth: int, queued: int) -> None:
@@ -307,6 +338,7 @@ class Frontier:
             if out.transitions:
                 res.complete, res.stop = False, Stop(StopKind.DEPTH, max_depth)
             self.edges.append((np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8)))
+            self.edge_hits.append(np.zeros(0, np.int8))
             return _host(final)
         res.transitions += out.transitions
         for inv, row in out.violations.items():
@@ -322,6 +354,7 @@ class Frontier:
                 first, inverse, hashes = self._distinct(cand)
                 dst = self._renamed(cand[first], hashes[first], _host(src[first]), depth + 1)[_host(inverse)]
             self.edges.append((_host(src), dst, _host(cost)))
+            self.edge_hits.append(_host(xp.concatenate(out.hits)) if self.cache else np.zeros(0, np.int8))
             self._measure(*self.edges[-1], c1)
         return _host(final)
 
@@ -539,6 +572,13 @@ class Frontier:
         running = st == RUNNING if allowed is None else (st == RUNNING) & allowed
         idle = running & (prog == -1)
         may_cancel = self.scenario.branches[i].may_cancel
+        if self.cache:          # a waiting request: its admission, or a cancel; inside an operation it acts as a running one
+            waiting = (st == WAITING) & (prog == -1) if allowed is None else (st == WAITING) & (prog == -1) & allowed
+            if bool(waiting.any()):
+                self._admit(F, i, waiting, out)
+                if may_cancel:
+                    self._step(F, i, waiting, lay.cancel, 0, out, start=True)
+            running = running | ((st == WAITING) & (prog >= 0) & (True if allowed is None else allowed))
         # between operations: the next one of its program (an append's decide, a fork, a rollback's verify), else finish
         at = xp.minimum(done.astype(np.int64), len(lay.forks[i]))
         forks, drafts = self.next_fork[i][at], self.next_drafts[i][at]
@@ -561,6 +601,63 @@ class Frontier:
             self._step(F, i, here, p, k, out)
             if may_cancel and p < lay.cancel and s.op == "wait-kernel":
                 self._step(F, i, here, lay.cancel, 0, out, start=True)
+
+    def _admit(self, F: Any, i: int, mask: Any, out: _Successors) -> None:
+        """A waiting request's admission starts once its `after` request is
+        done; an atomic one only where its steps up to its first wait can
+        all run now, one after another (the model's `_admit`)."""
+        lay, xp = self.lay, self.xp
+        after = self.after[i]
+        if after is not None:
+            status = F[:, lay.br(after, "status")]
+            mask = mask & ((status == FINISHED) | (status == CANCELLED))
+        if self.scenario.protocol.atomic_admit:
+            rows = xp.nonzero(mask)[0]
+            mask = mask.copy()
+            mask[rows] = self._admissible(F[rows], i)
+        self._step(F, i, mask, lay.admit, 0, out, start=True)
+
+    def _admissible(self, R: Any, i: int) -> Any:
+        """Per row, whether the admission's steps up to its first wait are
+        each enabled in turn (each applied with its first choice)."""
+        lay, xp = self.lay, self.xp
+        ok = xp.ones(len(R), dtype=bool)
+        going = xp.arange(len(R))          # the rows still being tried
+        R = R.copy()
+        for step in lay.programs[lay.admit]:
+            if step.op in WAITS or not len(going):
+                break
+            enabled = self._enabled(R, i, step)
+            if enabled is not None:
+                ok[going[~enabled]] = False
+                R, going = R[enabled], going[enabled]
+            scratch = _Successors(len(R), xp)
+            keep = self._apply(R, i, step, scratch, xp.arange(len(R)), [])
+            if keep is not None:        # a kernel-table-miss: the admission starts, and its prefill reports it
+                R, going = R[keep], going[keep]
+        return ok
+
+    def _enabled(self, R: Any, i: int, step: Any) -> Optional[Any]:
+        """Per row, whether the step is enabled (None: in every row)."""
+        lay, xp = self.lay, self.xp
+        op = step.op
+        kinds = self._kinds(R)
+        if op in ("alloc", "alloc-no-evict"):
+            return R[:, lay.FREE] != -1
+        if op == "alloc-prompt":
+            return (R[:, lay.FREE:lay.FREE + lay.P] != -1).sum(axis=1) >= self._prompt_allocs(R, i)
+        if op == "wait-kernel":
+            return ~((kinds == KERNEL) & (R[:, lay.QU + 1:lay.QU + lay.Q * lay.QW:lay.QW] == i)).any(axis=1)
+        if op == "wait-copy":
+            dst = self._local(R, i, step.args[0], step)
+            return ~((kinds == COPY) & (R[:, lay.QU + 2:lay.QU + lay.Q * lay.QW:lay.QW] == dst[:, None])).any(axis=1)
+        return None
+
+    def _prompt_allocs(self, R: Any, i: int) -> Any:
+        """The blocks an alloc-prompt takes: every prompt block the hits do not cover."""
+        lay = self.lay
+        hits = (R[:, lay.hits(i):lay.hits(i) + lay.H] != -1).sum(axis=1)
+        return -(-len(lay.prompts[i]) // lay.B) - hits.astype(np.int64)
 
     def _decide(self, F: Any, i: int, mask: Any, out: _Successors) -> None:
         """The rules as a look-up table over what their conditions read:
@@ -609,6 +706,8 @@ class Frontier:
                 R[:, lay.br(i, "prog")] = lay.rollback
                 R[:, lay.br(i, "step")] = 0
                 R[:, lay.rejected(i)] = k - accepted
+                if self.cache:      # the accepted drafts are verified now
+                    R[:, lay.verified(i)] = R[:, lay.br(i, "pos")] - (k - accepted)
                 if not lay.programs[lay.rollback]:
                     self._end(R, i, lay.rollback)
                 out.add(src, R, 0)
@@ -629,6 +728,8 @@ class Frontier:
         R[:, lay.br(i, "step")] = 0
         if lay.S:
             R[:, lay.rejected(i)] = -1
+        if lay.H:
+            R[:, lay.hits(i):lay.hits(i) + lay.H] = -1
 
     def _local(self, R: Any, i: int, name: str, step: Any) -> Any:
         values = R[:, self.lay.br(i, name)].astype(np.int64)
@@ -649,27 +750,29 @@ class Frontier:
         if start:
             R[:, lay.br(i, "prog")] = p
             R[:, lay.br(i, "step")] = 0
+            if p == lay.admit:
+                R[:, lay.br(i, "status")] = RUNNING
         op = step.op
-        kinds = self._kinds(R)
-        if op == "alloc":
-            ok = R[:, lay.FREE] != -1
-        elif op == "wait-kernel":
-            ok = ~((kinds == KERNEL) & (R[:, lay.QU + 1:lay.QU + lay.Q * lay.QW:lay.QW] == i)).any(axis=1)
-        elif op == "wait-copy":
-            dst = self._local(R, i, step.args[0], step)
-            ok = ~((kinds == COPY) & (R[:, lay.QU + 2:lay.QU + lay.Q * lay.QW:lay.QW] == dst[:, None])).any(axis=1)
-        else:
-            ok = None
+        ok = self._enabled(R, i, step)
         if ok is not None:
             R, src = R[ok], src[ok]
             if not len(src):
                 return
-        if op == "alloc" and self.reuse == "any":       # every free block a choice, each its own successor
+        choices: list[tuple[Any, Any, Any]]
+        if op in ("alloc", "alloc-no-evict") and self.reuse == "any":       # every free block a choice, each its own successor
             choices = [(f, R[m], src[m]) for f in range(lay.P) for m in [R[:, lay.FREE + f] != -1] if bool(m.any())]
+        elif op == "alloc-prompt" and self.reuse == "any":      # each order of free blocks a choice
+            need = self._prompt_allocs(R, i)
+            count = (R[:, lay.FREE:lay.FREE + lay.P] != -1).sum(axis=1)
+            choices = [(order, R[m], src[m]) for n in sorted(set(_host(need).tolist()))
+                       for order in permutations(range(lay.P), n) for m in [(need == n) & (count > max(order, default=-1))]
+                       if bool(m.any())]
         else:
             choices = [(0, R, src)]
+        hits = (R[:, lay.hits(i):lay.hits(i) + lay.H] != -1).sum(axis=1).astype(np.int8) if op == "touch-hits" else None
         for at, R, src in choices:
             freed: list[tuple[Any, Any]] = []
+            counted = hits if hits is not None else 0
             keep = self._apply(R, i, step, out, src, freed, at)
             if keep is not None:            # a write: it frees nothing
                 out.attempted(src[~keep])
@@ -680,7 +783,7 @@ class Frontier:
                 self._end(R, i, p)
             for rows, blocks in freed:
                 out.violate("no-use-after-free", self._in_use(R[rows], blocks), src[rows])
-            out.add(src, R, int(op in COPIES))
+            out.add(src, R, int(op in COPIES), counted)
 
     def _apply(self, R: Any, i: int, step: Any, out: _Successors, src: Any, freed: list, at: int = 0) -> Optional[Any]:
         """The step's effect on rows R (in place; an alloc takes the free
@@ -690,12 +793,18 @@ class Frontier:
         op, n = step.op, len(R)
         ar = xp.arange(n)
         pos = R[:, lay.br(i, "pos")].astype(np.int64)
-        if op == "alloc":
+        if op in ("alloc", "alloc-no-evict"):
             b = R[:, lay.FREE + at].astype(np.int64)
             R[:, lay.FREE + at:lay.FREE + lay.P - 1] = R[:, lay.FREE + at + 1:lay.FREE + lay.P].copy()
             R[:, lay.FREE + lay.P - 1] = -1
             R[ar, lay.RC + b] = 1
             R[:, lay.br(i, step.args[0])] = b
+            if self.cache:
+                if op == "alloc":       # evicts: the key leaves the cache with the block
+                    R[ar, lay.KEY + b] = -1
+                out.violate("no-stale-key", R[ar, lay.KEY + b] != -1, src)
+        elif op in CACHE_ROWS:
+            return self._cache_step(R, i, step, out, src, at)
         elif op in ("incref", "hold"):
             b = self._local(R, i, step.args[0], step)
             R[ar, (lay.RC if op == "incref" else lay.HO) + b] += 1
@@ -729,6 +838,9 @@ class Frontier:
         elif op == "write":
             keep = R[:, lay.br(i, "plen")] > pos // lay.B
             out.violate("kernel-table-miss", ~keep, src)
+            if self.cache:          # a draft's position stays unverified until its verify
+                draft = self.is_draft[i][R[:, lay.br(i, "done")].astype(np.int64)]
+                R[:, lay.verified(i)] = xp.where(draft, R[:, lay.verified(i)], pos + 1)
             expected = None
             if lay.S:               # the token `<name><writes + 1>` at pos: what the kernel must read, with the rest
                 R[ar, lay.seq(i) + pos] = 1 + lay.L + i * lay.T + R[:, lay.writes(i)].astype(np.int64)
@@ -741,6 +853,8 @@ class Frontier:
         elif op == "rewind":
             pos = pos - R[:, lay.rejected(i)].astype(np.int64)
             R[:, lay.br(i, "pos")] = pos
+            if self.cache:
+                R[:, lay.verified(i)] = xp.minimum(R[:, lay.verified(i)], pos)
             cells = xp.arange(lay.S)[None, :]
             R[:, lay.seq(i):lay.seq(i) + lay.S] = xp.where(cells < pos[:, None], R[:, lay.seq(i):lay.seq(i) + lay.S], -1)
         elif op == "trim":
@@ -756,7 +870,8 @@ class Frontier:
             R[:, lay.br(i, "wlen")] = xp.minimum(wlen, keep)
         elif op == "decref-all":
             table = R[:, lay.wt(i):lay.wt(i) + lay.W].astype(np.int64).copy()
-            for t in range(lay.W):
+            # a cache scenario frees the last entry first, as V1 does (a chain's later blocks evicted first)
+            for t in reversed(range(lay.W)) if self.cache else range(lay.W):
                 rows = xp.nonzero(table[:, t] >= 0)[0]
                 if len(rows):
                     self._decrement(R, rows, table[rows, t], True, out, src, freed)
@@ -797,6 +912,109 @@ class Frontier:
             out.violate("faithful-output", bad, src)
         return None
 
+    def _cache_step(self, R: Any, i: int, step: Any, out: _Successors, src: Any, at: Any) -> Optional[Any]:
+        """The steps of prefix caching (docs/semantics.md#prefix-caching) in
+        rows R, in place; `at`: an alloc-prompt's free-list places under
+        `any` reuse (else it takes the front). Returns the rows that lead
+        somewhere (None: all of them)."""
+        lay, xp, B = self.lay, self.xp, self.lay.B
+        op, n = step.op, len(R)
+        ar = xp.arange(n)
+        keys = R[:, lay.KEY:lay.KEY + lay.P]
+        hits = R[:, lay.hits(i):lay.hits(i) + lay.H]
+        wlen = R[:, lay.br(i, "wlen")].astype(np.int64)
+        if op == "lookup":          # the last prompt token is always recomputed: at most (L - 1) // B hits
+            going = xp.ones(n, dtype=bool)
+            found = xp.full((n, lay.H), -1, dtype=np.int64)
+            for k, key in enumerate(self.prompt_keys[i]):
+                match = keys == key
+                going &= match.any(axis=1)
+                found[:, k] = xp.where(going, xp.argmax(match, axis=1), -1)
+            R[:, lay.hits(i):lay.hits(i) + lay.H] = found
+        elif op == "touch-hits":    # off the free list, refcount + 1; the hits before the working table
+            for k in range(lay.H):
+                rows = xp.nonzero(hits[:, k] >= 0)[0]
+                b = hits[rows, k].astype(np.int64)
+                self._unlist(R, rows, R[rows, lay.FREE:lay.FREE + lay.P] == b[:, None])
+                R[rows, lay.RC + b] += 1
+            both = xp.concatenate((hits, R[:, lay.wt(i):lay.wt(i) + lay.W]), axis=1)
+            order = xp.argsort((both == -1).astype(np.int8), axis=1, kind="stable")
+            table = xp.take_along_axis(both, order, axis=1)
+            if bool((table[:, lay.W:] != -1).any()):
+                raise AssertionError("frontier engine: a working table outgrew the row layout")
+            R[:, lay.wt(i):lay.wt(i) + lay.W] = table[:, :lay.W]
+            R[:, lay.br(i, "wlen")] = wlen + (hits != -1).sum(axis=1)
+        elif op == "alloc-prompt":      # as many allocs, each evicting, into the working table in order
+            need = self._prompt_allocs(R, i)
+            places = xp.asarray(np.array(at, dtype=np.int64)) if isinstance(at, tuple) else None
+            most = len(at) if isinstance(at, tuple) else int(need.max()) if n else 0
+            taken = xp.full((n, max(most, 1)), -1, dtype=np.int64)
+            drop = xp.zeros((n, lay.P), dtype=bool)
+            for k in range(most):
+                place = places[k] if places is not None else k
+                rows = xp.nonzero(k < need)[0]
+                taken[rows, k] = R[rows, lay.FREE + place]
+                drop[rows, place] = True
+            self._unlist(R, ar, drop)
+            for k in range(most):
+                rows = xp.nonzero(taken[:, k] >= 0)[0]
+                b = taken[rows, k]
+                R[rows, lay.RC + b] = 1
+                R[rows, lay.KEY + b] = -1
+                if bool((wlen[rows] + k >= lay.W).any()):
+                    raise AssertionError("frontier engine: a working table outgrew the row layout")
+                R[rows, lay.wt(i) + wlen[rows] + k] = b
+            R[:, lay.br(i, "wlen")] = wlen + (taken >= 0).sum(axis=1)
+        elif op == "prefill":       # one kernel writing the uncached part of the prompt, then reading it whole
+            prompt = len(lay.prompts[i])
+            keep = R[:, lay.br(i, "plen")] > (prompt - 1) // B
+            out.violate("kernel-table-miss", ~keep, src)
+            start = (hits != -1).sum(axis=1).astype(np.int64) * B
+            expected = None
+            if lay.S:
+                R[:, lay.seq(i):lay.seq(i) + lay.S] = -1
+                R[:, lay.seq(i):lay.seq(i) + prompt] = xp.asarray(np.array(lay.prompts[i]))
+                expected = R[:, lay.seq(i):lay.seq(i) + lay.S]
+            self._launch(R, (KERNEL, xp.full(n, i), xp.full(n, prompt - 1), prompt - 1 - start),
+                         R[:, lay.pt(i):lay.pt(i) + lay.W], expected)
+            R[:, lay.br(i, "pos")] = prompt
+            R[:, lay.verified(i)] = prompt
+            return keep
+        else:                   # cache-full (verified positions) or cache-drafts (a bug: drafts too)
+            limit = R[:, lay.verified(i) if op == "cache-full" else lay.br(i, "pos")].astype(np.int64)
+            verified = R[:, lay.verified(i)].astype(np.int64)
+            for k in range(lay.W):
+                rows = xp.nonzero(((k + 1) * B <= limit) & (k < wlen))[0]
+                if not len(rows):
+                    break
+                key = self._key_at(R[rows], i, k)
+                b = R[rows, lay.wt(i) + k].astype(np.int64)
+                new = (R[rows, lay.KEY + b] == -1) & ~(R[rows, lay.KEY:lay.KEY + lay.P] == key[:, None]).any(axis=1)
+                rows, b, key = rows[new], b[new], key[new]
+                R[rows, lay.KEY + b] = key
+                out.violate("verified-only-cached", (k + 1) * B > verified[rows], src[rows])
+        return None
+
+    def _key_at(self, R: Any, i: int, k: int) -> Any:
+        """The key of request i's first (k + 1) * B tokens, per row: fixed
+        by the programs, or with speculation read off its sequence."""
+        xp, lay = self.xp, self.lay
+        if not lay.S:
+            return xp.full(len(R), self.seq_keys[i][k], dtype=np.int64)
+        m = (k + 1) * lay.B
+        code = (R[:, lay.seq(i):lay.seq(i) + m].astype(np.int64) * self.powers[:m]).sum(axis=1)
+        key = xp.searchsorted(self.key_codes, code)
+        if bool((self.key_codes[xp.minimum(key, len(lay.keys) - 1)] != code).any()):
+            raise AssertionError("frontier engine: a key is not in the row layout")
+        return key
+
+    def _unlist(self, R: Any, rows: Any, drop: Any) -> None:
+        """Take the free-list places `drop` (rows, P) off the list in `rows`, the rest kept in order."""
+        lay, xp = self.lay, self.xp
+        cells = xp.where(drop, -1, R[rows, lay.FREE:lay.FREE + lay.P])
+        order = xp.argsort((cells == -1).astype(np.int8), axis=1, kind="stable")
+        R[rows, lay.FREE:lay.FREE + lay.P] = xp.take_along_axis(cells, order, axis=1)
+
     def _decrement(self, R: Any, rows: Any, b: Any, refcount: bool, out: _Successors, src: Any, freed: list) -> None:
         """decref (refcount) or release (holds) of block b[k] in row rows[k]:
         an underflow at 0; the block freed at 0 with the other counter 0."""
@@ -815,7 +1033,14 @@ class Frontier:
         rows, b = rows[~listed], b[~listed]
         if not len(rows):
             return
-        if self.reuse == "lifo":
+        if self.reuse == "lifo" and self.cache:       # a keyed block goes to the back: evicted last, oldest first
+            keyed = R[rows, lay.KEY + b] != -1
+            front, back = rows[~keyed], rows[keyed]
+            R[front, lay.FREE + 1:lay.FREE + lay.P] = R[front, lay.FREE:lay.FREE + lay.P - 1]
+            R[front, lay.FREE] = b[~keyed]
+            length = (R[back, lay.FREE:lay.FREE + lay.P] != -1).sum(axis=1)
+            R[back, lay.FREE + length] = b[keyed]
+        elif self.reuse == "lifo":
             R[rows, lay.FREE + 1:lay.FREE + lay.P] = R[rows, lay.FREE:lay.FREE + lay.P - 1]
             R[rows, lay.FREE] = b
         elif self.reuse == "any":       # kept ascending: the order is irrelevant, and canonical
@@ -890,6 +1115,12 @@ class Frontier:
         base, ar = lay.QU + k * lay.QW, xp.arange(len(R))
         s, d, n = (R[:, base + c].astype(np.int64) for c in (1, 2, 3))
         out.violate("no-use-after-free", self._is_free(R, s) | self._is_free(R, d), src)
+        if self.cache:          # cache-immutable: a keyed target's slots keep its key's tokens
+            key = R[ar, lay.KEY + d].astype(np.int64)
+            want = self.key_tails[xp.maximum(key, 0)]
+            cells = R[ar[:, None], lay.SL + s[:, None] * lay.B + xp.arange(lay.B)[None, :]]
+            out.violate("cache-immutable", (key >= 0) & ((cells != want) & (xp.arange(lay.B)[None, :] < n[:, None])).any(axis=1),
+                        src)
         for slot in range(lay.B):
             cells = R[ar, lay.SL + s * lay.B + slot]
             m = slot < n
@@ -900,23 +1131,40 @@ class Frontier:
     def _kernel_done(self, R: Any, k: int, src: Any, out: _Successors) -> None:
         lay, xp = self.lay, self.xp
         base, ar, B = lay.QU + k * lay.QW, xp.arange(len(R)), lay.B
-        j, pos = (R[:, base + c].astype(np.int64) for c in (1, 2))
+        j, pos, more = (R[:, base + c].astype(np.int64) for c in (1, 2, 3))
         snap = R[:, base + SNAP:base + SNAP + lay.W].astype(np.int64).copy()
         target = snap[ar, pos // B]
-        t = target[:, None]
-        # judged before the write: exclusive-write, refcount-write, copy-before-use, no-use-after-free
+        # judged before the write: exclusive-write, refcount-write, copy-before-use, no-use-after-free (a prefill:
+        # every block it writes, its positions pos - more .. pos)
         n, N, W = len(R), lay.N, lay.W
-        seen = ((R[:, self.held[:N * W]] == t) | (self._uses(R) == t)).reshape(n, N, W).any(axis=2)
-        exclusive = (seen & (j[:, None] != xp.arange(N)[None, :]) & (R[:, self.status] == RUNNING)).any(axis=1)
         kinds = self._kinds(R)
         is_copy, others = kinds == COPY, xp.arange(lay.Q) != k
-        before = (is_copy & (R[:, self.copy_dst][:, :, None] == snap[:, None, :]).any(axis=2)).any(axis=1)
-        exclusive |= (is_copy & others & (R[:, self.copy_src] == t)).any(axis=1)
         snapshots = R[:, self.held[lay.N * lay.W:]].reshape(len(R), lay.Q, lay.W)
-        exclusive |= ((kinds == KERNEL) & others & (snapshots == t[:, :, None]).any(axis=2)).any(axis=1)
+        running = R[:, self.status] == RUNNING
+        exclusive = xp.zeros(n, dtype=bool)
+        shared = xp.zeros(n, dtype=bool)
+        immutable = xp.zeros(n, dtype=bool)
+        for back in range(int(more.max()) + 1 if n else 0):
+            writes = back <= more
+            p = xp.maximum(pos - back, 0)
+            blk = snap[ar, p // B]
+            t = blk[:, None]
+            seen = ((R[:, self.held[:N * W]] == t) | (self._uses(R) == t)).reshape(n, N, W).any(axis=2)
+            hit = (seen & (j[:, None] != xp.arange(N)[None, :]) & running).any(axis=1)
+            hit |= (is_copy & others & (R[:, self.copy_src] == t)).any(axis=1)
+            hit |= ((kinds == KERNEL) & others & (snapshots == t[:, :, None]).any(axis=2)).any(axis=1)
+            exclusive |= writes & hit
+            shared |= writes & ((R[ar, lay.RC + blk] != 1) | (R[ar, lay.HO + blk] != 0))
+            if self.cache:      # cache-immutable: a keyed block's slots keep its key's tokens
+                key = R[ar, lay.KEY + blk].astype(np.int64)
+                token = (R[ar, base + SNAP + lay.W + p] if lay.S else self.tokens[j, p]).astype(np.int64)
+                immutable |= writes & (key >= 0) & (self.key_tails[xp.maximum(key, 0), p % B] != token)
+        before = (is_copy & (R[:, self.copy_dst][:, :, None] == snap[:, None, :]).any(axis=2)).any(axis=1)
         out.violate("exclusive-write", exclusive, src)
-        out.violate("refcount-write", (R[ar, lay.RC + target] != 1) | (R[ar, lay.HO + target] != 0), src)
+        out.violate("refcount-write", shared, src)
         out.violate("copy-before-use", before, src)
+        if self.cache:
+            out.violate("cache-immutable", immutable, src)
         free = self._free_map(R)
         touched = free[ar, target]
         for q in range(lay.W):
@@ -926,7 +1174,10 @@ class Frontier:
         # kernel's own with speculation, else the branch's, fixed by the programs)
         start = base + SNAP + lay.W
         expected = R[:, start:start + lay.S].astype(np.int64).copy() if lay.S else self.tokens[j]
-        R[ar, lay.SL + target * B + pos % B] = expected[ar, pos]
+        for back in reversed(range(int(more.max()) + 1 if n else 0)):      # the positions it writes, in order
+            rows = xp.nonzero(back <= more)[0]
+            p = pos[rows] - back
+            R[rows, lay.SL + snap[rows, p // B] * B + p % B] = expected[rows, p]
         self._retire(R, k)
         bad = xp.zeros(len(R), dtype=bool)
         for p in range(int(pos.max()) + 1):
@@ -966,9 +1217,14 @@ class Frontier:
             if not finals.any():
                 return None
             return int(self.copies[:self.count, 0][finals].min()), int(self.copies[:self.count, 1][finals].max())
+        return self._kahn(np.concatenate([e[2] for e in self.edges]).astype(np.int64))
+
+    def _kahn(self, cost: np.ndarray) -> Optional[tuple[int, int]]:
+        """The fewest and most of a measure (`cost`: per stored edge, in
+        the order of `edges`) over complete runs, in Kahn's order over the
+        stored graph (acyclic), a wave of ready states at a time."""
         src = np.concatenate([e[0] for e in self.edges])
         dst = np.concatenate([e[1] for e in self.edges])
-        cost = np.concatenate([e[2] for e in self.edges]).astype(np.int64)
         n = self.count
         order = np.argsort(src, kind="stable")
         src, dst, cost = src[order], dst[order], cost[order]

@@ -7,9 +7,12 @@ branches of one class (plain roots with the same appends and may_cancel,
 `Symmetry.classes`) may swap places, their tokens renamed along, and block
 ids are names (`Symmetry.blocks_enabled`). A renaming is a pair per row:
 the branch order (`order[new] = old`) and the block order (`inv[new] =
-old`). `apply` moves each branch's cells and each block's refcount, holds
-and slots to their new places, and renames every cell that names a
-branch, a block or a token.
+old`). `apply` moves each branch's cells and each block's refcount, holds,
+slots and (a cache scenario) key to their new places, and renames every
+cell that names a branch, a block or a token; a key names tokens, so
+renaming branches renames keys too (the key of the renamed tokens: a
+class's requests have the same prompt and program, so their keys are
+images of each other).
 
 `canonical` is an approximate canonical form, computed for a whole batch of
 rows at once: each class is sorted by a signature of its branches (stable:
@@ -59,7 +62,7 @@ class RowOrbits:
         self.lay, self.classes, self.blocks, self.sort_free, self.xp = lay, classes, blocks, sort_free, xp
         self.names = names = names or tuple(map(str, range(lay.N)))
         N, W, P, Q, S, BW, QW = lay.N, lay.W, lay.P, lay.Q, lay.S, lay.BW, lay.QW
-        self.start = lay.FREE + P                     # where the branches' cells start
+        self.start = lay.BR                           # where the branches' cells start
         f = BRANCH_FIELDS.index
         head = len(BRANCH_FIELDS)
         slots = [self.start + i * BW for i in range(N)]
@@ -67,7 +70,9 @@ class RowOrbits:
         # the cells that name a block: per branch its locals and both tables (slot by slot), each
         # snapshot, the free list; a copy's source and target (only where the entry is a copy)
         tables = [s + c for s in slots for c in [f("tail"), f("new"), *range(head, head + 2 * W)]]
-        self.block_cells = np.array(tables + [e + SNAP + t for e in entries for t in range(W)]
+        # a request's hits (a cache scenario): the blocks of its admission's lookup
+        hits = [lay.hits(i) + t for i in range(N) for t in range(lay.H)] if lay.cache else []
+        self.block_cells = np.array(tables + hits + [e + SNAP + t for e in entries for t in range(W)]
                                     + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
         self.copy_cells = np.array([e + c for e in entries for c in (1, 2)], dtype=np.int64)
         self.kind_cells = np.array(entries, dtype=np.int64)
@@ -79,9 +84,16 @@ class RowOrbits:
         tokens = 1 + lay.L + N * lay.T
         self.owner = np.array([-1] * (1 + lay.L) + [(t - 1 - lay.L) // lay.T for t in range(1 + lay.L, tokens)])
         self.offset = np.array([0] * (1 + lay.L) + [(t - 1 - lay.L) % lay.T for t in range(1 + lay.L, tokens)])
+        # a cache scenario's keys: their tokens (0 past a key's end), their codes, and the branches whose tokens each names
+        longest = max(map(len, lay.keys), default=0)
+        self.key_tokens = np.array([k + (0,) * (longest - len(k)) for k in lay.keys], dtype=np.int64).reshape(len(lay.keys), longest)
+        self.key_codes = lay.key_codes
+        self.powers = np.array([lay.V ** k for k in range(longest)], dtype=np.int64)
+        self.key_owners = np.array([sum(1 << int(self.owner[t]) for t in set(k) if self.owner[t] >= 0) for k in lay.keys],
+                                   dtype=np.int64)
         # the first appearance scan: the working tables and locals, then the published tables, then the queue, then the free list
         published = [s + head + W + t for s in slots for t in range(W)]
-        working = [c for c in tables if c not in set(published)]
+        working = [c for c in tables if c not in set(published)] + hits
         self.scan_cells = np.array(working + published + [e + c for e in entries for c in (1, 2, *range(SNAP, SNAP + W))]
                                    + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
         self.scan_copy = np.array([False] * (len(working) + len(published))
@@ -97,7 +109,8 @@ class RowOrbits:
             + (["block-id symmetry"] if blocks else [])
         if xp is not np:
             for name in ("block_cells", "copy_cells", "kind_cells", "token_cells", "owner", "offset", "scan_cells",
-                         "scan_copy", "scan_entry", "scan_branch", "scan_offset"):
+                         "scan_copy", "scan_entry", "scan_branch", "scan_offset", "key_tokens", "key_codes", "powers",
+                         "key_owners"):
                 setattr(self, name, xp.asarray(getattr(self, name)))
 
     @staticmethod
@@ -242,10 +255,16 @@ class RowOrbits:
         owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + lay.Q * lay.QW:lay.QW], -1)
         slots = R[:, 2 * lay.P:2 * lay.P + lay.P * lay.B]
         first = 1 + lay.L
+        named = xp.zeros(n, dtype=np.int64)         # the branches whose tokens some key names (a bit per branch)
+        if lay.cache and len(lay.keys):
+            keys = R[:, lay.KEY:lay.KEY + lay.P].astype(np.int64)
+            owners = xp.where(keys >= 0, self.key_owners[xp.maximum(keys, 0)], 0)
+            for b in range(lay.P):
+                named |= owners[:, b]
         out = xp.zeros((n, lay.N), dtype=bool)
         for members in self.classes:
             quiet = {i: ~(owner == i).any(axis=1) & ~((slots >= first + i * lay.T) & (slots < first + (i + 1) * lay.T)).any(axis=1)
-                     for i in members}
+                     & ((named >> i) & 1 == 0) for i in members}
             for k, j in enumerate(members[1:], 1):
                 for i in members[:k]:
                     out[:, j] |= quiet[i] & quiet[j] & (cells[:, i] == cells[:, j]).all(axis=1)
@@ -272,10 +291,20 @@ class RowOrbits:
                              1 + lay.L + new_of[:, xp.maximum(self.owner, 0)] * lay.T + self.offset[None, :],
                              xp.arange(len(self.owner))[None, :])
             self._map(out, self.token_cells, table)
+            if lay.cache and len(lay.keys):         # each key: the key of its tokens renamed
+                renamed = xp.take_along_axis(table, xp.broadcast_to(self.key_tokens.reshape(1, -1), (n, self.key_tokens.size)),
+                                             axis=1).reshape(n, *self.key_tokens.shape)
+                codes = (renamed * self.powers).sum(axis=2)
+                keys = xp.searchsorted(self.key_codes, codes)
+                if bool((self.key_codes[xp.minimum(keys, len(lay.keys) - 1)] != codes).any()):
+                    raise AssertionError("frontier engine: a renamed key is not in the row layout")
+                self._map(out, xp.arange(lay.KEY, lay.KEY + lay.P), keys)
         if by.inv is not None:
             P, B = lay.P, lay.B
             out[:, :P] = _take(out[:, :P], by.inv, xp)
             out[:, P:2 * P] = _take(out[:, P:2 * P], by.inv, xp)
+            if lay.cache:
+                out[:, lay.KEY:lay.KEY + P] = _take(out[:, lay.KEY:lay.KEY + P], by.inv, xp)
             out[:, 2 * P:2 * P + P * B] = out[:, 2 * P:2 * P + P * B].reshape(n, P, B)[ar, by.inv].reshape(n, -1)
             new_of = xp.argsort(by.inv, axis=1)
             cells = out[:, self.copy_cells]

@@ -129,6 +129,12 @@ class Condition:
     def evaluate(self, env: Mapping[str, Any]) -> bool:
         return bool(self._run(env))
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its text and parsed again (its compiled function does
+        not pickle), so that a scenario, and a check's result that holds
+        it, can cross to another process."""
+        return (Condition, (self.text, "<pickled>", "condition"))
+
     def fold(self, algebra: Algebra[T]) -> T:
         return fold(self.tree, algebra)
 

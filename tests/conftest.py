@@ -239,6 +239,39 @@ def fits(page, width: int) -> bool:
     return page.evaluate("document.documentElement.scrollWidth") <= width
 
 
+# -- one search, shared by the tests that compare with it ----------------------------
+def _session_folder(tmp_path_factory) -> Path:
+    """The test session's folder, the same for every xdist worker."""
+    session = tmp_path_factory.getbasetemp()
+    return session.parent if os.environ.get("PYTEST_XDIST_WORKER") else session
+
+
+@pytest.fixture(scope="session")
+def searched(tmp_path_factory):
+    """`searched(path, **options)`: `check(load_scenario(path), **options)`
+    run once for the whole test session, whichever test and xdist worker
+    asks first; the others read its pickled result. Several files compare
+    their engine or reduction with the same search of a shipped scenario
+    (the explorer without reductions, or with symmetry alone): each ran it
+    again. Two workers asking at once both run it, and either's file is
+    the same result."""
+    import pickle
+    from cowcheck.model.scenario import load_scenario
+    folder = _session_folder(tmp_path_factory) / "searches"
+    folder.mkdir(exist_ok=True)
+
+    def search(path: Path, **options):
+        done = folder / (path.stem + "".join(f",{k}={v}" for k, v in sorted(options.items())) + ".pickle")
+        if done.exists():
+            return pickle.loads(done.read_bytes())
+        result = check(load_scenario(path), **options)
+        partial = done.with_suffix(f".{os.getpid()}")
+        partial.write_bytes(pickle.dumps(result))
+        os.replace(partial, done)
+        return result
+    return search
+
+
 # -- the shipped specs, checked once -------------------------------------------------
 class Shipped(NamedTuple):
     """One `cowcheck check specs --json FILE --out DIR`, run from the
@@ -272,9 +305,7 @@ def shipped(tmp_path_factory) -> Shipped:
     its files."""
     import fcntl
     import pickle
-    session = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):     # each xdist worker has its own folder below the session's
-        session = session.parent
+    session = _session_folder(tmp_path_factory)
     folder = session / "shipped-specs"
     with open(session / "shipped-specs.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -80,3 +80,19 @@ def test_cow_is_correct_under_every_device_and_reuse(device, reuse):
     result = run("cow", 2, 3, [2, 2], device=device, reuse=reuse)
     assert broken(result) == {}
     assert result.summary == "safe and disciplined"
+
+
+def test_a_result_pickles_with_its_protocols_conditions():
+    """A check's result crosses to another process (the tests share one
+    search between xdist workers): the protocol's `[append]` conditions
+    are pickled as their text and parsed again."""
+    import pickle
+    from cowcheck import check
+    from cowcheck.model.scenario import make_scenario
+    result = check(make_scenario(2, 3, [1, 1], "premature-decrement"))
+    again = pickle.loads(pickle.dumps(result))
+    assert again.to_json() == result.to_json()
+    for rule, was in zip(again.scenario.protocol.rules, result.scenario.protocol.rules):
+        assert rule.when.text == was.when.text
+        if rule.when.text == "boundary":     # the names the others read need a whole state
+            assert rule.when.evaluate({"boundary": False}) == was.when.evaluate({"boundary": False})

@@ -150,7 +150,6 @@ def small_scenarios(draw):
                          reuse=draw(st.sampled_from(REUSES)))
 
 
-@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_scenarios(), st.integers(0, 2**32 - 1))
 def test_encoding_agrees_with_the_model_on_random_reachable_states(scenario, seed):

@@ -105,7 +105,6 @@ def test_encoding_agrees_along_a_cache_race(protocol, invariant):
         bench.agree(state)
 
 
-@pytest.mark.slow
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cache_scenarios(most=2, longest=3), st.integers(0, 2**32 - 1))
 def test_encoding_agrees_on_random_cache_scenarios(scenario, seed):
@@ -165,7 +164,7 @@ SPEC_BOUND = 10
 
 
 #: the shipped cache scenarios whose BMC run takes over ten seconds (measured with `pytest --durations`): slow
-HEAVY_SPECS = ("sampling-prefix-cache", "prefix-v1-touch-after-alloc", "prefix-cache-warm")
+HEAVY_SPECS: tuple[str, ...] = ()
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n in HEAVY_SPECS else []) for n in CACHE_SPECS])

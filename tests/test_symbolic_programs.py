@@ -74,7 +74,6 @@ def _walk(scenario, seeds: int, steps: int) -> None:
         agree_along_a_walk(bench, random.Random(seed), steps)
 
 
-@pytest.mark.slow
 def test_encoding_agrees_with_the_model_on_a_small_program():
     """Fork (with a cancellable child that has an unforked child of its own)
     and speculation in one small scenario, under `any` reuse."""
@@ -87,7 +86,6 @@ REFERENCE_ROWS = [(FORK, "cow"), (FORK, "fork-share-first"), (SPECULATE, "cow"),
 ROW_IDS = ["fork-cow", "fork-share-first", "speculate-cow", "rollback-no-trim"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("branches,protocol", REFERENCE_ROWS, ids=ROW_IDS)
 def test_encoding_agrees_along_random_runs_of_the_reference_scenarios(branches, protocol):
     """One random run of 30 actions each (about half a minute)."""
@@ -142,7 +140,6 @@ def test_bmc_is_exhaustive_on_a_fork_that_shares_first(tmp_path):
     assert replayed.ok, replayed.message
 
 
-@pytest.mark.slow
 def test_bmc_finds_the_shortest_breaks_of_a_fork_without_incref(tmp_path):
     """fork-no-incref: every break within 16 actions, at the explorer's
     lengths (refcount-exact 2 ... no-underflow 16), and each counterexample
@@ -184,14 +181,12 @@ def program_scenarios(draw, protocols=tuple(PROGRAM_PROTOCOLS) + ("spare-capacit
                          device=draw(st.sampled_from(DEVICES)), reuse=draw(st.sampled_from(REUSES)))
 
 
-@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program_scenarios())
 def test_bmc_agrees_with_the_explorer_on_small_programs(scenario):
     _agree(scenario, 5, whole=False)
 
 
-@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program_scenarios())
 def test_bmc_agrees_with_the_explorer_on_random_programs_within_the_bound(scenario):

@@ -74,7 +74,6 @@ def test_sigterm_gives_the_partial_results_and_143(tmp_path):
     no_half_written_file(tmp_path)
 
 
-@pytest.mark.slow
 def test_the_memory_bound_stops_the_search_with_a_partial_result(tmp_path):
     (tmp_path / "long.toml").write_text(LONG)
     done = subprocess.run(command() + ["check", "long.toml", "--no-symmetry", "--max-memory", "150", "--json", "out.json",
@@ -85,7 +84,6 @@ def test_the_memory_bound_stops_the_search_with_a_partial_result(tmp_path):
     assert "stopped by --max-memory 150 MiB" in done.stdout and "--fingerprints" in done.stdout
 
 
-@pytest.mark.slow
 def test_running_out_of_memory_is_a_partial_result_not_a_traceback(tmp_path):
     """Under an address-space limit and without the memory bound, the search
     meets MemoryError; it reports what it found, like any other bound."""

@@ -243,7 +243,7 @@ def test_representative_is_canonical(scenario, rnd):
 SPEC_SCENARIOS = sorted(p for p in (Path(__file__).resolve().parent.parent / "specs" / "scenarios").glob("*.toml")
                         if not p.stem.startswith("sched-"))
 #: the shipped scenarios whose three searches take over ten seconds (pytest --durations): slow
-HEAVY_SPECS = ("engine-fenced-prune-in-flight", "engine-fenced-async", "holds-three-writers")
+HEAVY_SPECS = ("engine-fenced-prune-in-flight", "engine-fenced-async")
 
 
 def settled_search(scenario, symmetry: bool) -> Exploration:
@@ -299,7 +299,6 @@ def test_settled_completions_keep_a_violation_when_the_copy_source_is_dropped_ea
     keeps_reachability(settled_search(scenario, symmetry=True), plain)
 
 
-@pytest.mark.slow
 def test_settled_completions_shrink_a_correct_protocol_and_a_buggy_one_is_searched_again():
     cow = make_scenario(4, 6, [(1, False)] * 4, "cow")
     ordered_settled = check(cow, por=True, symmetry=True)
@@ -476,7 +475,6 @@ def test_every_reduction_agrees_with_the_unreduced_search_on_cache_scenarios(sce
         keeps_reachability(settled_search(scenario, symmetry=True), plain)
 
 
-@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(repeated_cache_scenarios(copies=2, most=2))
 def test_request_symmetry_agrees_with_the_unreduced_search(scenario):

@@ -72,9 +72,6 @@ class RowOrbits:
         tables = [s + c for s in slots for c in [f("tail"), f("new"), *range(head, head + 2 * W)]]
         # a request's hits (a cache scenario): the blocks of its admission's lookup
         hits = [lay.hits(i) + t for i in range(N) for t in range(lay.H)] if lay.cache else []
-        self.block_cells = np.array(tables + hits + [e + SNAP + t for e in entries for t in range(W)]
-                                    + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
-        self.copy_cells = np.array([e + c for e in entries for c in (1, 2)], dtype=np.int64)
         self.kind_cells = np.array(entries, dtype=np.int64)
         # the cells that hold a token: the slots, and with speculation the sequences and expected ones
         self.token_cells = np.array(list(range(2 * P, 2 * P + P * lay.B))
@@ -91,25 +88,21 @@ class RowOrbits:
         self.powers = np.array([lay.V ** k for k in range(longest)], dtype=np.int64)
         self.key_owners = np.array([sum(1 << int(self.owner[t]) for t in set(k) if self.owner[t] >= 0) for k in lay.keys],
                                    dtype=np.int64)
-        # the first appearance scan: the working tables and locals, then the published tables, then the queue, then the free list
+        # the first appearance scan, over every cell that names a block: the working tables and locals, then the
+        # published tables, then the queue (each entry's a, b and snapshot), then the free list
         published = [s + head + W + t for s in slots for t in range(W)]
         working = [c for c in tables if c not in set(published)] + hits
         self.scan_cells = np.array(working + published + [e + c for e in entries for c in (1, 2, *range(SNAP, SNAP + W))]
                                    + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
-        self.scan_copy = np.array([False] * (len(working) + len(published))
-                                  + [c in (1, 2) for _ in entries for c in (1, 2, *range(SNAP, SNAP + W))] + [False] * P)
-        self.scan_entry = np.array([-1] * (len(working) + len(published))
-                                   + [k for k in range(Q) for _ in (1, 2, *range(SNAP, SNAP + W))] + [-1] * P)
-        # each scanned cell's branch (-1: not a branch's) and its place among the branch's cells
-        inside = (self.scan_cells >= self.start) & (self.scan_cells < self.start + N * BW)
-        self.scan_branch = np.where(inside, (self.scan_cells - self.start) // BW, -1)
-        self.scan_offset = np.where(inside, (self.scan_cells - self.start) % BW, 0)
+        # where in the scan each entry's source and target lie (entry by entry: as kind_cells, each twice)
+        queue = len(working) + len(published)
+        self.scan_copies = np.array([queue + k * (2 + W) + c for k in range(Q) for c in (0, 1)], dtype=np.int64)
         self.sig_fields = [f(name) for name in ("status", "pos", "done", "prog", "step", "wlen", "plen")]
         self.describe = (["branch symmetry (" + "; ".join("".join(names[i] for i in c) for c in classes) + ")"] if classes else []) \
             + (["block-id symmetry"] if blocks else [])
         if xp is not np:
-            for name in ("block_cells", "copy_cells", "kind_cells", "token_cells", "owner", "offset", "scan_cells",
-                         "scan_copy", "scan_entry", "scan_branch", "scan_offset", "key_tokens", "key_codes", "powers",
+            for name in ("kind_cells", "token_cells", "owner", "offset", "scan_cells",
+                         "scan_copies", "key_tokens", "key_codes", "powers",
                          "key_owners"):
                 setattr(self, name, xp.asarray(getattr(self, name)))
 
@@ -127,11 +120,19 @@ class RowOrbits:
 
     # -- the canonical form ------------------------------------------------------
     def canonical(self, R: Any) -> tuple[Any, Renaming]:
-        """Each row's representative, and the renaming that gives it."""
+        """Each row's representative, and the renaming that gives it: the
+        branches sorted and moved first, then the moved rows' blocks
+        numbered and renamed (the same rows as `apply` of both at once)."""
         xp, lay = self.xp, self.lay
+        out = R.copy()
         order = self._order(R) if self.classes else None
-        inv = self._numbering(R, order) if self.blocks else None
-        out = self.apply(R, Renaming(order, inv))
+        if order is not None:
+            self._move_branches(out, R, order)
+        inv = None
+        if self.blocks:
+            named = self._named(out)
+            inv = self._numbering(named, len(R))
+            self._rename_blocks(out, inv, named)
         n = len(R)
         whole = Renaming(xp.broadcast_to(xp.arange(lay.N), (n, lay.N)) if order is None else order,
                          xp.broadcast_to(xp.arange(lay.P), (n, lay.P)) if inv is None else inv)
@@ -206,36 +207,29 @@ class RowOrbits:
             order[:, m] = m[xp.argsort(sig[:, m], axis=1, kind="stable")]
         return order
 
-    def _numbering(self, R: Any, order: Optional[Any] = None) -> Any:
-        """inv[new] = old: blocks in order of first appearance in the tables
-        (branch by branch, in `order`: the rows' branches moved first), the
-        device queue, the free list, then by id. One pass over the cells,
-        keeping which blocks each row has seen."""
+    def _named(self, R: Any) -> "_Named":
+        """The cells that name a block, in the first appearance scan's order."""
         xp, lay = self.xp, self.lay
-        n, P = len(R), lay.P
-        if order is None:
-            scan = R[:, self.scan_cells]
-        else:       # a branch cell of the moved row: the same cell of the branch moved there
-            moved = self.start + xp.take(order, xp.maximum(self.scan_branch, 0), axis=1) * lay.BW + self.scan_offset
-            scan = xp.take_along_axis(R, xp.where(self.scan_branch >= 0, moved, self.scan_cells), axis=1)
+        scan = xp.take(R, self.scan_cells, axis=1)        # row by row in memory (R[:, cells] is column by column)
         if lay.Q:       # a copy's source and target are blocks, a kernel's branch and position are not
-            scan = xp.where(~self.scan_copy[None, :] | (R[:, self.kind_cells] == COPY)[:, xp.maximum(self.scan_entry, 0)],
-                            scan, -1)
-        scan = xp.concatenate((scan, xp.broadcast_to(xp.arange(P, dtype=scan.dtype), (n, P))),
-                              axis=1).astype(np.int64)     # every block at the end: one no cell names, by id
-        inv = xp.empty((n, P), dtype=np.int64)
-        count, ar = xp.zeros(n, dtype=np.int64), xp.arange(n)
-        seen = xp.zeros((n, P + 1), dtype=bool)
-        seen[:, P] = True                       # -1: no block
-        scan = xp.where(scan < 0, P, scan)
-        for k in _host_list(xp.nonzero((scan != P).any(axis=0))[0]):     # a cell no row uses is skipped
-            v = scan[:, k]
-            new = ~seen[ar, v]
-            rows, v = ar[new], v[new]
-            inv[rows, count[rows]] = v
-            count[rows] += 1
-            seen[rows, v] = True
-        return inv
+            copy = (R[:, self.kind_cells] == COPY).repeat(2, axis=1)
+            scan[:, self.scan_copies] = xp.where(copy, scan[:, self.scan_copies], -1)
+        C = scan.shape[1]
+        used = xp.nonzero(scan.ravel() >= 0)[0]
+        rows, place = xp.divmod(used, C)
+        return _Named(rows, place, rows * lay.P + scan.ravel()[used])
+
+    def _numbering(self, named: "_Named", n: int) -> Any:
+        """inv[new] = old: blocks in order of first appearance in the tables
+        (branch by branch: the rows' branches already moved), the device
+        queue, the free list, then by id. All rows at once: each row's first
+        place of each block (a scatter-min over the cells that name one; a
+        block no cell names after them all, by id), ranked."""
+        xp, P = self.xp, self.lay.P
+        C = len(self.scan_cells)
+        first = (C + xp.arange(P, dtype=np.int64))[None, :].repeat(n, axis=0).ravel()
+        xp.minimum.at(first, named.keys, named.place)
+        return xp.argsort(first.reshape(n, P), axis=1)
 
     # -- mirrored moves ----------------------------------------------------------------
     def mirrored(self, R: Any) -> Optional[Any]:
@@ -274,54 +268,74 @@ class RowOrbits:
     def apply(self, R: Any, by: Renaming) -> Any:
         """The rows renamed (a new array): branch order[new] as branch new,
         block inv[new] as block new. A part given as None is the identity."""
+        out = R.copy()
+        if by.order is not None:
+            self._move_branches(out, R, by.order)
+        if by.inv is not None:
+            self._rename_blocks(out, by.inv)
+        return out
+
+    def _move_branches(self, out: Any, R: Any, order: Any) -> None:
+        """`out` (a copy of R): branch order[new] as branch new, its tokens and keys renamed along."""
         xp, lay = self.xp, self.lay
         n = len(R)
-        out = R.copy()
         ar = xp.arange(n)[:, None]
-        if by.order is not None:
-            start, end = self.start, self.start + lay.N * lay.BW
-            out[:, start:end] = R[:, start:end].reshape(n, lay.N, lay.BW)[ar, by.order].reshape(n, -1)
-            new_of = xp.argsort(by.order, axis=1)
-            owner = out[:, self.kind_cells + 1]
-            kernel = out[:, self.kind_cells] == KERNEL
-            out[:, self.kind_cells + 1] = xp.where(kernel, xp.take_along_axis(new_of, xp.where(kernel, owner, 0).astype(np.int64), 1),
-                                                   owner)
-            # token t of branch j at offset o: the same offset of branch new_of[j] (a table over every token)
-            table = xp.where(self.owner[None, :] >= 0,
-                             1 + lay.L + new_of[:, xp.maximum(self.owner, 0)] * lay.T + self.offset[None, :],
-                             xp.arange(len(self.owner))[None, :])
-            self._map(out, self.token_cells, table)
-            if lay.cache and len(lay.keys):         # each key: the key of its tokens renamed
-                renamed = xp.take_along_axis(table, xp.broadcast_to(self.key_tokens.reshape(1, -1), (n, self.key_tokens.size)),
-                                             axis=1).reshape(n, *self.key_tokens.shape)
-                codes = (renamed * self.powers).sum(axis=2)
-                keys = xp.searchsorted(self.key_codes, codes)
-                if bool((self.key_codes[xp.minimum(keys, len(lay.keys) - 1)] != codes).any()):
-                    raise AssertionError("frontier engine: a renamed key is not in the row layout")
-                self._map(out, xp.arange(lay.KEY, lay.KEY + lay.P), keys)
-        if by.inv is not None:
-            P, B = lay.P, lay.B
-            out[:, :P] = _take(out[:, :P], by.inv, xp)
-            out[:, P:2 * P] = _take(out[:, P:2 * P], by.inv, xp)
-            if lay.cache:
-                out[:, lay.KEY:lay.KEY + P] = _take(out[:, lay.KEY:lay.KEY + P], by.inv, xp)
-            out[:, 2 * P:2 * P + P * B] = out[:, 2 * P:2 * P + P * B].reshape(n, P, B)[ar, by.inv].reshape(n, -1)
-            new_of = xp.argsort(by.inv, axis=1)
-            cells = out[:, self.copy_cells]
-            copy = (out[:, self.kind_cells] == COPY).repeat(2, axis=1)
-            self._map(out, self.block_cells, new_of)
-            out[:, self.copy_cells] = xp.where(copy, _take(new_of, xp.where(copy, cells, 0), xp), cells)
-            if self.sort_free:          # `any` keeps the free list ascending
-                free = out[:, lay.FREE:lay.FREE + P]
-                free = xp.sort(xp.where(free < 0, P, free), axis=1)
-                out[:, lay.FREE:lay.FREE + P] = xp.where(free == P, -1, free)
-        return out
+        start, end = self.start, self.start + lay.N * lay.BW
+        out[:, start:end] = R[:, start:end].reshape(n, lay.N, lay.BW)[ar, order].reshape(n, -1)
+        new_of = xp.argsort(order, axis=1)
+        owner = out[:, self.kind_cells + 1]
+        kernel = out[:, self.kind_cells] == KERNEL
+        out[:, self.kind_cells + 1] = xp.where(kernel, xp.take_along_axis(new_of, xp.where(kernel, owner, 0).astype(np.int64), 1),
+                                               owner)
+        # token t of branch j at offset o: the same offset of branch new_of[j] (a table over every token)
+        table = xp.where(self.owner[None, :] >= 0,
+                         1 + lay.L + new_of[:, xp.maximum(self.owner, 0)] * lay.T + self.offset[None, :],
+                         xp.arange(len(self.owner))[None, :])
+        self._map(out, self.token_cells, table)
+        if lay.cache and len(lay.keys):         # each key: the key of its tokens renamed
+            renamed = xp.take_along_axis(table, xp.broadcast_to(self.key_tokens.reshape(1, -1), (n, self.key_tokens.size)),
+                                         axis=1).reshape(n, *self.key_tokens.shape)
+            codes = (renamed * self.powers).sum(axis=2)
+            keys = xp.searchsorted(self.key_codes, codes)
+            if bool((self.key_codes[xp.minimum(keys, len(lay.keys) - 1)] != codes).any()):
+                raise AssertionError("frontier engine: a renamed key is not in the row layout")
+            self._map(out, xp.arange(lay.KEY, lay.KEY + lay.P), keys)
+
+    def _rename_blocks(self, out: Any, inv: Any, named: Optional["_Named"] = None) -> None:
+        """`out`, in place: block inv[new] as block new (`named`: its cells
+        that name a block, where known)."""
+        xp, lay = self.xp, self.lay
+        n, P, B = len(out), lay.P, lay.B
+        named = self._named(out) if named is None else named
+        ar = xp.arange(n)[:, None]
+        out[:, :P] = _take(out[:, :P], inv, xp)
+        out[:, P:2 * P] = _take(out[:, P:2 * P], inv, xp)
+        if lay.cache:
+            out[:, lay.KEY:lay.KEY + P] = _take(out[:, lay.KEY:lay.KEY + P], inv, xp)
+        out[:, 2 * P:2 * P + P * B] = out[:, 2 * P:2 * P + P * B].reshape(n, P, B)[ar, inv].reshape(n, -1)
+        new_of = xp.empty_like(inv)
+        new_of[ar, inv] = xp.arange(P)
+        # each cell that names a block, by its place in the flat rows (`out` is a new array: its rows are contiguous)
+        out.reshape(-1)[named.rows * out.shape[1] + self.scan_cells[named.place]] = new_of.ravel()[named.keys]
+        if self.sort_free:          # `any` keeps the free list ascending
+            free = out[:, lay.FREE:lay.FREE + P]
+            free = xp.sort(xp.where(free < 0, P, free), axis=1)
+            out[:, lay.FREE:lay.FREE + P] = xp.where(free == P, -1, free)
 
     def _map(self, out: Any, cells: Any, table: Any) -> None:
         """Each of `cells` that is not -1 replaced by its entry in the row's `table`."""
         xp = self.xp
         values = out[:, cells]
         out[:, cells] = xp.where(values < 0, values, _take(table, xp.maximum(values, 0), xp))
+
+
+class _Named(NamedTuple):
+    """The cells of a batch of rows that name a block: each one's row, its
+    place in the first appearance scan (`RowOrbits.scan_cells`), and its
+    row and block as one index (row * P + block)."""
+    rows: Any
+    place: Any
+    keys: Any
 
 
 def _take(table: Any, index: Any, xp: Any) -> Any:

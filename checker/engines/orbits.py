@@ -36,7 +36,7 @@ import numpy as np
 
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.reduce.symmetry import Symmetry
-from cowcheck.engines.rows import BRANCH_FIELDS, COPY, KERNEL, SNAP, Layout
+from cowcheck.engines.rows import BRANCH_FIELDS, COPY, EMPTY, KERNEL, SNAP, Layout
 
 #: the multiplier of the branch signature's polynomial hash (wraps modulo 2**64: a tie only weakens the reduction)
 _PRIME = 1_000_003
@@ -97,12 +97,15 @@ class RowOrbits:
         # where in the scan each entry's source and target lie (entry by entry: as kind_cells, each twice)
         queue = len(working) + len(published)
         self.scan_copies = np.array([queue + k * (2 + W) + c for k in range(Q) for c in (0, 1)], dtype=np.int64)
+        # the signature's lookups: each branch's working table (branch by branch, slot by slot), then each tail, each new block
+        self.named_cells = np.array([s + head + t for s in slots for t in range(W)] + [s + f("tail") for s in slots]
+                                    + [s + f("new") for s in slots], dtype=np.int64)
         self.sig_fields = [f(name) for name in ("status", "pos", "done", "prog", "step", "wlen", "plen")]
         self.describe = (["branch symmetry (" + "; ".join("".join(names[i] for i in c) for c in classes) + ")"] if classes else []) \
             + (["block-id symmetry"] if blocks else [])
         if xp is not np:
             for name in ("kind_cells", "token_cells", "owner", "offset", "scan_cells",
-                         "scan_copies", "key_tokens", "key_codes", "powers",
+                         "scan_copies", "named_cells", "key_tokens", "key_codes", "powers",
                          "key_owners"):
                 setattr(self, name, xp.asarray(getattr(self, name)))
 
@@ -141,67 +144,57 @@ class RowOrbits:
     def _order(self, R: Any) -> Any:
         """Each class sorted by its branches' signatures (ties keep their order)."""
         xp, lay = self.xp, self.lay
-        n = len(R)
-        cells = R[:, self.start:self.start + lay.N * lay.BW].reshape(n, lay.N, lay.BW)
-        sig = xp.zeros((n, lay.N), dtype=np.int64)
+        n, N, P, W = len(R), lay.N, lay.P, lay.W
+        cells = R[:, self.start:self.start + N * lay.BW].reshape(n, N, lay.BW)
+        sig = xp.zeros((n, N), dtype=np.int64)
         for field in self.sig_fields:
             sig = sig * _PRIME + cells[:, :, field]
-        # the refcount and holds of each block the working table maps: how shared its blocks are
-        head = len(BRANCH_FIELDS)
-        counts = (R[:, :lay.P].astype(np.int64) * 64 + R[:, lay.P:2 * lay.P]) * 2 + 1
-        counts = xp.concatenate((counts, xp.zeros((n, 1), dtype=np.int64)), axis=1)     # -1: no block
-        wt = cells[:, :, head:head + lay.W].reshape(n, -1).astype(np.int64)
-        shared = xp.take_along_axis(counts, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
-        for t in range(lay.W):
-            sig = sig * _PRIME + shared[:, :, t]
-        # how many slots of each block are written, and which branches' tokens it holds (a bit per branch)
+        # per block (and a last one for no block, all 0): how shared it is (its refcount and holds), how many
+        # of its slots are written, and the copies in flight into it
         ar = xp.arange(n)
-        filled = xp.zeros((n, lay.P + 1), dtype=np.int64)
-        holders = xp.zeros((n, lay.P), dtype=np.int64)
-        tokens = xp.zeros(n * (lay.N + 1), dtype=np.int64)
+        counts = xp.zeros((n, P + 1), dtype=np.int64)
+        counts[:, :P] = (R[:, :P].astype(np.int64) * 64 + R[:, P:2 * P]) * 2 + 1
+        slots = R[:, 2 * P:2 * P + P * lay.B].reshape(n, P, lay.B)
+        filled = xp.zeros((n, P + 1), dtype=np.int64)
         for b in range(lay.B):
-            slot = R[:, 2 * lay.P + b:2 * lay.P + lay.P * lay.B:lay.B].astype(np.int64)     # (n, P): slot b of each block
-            filled[:, :lay.P] += slot != 0
-            by = self.owner[slot]                  # -1: the prompt, or empty
-            holders |= xp.where(by >= 0, xp.left_shift(1, xp.maximum(by, 0)), 0)
-            tokens += xp.bincount((ar[:, None] * (lay.N + 1) + by + 1).ravel(), minlength=n * (lay.N + 1))
-        written = xp.take_along_axis(filled, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
-        for t in range(lay.W):
-            sig = sig * _PRIME + written[:, :, t]
-        # the queue's occupied columns (it is kept front first): the kernels each branch has in flight,
-        # where its first one stands, and the copies in flight into each block
+            filled[:, :P] += slots[:, :, b] != 0
         kinds = R[:, lay.QU:lay.QU + lay.Q * lay.QW:lay.QW]
-        busy = int((kinds != -1).sum(axis=1).max()) if lay.Q and n else 0
+        busy = int((kinds != EMPTY).any(axis=0).sum()) if lay.Q and n else 0     # the queue is kept front first
         kinds = kinds[:, :busy]
-        owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + busy * lay.QW:lay.QW], -1).astype(np.int64)
-        dst = xp.where(kinds == COPY, R[:, lay.QU + 2:lay.QU + busy * lay.QW:lay.QW], -1).astype(np.int64)
-        into = xp.zeros((n, lay.P + 1), dtype=np.int64)
-        kernels = xp.zeros((n, lay.N + 1), dtype=np.int64)
-        first_kernel = xp.full((n, lay.N + 1), lay.Q, dtype=np.int64)
-        for k in reversed(range(busy)):
-            into[ar, xp.where(dst[:, k] < 0, lay.P, dst[:, k])] += 1
-            who = xp.where(owner[:, k] < 0, lay.N, owner[:, k])
-            kernels[ar, who] += 1
-            first_kernel[ar, who] = k
-        into[:, lay.P] = 0
+        dst = xp.where(kinds == COPY, R[:, lay.QU + 2:lay.QU + busy * lay.QW:lay.QW], P).astype(np.int64)
+        into = xp.bincount((ar[:, None] * (P + 1) + dst).ravel(), minlength=n * (P + 1)).reshape(n, P + 1)
+        into[:, P] = 0
+        # the blocks each branch names, looked up in one index: its working table's, its tail's and its new block's
+        names = xp.take(R, self.named_cells, axis=1).astype(np.int64)
+        at = ar[:, None] * (P + 1) + xp.where(names < 0, P, names)
+        counts, filled, into = (xp.take(table.ravel(), at) for table in (counts, filled, into))
+        # the working table: how shared its blocks are, then how much of each is written
+        for table in (counts, filled):
+            for t in range(W):
+                sig = sig * _PRIME + table[:, t:N * W:W]
         # the locals: how shared each is, how much of it is written, and the copies in flight into it
-        for name in ("tail", "new"):
-            local = cells[:, :, BRANCH_FIELDS.index(name)].astype(np.int64)
-            at = xp.where(local < 0, lay.P, local)
+        for local in (N * W, N * W + N):
             for table in (counts, filled, into):
-                sig = sig * _PRIME + xp.take_along_axis(table, at, axis=1)
+                sig = sig * _PRIME + table[:, local:local + N]
+        # the kernels each branch has in flight and where its first one stands in the queue
+        who = (ar[:, None] * (N + 1)
+               + xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + busy * lay.QW:lay.QW], N).astype(np.int64)).ravel()
+        kernels = xp.bincount(who, minlength=n * (N + 1)).reshape(n, N + 1)[:, :N]
+        first_kernel = xp.full(n * (N + 1), lay.Q, dtype=np.int64)
+        xp.minimum.at(first_kernel, who, xp.broadcast_to(xp.arange(busy), (n, busy)).ravel())
         # where the branch's tokens lie: how many slots hold one, and the first place in the free list of a
         # block holding one (a finished branch leaves its tokens in the blocks it freed)
-        free = R[:, lay.FREE:lay.FREE + lay.P].astype(np.int64)
-        place = xp.full((n, lay.P + 1), lay.P, dtype=np.int64)
-        place[ar[:, None], xp.where(free < 0, lay.P, free)] = xp.arange(lay.P)[None, :]
-        place = place[:, :lay.P]
-        tokens = tokens.reshape(n, lay.N + 1)[:, 1:]
-        for i in range(lay.N):
-            first = xp.where((holders >> i) & 1 == 1, place, lay.P).min(axis=1) if lay.P else 0
-            sig[:, i] = (((sig[:, i] * _PRIME + kernels[:, i]) * _PRIME + first_kernel[:, i]) * _PRIME
-                         + tokens[:, i]) * _PRIME + first
-        order = xp.broadcast_to(xp.arange(lay.N), (n, lay.N)).copy()
+        owner = (ar[:, None, None] * (N + 1) + xp.take(self.owner, slots) + 1).ravel()     # (row, block, slot): row and owner + 1
+        tokens = xp.bincount(owner, minlength=n * (N + 1))
+        free = R[:, lay.FREE:lay.FREE + P].astype(np.int64)
+        place = xp.full((n, P + 1), P, dtype=np.int64)
+        place[ar[:, None], xp.where(free < 0, P, free)] = xp.arange(P)[None, :]
+        first = xp.full(n * (N + 1), P, dtype=np.int64)
+        xp.minimum.at(first, owner, xp.broadcast_to(place[:, :P, None], slots.shape).ravel())
+        for extra in (kernels, first_kernel.reshape(n, N + 1)[:, :N], tokens.reshape(n, N + 1)[:, 1:],
+                      first.reshape(n, N + 1)[:, 1:]):
+            sig = sig * _PRIME + extra
+        order = xp.broadcast_to(xp.arange(N), (n, N)).copy()
         for members in self.classes:
             m = xp.asarray(members)
             order[:, m] = m[xp.argsort(sig[:, m], axis=1, kind="stable")]

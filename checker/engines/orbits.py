@@ -94,9 +94,7 @@ class RowOrbits:
         working = [c for c in tables if c not in set(published)] + hits
         self.scan_cells = np.array(working + published + [e + c for e in entries for c in (1, 2, *range(SNAP, SNAP + W))]
                                    + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
-        # where in the scan each entry's source and target lie (entry by entry: as kind_cells, each twice)
-        queue = len(working) + len(published)
-        self.scan_copies = np.array([queue + k * (2 + W) + c for k in range(Q) for c in (0, 1)], dtype=np.int64)
+        self.scan_queue = len(working) + len(published)      # where the queue's entries start in the scan
         # the signature's lookups: each branch's working table (branch by branch, slot by slot), then each tail, each new block
         self.named_cells = np.array([s + head + t for s in slots for t in range(W)] + [s + f("tail") for s in slots]
                                     + [s + f("new") for s in slots], dtype=np.int64)
@@ -105,7 +103,7 @@ class RowOrbits:
             + (["block-id symmetry"] if blocks else [])
         if xp is not np:
             for name in ("kind_cells", "token_cells", "owner", "offset", "scan_cells",
-                         "scan_copies", "named_cells", "key_tokens", "key_codes", "powers",
+                         "named_cells", "key_tokens", "key_codes", "powers",
                          "key_owners"):
                 setattr(self, name, xp.asarray(getattr(self, name)))
 
@@ -203,13 +201,16 @@ class RowOrbits:
     def _named(self, R: Any) -> "_Named":
         """The cells that name a block, in the first appearance scan's order."""
         xp, lay = self.xp, self.lay
+        n, Q = len(R), lay.Q
         scan = xp.take(R, self.scan_cells, axis=1)        # row by row in memory (R[:, cells] is column by column)
-        if lay.Q:       # a copy's source and target are blocks, a kernel's branch and position are not
-            copy = (R[:, self.kind_cells] == COPY).repeat(2, axis=1)
-            scan[:, self.scan_copies] = xp.where(copy, scan[:, self.scan_copies], -1)
+        if Q:       # a copy's source and target are blocks, a kernel's branch and position are not
+            entries = scan[:, self.scan_queue:self.scan_queue + Q * (2 + lay.W)].reshape(n, Q, 2 + lay.W)
+            no_copy = xp.take(R, self.kind_cells, axis=1) != COPY
+            entries[:, :, :2] = xp.where(no_copy[:, :, None], -1, entries[:, :, :2])
         C = scan.shape[1]
         used = xp.nonzero(scan.ravel() >= 0)[0]
-        rows, place = xp.divmod(used, C)
+        rows = used // C
+        place = used - rows * C
         return _Named(rows, place, rows * lay.P + scan.ravel()[used])
 
     def _numbering(self, named: "_Named", n: int) -> Any:

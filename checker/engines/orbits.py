@@ -67,8 +67,8 @@ class RowOrbits:
         head = len(BRANCH_FIELDS)
         slots = [self.start + i * BW for i in range(N)]
         entries = [lay.QU + k * QW for k in range(Q)]
-        # the cells that name a block: per branch its locals and both tables (slot by slot), each
-        # snapshot, the free list; a copy's source and target (only where the entry is a copy)
+        # the cells that name a block: per branch its locals and both tables (slot by slot), its hits, each
+        # snapshot, the free list; a copy's source and target (only where the entry is a copy): the scan's below
         tables = [s + c for s in slots for c in [f("tail"), f("new"), *range(head, head + 2 * W)]]
         # a request's hits (a cache scenario): the blocks of its admission's lookup
         hits = [lay.hits(i) + t for i in range(N) for t in range(lay.H)] if lay.cache else []
@@ -337,6 +337,3 @@ def _take(table: Any, index: Any, xp: Any) -> Any:
     flat = index.astype(np.int64) + (xp.arange(len(table), dtype=np.int64) * table.shape[1])[:, None]
     return table.ravel()[flat]
 
-
-def _host_list(a: Any) -> list:
-    return (a.get() if hasattr(a, "get") else a).tolist()

@@ -36,7 +36,7 @@ import numpy as np
 
 from cowcheck.model.scenario import Scenario
 from cowcheck.model.reduce.symmetry import Symmetry
-from cowcheck.engines.rows import BRANCH_FIELDS, COPY, KERNEL, SNAP, Layout
+from cowcheck.engines.rows import BRANCH_FIELDS, COPY, EMPTY, KERNEL, SNAP, Layout
 
 #: the multiplier of the branch signature's polynomial hash (wraps modulo 2**64: a tie only weakens the reduction)
 _PRIME = 1_000_003
@@ -67,14 +67,11 @@ class RowOrbits:
         head = len(BRANCH_FIELDS)
         slots = [self.start + i * BW for i in range(N)]
         entries = [lay.QU + k * QW for k in range(Q)]
-        # the cells that name a block: per branch its locals and both tables (slot by slot), each
-        # snapshot, the free list; a copy's source and target (only where the entry is a copy)
+        # the cells that name a block: per branch its locals and both tables (slot by slot), its hits, each
+        # snapshot, the free list; a copy's source and target (only where the entry is a copy): the scan's below
         tables = [s + c for s in slots for c in [f("tail"), f("new"), *range(head, head + 2 * W)]]
         # a request's hits (a cache scenario): the blocks of its admission's lookup
         hits = [lay.hits(i) + t for i in range(N) for t in range(lay.H)] if lay.cache else []
-        self.block_cells = np.array(tables + hits + [e + SNAP + t for e in entries for t in range(W)]
-                                    + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
-        self.copy_cells = np.array([e + c for e in entries for c in (1, 2)], dtype=np.int64)
         self.kind_cells = np.array(entries, dtype=np.int64)
         # the cells that hold a token: the slots, and with speculation the sequences and expected ones
         self.token_cells = np.array(list(range(2 * P, 2 * P + P * lay.B))
@@ -91,25 +88,22 @@ class RowOrbits:
         self.powers = np.array([lay.V ** k for k in range(longest)], dtype=np.int64)
         self.key_owners = np.array([sum(1 << int(self.owner[t]) for t in set(k) if self.owner[t] >= 0) for k in lay.keys],
                                    dtype=np.int64)
-        # the first appearance scan: the working tables and locals, then the published tables, then the queue, then the free list
+        # the first appearance scan, over every cell that names a block: the working tables and locals, then the
+        # published tables, then the queue (each entry's a, b and snapshot), then the free list
         published = [s + head + W + t for s in slots for t in range(W)]
         working = [c for c in tables if c not in set(published)] + hits
         self.scan_cells = np.array(working + published + [e + c for e in entries for c in (1, 2, *range(SNAP, SNAP + W))]
                                    + list(range(lay.FREE, lay.FREE + P)), dtype=np.int64)
-        self.scan_copy = np.array([False] * (len(working) + len(published))
-                                  + [c in (1, 2) for _ in entries for c in (1, 2, *range(SNAP, SNAP + W))] + [False] * P)
-        self.scan_entry = np.array([-1] * (len(working) + len(published))
-                                   + [k for k in range(Q) for _ in (1, 2, *range(SNAP, SNAP + W))] + [-1] * P)
-        # each scanned cell's branch (-1: not a branch's) and its place among the branch's cells
-        inside = (self.scan_cells >= self.start) & (self.scan_cells < self.start + N * BW)
-        self.scan_branch = np.where(inside, (self.scan_cells - self.start) // BW, -1)
-        self.scan_offset = np.where(inside, (self.scan_cells - self.start) % BW, 0)
+        self.scan_queue = len(working) + len(published)      # where the queue's entries start in the scan
+        # the signature's lookups: each branch's working table (branch by branch, slot by slot), then each tail, each new block
+        self.named_cells = np.array([s + head + t for s in slots for t in range(W)] + [s + f("tail") for s in slots]
+                                    + [s + f("new") for s in slots], dtype=np.int64)
         self.sig_fields = [f(name) for name in ("status", "pos", "done", "prog", "step", "wlen", "plen")]
         self.describe = (["branch symmetry (" + "; ".join("".join(names[i] for i in c) for c in classes) + ")"] if classes else []) \
             + (["block-id symmetry"] if blocks else [])
         if xp is not np:
-            for name in ("block_cells", "copy_cells", "kind_cells", "token_cells", "owner", "offset", "scan_cells",
-                         "scan_copy", "scan_entry", "scan_branch", "scan_offset", "key_tokens", "key_codes", "powers",
+            for name in ("kind_cells", "token_cells", "owner", "offset", "scan_cells",
+                         "named_cells", "key_tokens", "key_codes", "powers",
                          "key_owners"):
                 setattr(self, name, xp.asarray(getattr(self, name)))
 
@@ -127,11 +121,19 @@ class RowOrbits:
 
     # -- the canonical form ------------------------------------------------------
     def canonical(self, R: Any) -> tuple[Any, Renaming]:
-        """Each row's representative, and the renaming that gives it."""
+        """Each row's representative, and the renaming that gives it: the
+        branches sorted and moved first, then the moved rows' blocks
+        numbered and renamed (the same rows as `apply` of both at once)."""
         xp, lay = self.xp, self.lay
+        out = R.copy()
         order = self._order(R) if self.classes else None
-        inv = self._numbering(R, order) if self.blocks else None
-        out = self.apply(R, Renaming(order, inv))
+        if order is not None:
+            self._move_branches(out, R, order)
+        inv = None
+        if self.blocks:
+            named = self._named(out)
+            inv = self._numbering(named, len(R))
+            self._rename_blocks(out, inv, named)
         n = len(R)
         whole = Renaming(xp.broadcast_to(xp.arange(lay.N), (n, lay.N)) if order is None else order,
                          xp.broadcast_to(xp.arange(lay.P), (n, lay.P)) if inv is None else inv)
@@ -140,102 +142,88 @@ class RowOrbits:
     def _order(self, R: Any) -> Any:
         """Each class sorted by its branches' signatures (ties keep their order)."""
         xp, lay = self.xp, self.lay
-        n = len(R)
-        cells = R[:, self.start:self.start + lay.N * lay.BW].reshape(n, lay.N, lay.BW)
-        sig = xp.zeros((n, lay.N), dtype=np.int64)
+        n, N, P, W = len(R), lay.N, lay.P, lay.W
+        cells = R[:, self.start:self.start + N * lay.BW].reshape(n, N, lay.BW)
+        sig = xp.zeros((n, N), dtype=np.int64)
         for field in self.sig_fields:
             sig = sig * _PRIME + cells[:, :, field]
-        # the refcount and holds of each block the working table maps: how shared its blocks are
-        head = len(BRANCH_FIELDS)
-        counts = (R[:, :lay.P].astype(np.int64) * 64 + R[:, lay.P:2 * lay.P]) * 2 + 1
-        counts = xp.concatenate((counts, xp.zeros((n, 1), dtype=np.int64)), axis=1)     # -1: no block
-        wt = cells[:, :, head:head + lay.W].reshape(n, -1).astype(np.int64)
-        shared = xp.take_along_axis(counts, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
-        for t in range(lay.W):
-            sig = sig * _PRIME + shared[:, :, t]
-        # how many slots of each block are written, and which branches' tokens it holds (a bit per branch)
+        # per block (and a last one for no block, all 0): how shared it is (its refcount and holds), how many
+        # of its slots are written, and the copies in flight into it
         ar = xp.arange(n)
-        filled = xp.zeros((n, lay.P + 1), dtype=np.int64)
-        holders = xp.zeros((n, lay.P), dtype=np.int64)
-        tokens = xp.zeros(n * (lay.N + 1), dtype=np.int64)
+        counts = xp.zeros((n, P + 1), dtype=np.int64)
+        counts[:, :P] = (R[:, :P].astype(np.int64) * 64 + R[:, P:2 * P]) * 2 + 1
+        slots = R[:, 2 * P:2 * P + P * lay.B].reshape(n, P, lay.B)
+        filled = xp.zeros((n, P + 1), dtype=np.int64)
         for b in range(lay.B):
-            slot = R[:, 2 * lay.P + b:2 * lay.P + lay.P * lay.B:lay.B].astype(np.int64)     # (n, P): slot b of each block
-            filled[:, :lay.P] += slot != 0
-            by = self.owner[slot]                  # -1: the prompt, or empty
-            holders |= xp.where(by >= 0, xp.left_shift(1, xp.maximum(by, 0)), 0)
-            tokens += xp.bincount((ar[:, None] * (lay.N + 1) + by + 1).ravel(), minlength=n * (lay.N + 1))
-        written = xp.take_along_axis(filled, xp.where(wt < 0, lay.P, wt), axis=1).reshape(n, lay.N, lay.W)
-        for t in range(lay.W):
-            sig = sig * _PRIME + written[:, :, t]
-        # the queue's occupied columns (it is kept front first): the kernels each branch has in flight,
-        # where its first one stands, and the copies in flight into each block
+            filled[:, :P] += slots[:, :, b] != 0
         kinds = R[:, lay.QU:lay.QU + lay.Q * lay.QW:lay.QW]
-        busy = int((kinds != -1).sum(axis=1).max()) if lay.Q and n else 0
+        busy = int((kinds != EMPTY).any(axis=0).sum()) if lay.Q and n else 0     # the queue is kept front first
         kinds = kinds[:, :busy]
-        owner = xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + busy * lay.QW:lay.QW], -1).astype(np.int64)
-        dst = xp.where(kinds == COPY, R[:, lay.QU + 2:lay.QU + busy * lay.QW:lay.QW], -1).astype(np.int64)
-        into = xp.zeros((n, lay.P + 1), dtype=np.int64)
-        kernels = xp.zeros((n, lay.N + 1), dtype=np.int64)
-        first_kernel = xp.full((n, lay.N + 1), lay.Q, dtype=np.int64)
-        for k in reversed(range(busy)):
-            into[ar, xp.where(dst[:, k] < 0, lay.P, dst[:, k])] += 1
-            who = xp.where(owner[:, k] < 0, lay.N, owner[:, k])
-            kernels[ar, who] += 1
-            first_kernel[ar, who] = k
-        into[:, lay.P] = 0
+        dst = xp.where(kinds == COPY, R[:, lay.QU + 2:lay.QU + busy * lay.QW:lay.QW], P).astype(np.int64)
+        into = xp.bincount((ar[:, None] * (P + 1) + dst).ravel(), minlength=n * (P + 1)).reshape(n, P + 1)
+        into[:, P] = 0
+        # the blocks each branch names, looked up in one index: its working table's, its tail's and its new block's
+        names = xp.take(R, self.named_cells, axis=1).astype(np.int64)
+        at = ar[:, None] * (P + 1) + xp.where(names < 0, P, names)
+        counts, filled, into = (xp.take(table.ravel(), at) for table in (counts, filled, into))
+        # the working table: how shared its blocks are, then how much of each is written
+        for table in (counts, filled):
+            for t in range(W):
+                sig = sig * _PRIME + table[:, t:N * W:W]
         # the locals: how shared each is, how much of it is written, and the copies in flight into it
-        for name in ("tail", "new"):
-            local = cells[:, :, BRANCH_FIELDS.index(name)].astype(np.int64)
-            at = xp.where(local < 0, lay.P, local)
+        for local in (N * W, N * W + N):
             for table in (counts, filled, into):
-                sig = sig * _PRIME + xp.take_along_axis(table, at, axis=1)
+                sig = sig * _PRIME + table[:, local:local + N]
+        # the kernels each branch has in flight and where its first one stands in the queue
+        who = (ar[:, None] * (N + 1)
+               + xp.where(kinds == KERNEL, R[:, lay.QU + 1:lay.QU + busy * lay.QW:lay.QW], N).astype(np.int64)).ravel()
+        kernels = xp.bincount(who, minlength=n * (N + 1)).reshape(n, N + 1)[:, :N]
+        first_kernel = xp.full(n * (N + 1), lay.Q, dtype=np.int64)
+        xp.minimum.at(first_kernel, who, xp.broadcast_to(xp.arange(busy), (n, busy)).ravel())
         # where the branch's tokens lie: how many slots hold one, and the first place in the free list of a
         # block holding one (a finished branch leaves its tokens in the blocks it freed)
-        free = R[:, lay.FREE:lay.FREE + lay.P].astype(np.int64)
-        place = xp.full((n, lay.P + 1), lay.P, dtype=np.int64)
-        place[ar[:, None], xp.where(free < 0, lay.P, free)] = xp.arange(lay.P)[None, :]
-        place = place[:, :lay.P]
-        tokens = tokens.reshape(n, lay.N + 1)[:, 1:]
-        for i in range(lay.N):
-            first = xp.where((holders >> i) & 1 == 1, place, lay.P).min(axis=1) if lay.P else 0
-            sig[:, i] = (((sig[:, i] * _PRIME + kernels[:, i]) * _PRIME + first_kernel[:, i]) * _PRIME
-                         + tokens[:, i]) * _PRIME + first
-        order = xp.broadcast_to(xp.arange(lay.N), (n, lay.N)).copy()
+        owner = (ar[:, None, None] * (N + 1) + xp.take(self.owner, slots) + 1).ravel()     # (row, block, slot): row and owner + 1
+        tokens = xp.bincount(owner, minlength=n * (N + 1))
+        free = R[:, lay.FREE:lay.FREE + P].astype(np.int64)
+        place = xp.full((n, P + 1), P, dtype=np.int64)
+        place[ar[:, None], xp.where(free < 0, P, free)] = xp.arange(P)[None, :]
+        first = xp.full(n * (N + 1), P, dtype=np.int64)
+        xp.minimum.at(first, owner, xp.broadcast_to(place[:, :P, None], slots.shape).ravel())
+        for extra in (kernels, first_kernel.reshape(n, N + 1)[:, :N], tokens.reshape(n, N + 1)[:, 1:],
+                      first.reshape(n, N + 1)[:, 1:]):
+            sig = sig * _PRIME + extra
+        order = xp.broadcast_to(xp.arange(N), (n, N)).copy()
         for members in self.classes:
             m = xp.asarray(members)
             order[:, m] = m[xp.argsort(sig[:, m], axis=1, kind="stable")]
         return order
 
-    def _numbering(self, R: Any, order: Optional[Any] = None) -> Any:
-        """inv[new] = old: blocks in order of first appearance in the tables
-        (branch by branch, in `order`: the rows' branches moved first), the
-        device queue, the free list, then by id. One pass over the cells,
-        keeping which blocks each row has seen."""
+    def _named(self, R: Any) -> "_Named":
+        """The cells that name a block, in the first appearance scan's order."""
         xp, lay = self.xp, self.lay
-        n, P = len(R), lay.P
-        if order is None:
-            scan = R[:, self.scan_cells]
-        else:       # a branch cell of the moved row: the same cell of the branch moved there
-            moved = self.start + xp.take(order, xp.maximum(self.scan_branch, 0), axis=1) * lay.BW + self.scan_offset
-            scan = xp.take_along_axis(R, xp.where(self.scan_branch >= 0, moved, self.scan_cells), axis=1)
-        if lay.Q:       # a copy's source and target are blocks, a kernel's branch and position are not
-            scan = xp.where(~self.scan_copy[None, :] | (R[:, self.kind_cells] == COPY)[:, xp.maximum(self.scan_entry, 0)],
-                            scan, -1)
-        scan = xp.concatenate((scan, xp.broadcast_to(xp.arange(P, dtype=scan.dtype), (n, P))),
-                              axis=1).astype(np.int64)     # every block at the end: one no cell names, by id
-        inv = xp.empty((n, P), dtype=np.int64)
-        count, ar = xp.zeros(n, dtype=np.int64), xp.arange(n)
-        seen = xp.zeros((n, P + 1), dtype=bool)
-        seen[:, P] = True                       # -1: no block
-        scan = xp.where(scan < 0, P, scan)
-        for k in _host_list(xp.nonzero((scan != P).any(axis=0))[0]):     # a cell no row uses is skipped
-            v = scan[:, k]
-            new = ~seen[ar, v]
-            rows, v = ar[new], v[new]
-            inv[rows, count[rows]] = v
-            count[rows] += 1
-            seen[rows, v] = True
-        return inv
+        n, Q = len(R), lay.Q
+        scan = xp.take(R, self.scan_cells, axis=1)        # row by row in memory (R[:, cells] is column by column)
+        if Q:       # a copy's source and target are blocks, a kernel's branch and position are not
+            entries = scan[:, self.scan_queue:self.scan_queue + Q * (2 + lay.W)].reshape(n, Q, 2 + lay.W)
+            no_copy = xp.take(R, self.kind_cells, axis=1) != COPY
+            entries[:, :, :2] = xp.where(no_copy[:, :, None], -1, entries[:, :, :2])
+        C = scan.shape[1]
+        used = xp.nonzero(scan.ravel() >= 0)[0]
+        rows = used // C
+        place = used - rows * C
+        return _Named(rows, place, rows * lay.P + scan.ravel()[used])
+
+    def _numbering(self, named: "_Named", n: int) -> Any:
+        """inv[new] = old: blocks in order of first appearance in the tables
+        (branch by branch: the rows' branches already moved), the device
+        queue, the free list, then by id. All rows at once: each row's first
+        place of each block (a scatter-min over the cells that name one; a
+        block no cell names after them all, by id), ranked."""
+        xp, P = self.xp, self.lay.P
+        C = len(self.scan_cells)
+        first = (C + xp.arange(P, dtype=np.int64))[None, :].repeat(n, axis=0).ravel()
+        xp.minimum.at(first, named.keys, named.place)
+        return xp.argsort(first.reshape(n, P), axis=1)
 
     # -- mirrored moves ----------------------------------------------------------------
     def mirrored(self, R: Any) -> Optional[Any]:
@@ -274,48 +262,59 @@ class RowOrbits:
     def apply(self, R: Any, by: Renaming) -> Any:
         """The rows renamed (a new array): branch order[new] as branch new,
         block inv[new] as block new. A part given as None is the identity."""
+        out = R.copy()
+        if by.order is not None:
+            self._move_branches(out, R, by.order)
+        if by.inv is not None:
+            self._rename_blocks(out, by.inv)
+        return out
+
+    def _move_branches(self, out: Any, R: Any, order: Any) -> None:
+        """`out` (a copy of R): branch order[new] as branch new, its tokens and keys renamed along."""
         xp, lay = self.xp, self.lay
         n = len(R)
-        out = R.copy()
         ar = xp.arange(n)[:, None]
-        if by.order is not None:
-            start, end = self.start, self.start + lay.N * lay.BW
-            out[:, start:end] = R[:, start:end].reshape(n, lay.N, lay.BW)[ar, by.order].reshape(n, -1)
-            new_of = xp.argsort(by.order, axis=1)
-            owner = out[:, self.kind_cells + 1]
-            kernel = out[:, self.kind_cells] == KERNEL
-            out[:, self.kind_cells + 1] = xp.where(kernel, xp.take_along_axis(new_of, xp.where(kernel, owner, 0).astype(np.int64), 1),
-                                                   owner)
-            # token t of branch j at offset o: the same offset of branch new_of[j] (a table over every token)
-            table = xp.where(self.owner[None, :] >= 0,
-                             1 + lay.L + new_of[:, xp.maximum(self.owner, 0)] * lay.T + self.offset[None, :],
-                             xp.arange(len(self.owner))[None, :])
-            self._map(out, self.token_cells, table)
-            if lay.cache and len(lay.keys):         # each key: the key of its tokens renamed
-                renamed = xp.take_along_axis(table, xp.broadcast_to(self.key_tokens.reshape(1, -1), (n, self.key_tokens.size)),
-                                             axis=1).reshape(n, *self.key_tokens.shape)
-                codes = (renamed * self.powers).sum(axis=2)
-                keys = xp.searchsorted(self.key_codes, codes)
-                if bool((self.key_codes[xp.minimum(keys, len(lay.keys) - 1)] != codes).any()):
-                    raise AssertionError("frontier engine: a renamed key is not in the row layout")
-                self._map(out, xp.arange(lay.KEY, lay.KEY + lay.P), keys)
-        if by.inv is not None:
-            P, B = lay.P, lay.B
-            out[:, :P] = _take(out[:, :P], by.inv, xp)
-            out[:, P:2 * P] = _take(out[:, P:2 * P], by.inv, xp)
-            if lay.cache:
-                out[:, lay.KEY:lay.KEY + P] = _take(out[:, lay.KEY:lay.KEY + P], by.inv, xp)
-            out[:, 2 * P:2 * P + P * B] = out[:, 2 * P:2 * P + P * B].reshape(n, P, B)[ar, by.inv].reshape(n, -1)
-            new_of = xp.argsort(by.inv, axis=1)
-            cells = out[:, self.copy_cells]
-            copy = (out[:, self.kind_cells] == COPY).repeat(2, axis=1)
-            self._map(out, self.block_cells, new_of)
-            out[:, self.copy_cells] = xp.where(copy, _take(new_of, xp.where(copy, cells, 0), xp), cells)
-            if self.sort_free:          # `any` keeps the free list ascending
-                free = out[:, lay.FREE:lay.FREE + P]
-                free = xp.sort(xp.where(free < 0, P, free), axis=1)
-                out[:, lay.FREE:lay.FREE + P] = xp.where(free == P, -1, free)
-        return out
+        start, end = self.start, self.start + lay.N * lay.BW
+        out[:, start:end] = R[:, start:end].reshape(n, lay.N, lay.BW)[ar, order].reshape(n, -1)
+        new_of = xp.argsort(order, axis=1)
+        owner = out[:, self.kind_cells + 1]
+        kernel = out[:, self.kind_cells] == KERNEL
+        out[:, self.kind_cells + 1] = xp.where(kernel, xp.take_along_axis(new_of, xp.where(kernel, owner, 0).astype(np.int64), 1),
+                                               owner)
+        # token t of branch j at offset o: the same offset of branch new_of[j] (a table over every token)
+        table = xp.where(self.owner[None, :] >= 0,
+                         1 + lay.L + new_of[:, xp.maximum(self.owner, 0)] * lay.T + self.offset[None, :],
+                         xp.arange(len(self.owner))[None, :])
+        self._map(out, self.token_cells, table)
+        if lay.cache and len(lay.keys):         # each key: the key of its tokens renamed
+            renamed = xp.take_along_axis(table, xp.broadcast_to(self.key_tokens.reshape(1, -1), (n, self.key_tokens.size)),
+                                         axis=1).reshape(n, *self.key_tokens.shape)
+            codes = (renamed * self.powers).sum(axis=2)
+            keys = xp.searchsorted(self.key_codes, codes)
+            if bool((self.key_codes[xp.minimum(keys, len(lay.keys) - 1)] != codes).any()):
+                raise AssertionError("frontier engine: a renamed key is not in the row layout")
+            self._map(out, xp.arange(lay.KEY, lay.KEY + lay.P), keys)
+
+    def _rename_blocks(self, out: Any, inv: Any, named: Optional["_Named"] = None) -> None:
+        """`out`, in place: block inv[new] as block new (`named`: its cells
+        that name a block, where known)."""
+        xp, lay = self.xp, self.lay
+        n, P, B = len(out), lay.P, lay.B
+        named = self._named(out) if named is None else named
+        ar = xp.arange(n)[:, None]
+        out[:, :P] = _take(out[:, :P], inv, xp)
+        out[:, P:2 * P] = _take(out[:, P:2 * P], inv, xp)
+        if lay.cache:
+            out[:, lay.KEY:lay.KEY + P] = _take(out[:, lay.KEY:lay.KEY + P], inv, xp)
+        out[:, 2 * P:2 * P + P * B] = out[:, 2 * P:2 * P + P * B].reshape(n, P, B)[ar, inv].reshape(n, -1)
+        new_of = xp.empty_like(inv)
+        new_of[ar, inv] = xp.arange(P)
+        # each cell that names a block, by its place in the flat rows (`out` is a new array: its rows are contiguous)
+        out.reshape(-1)[named.rows * out.shape[1] + self.scan_cells[named.place]] = new_of.ravel()[named.keys]
+        if self.sort_free:          # `any` keeps the free list ascending
+            free = out[:, lay.FREE:lay.FREE + P]
+            free = xp.sort(xp.where(free < 0, P, free), axis=1)
+            out[:, lay.FREE:lay.FREE + P] = xp.where(free == P, -1, free)
 
     def _map(self, out: Any, cells: Any, table: Any) -> None:
         """Each of `cells` that is not -1 replaced by its entry in the row's `table`."""
@@ -324,11 +323,17 @@ class RowOrbits:
         out[:, cells] = xp.where(values < 0, values, _take(table, xp.maximum(values, 0), xp))
 
 
+class _Named(NamedTuple):
+    """The cells of a batch of rows that name a block: each one's row, its
+    place in the first appearance scan (`RowOrbits.scan_cells`), and its
+    row and block as one index (row * P + block)."""
+    rows: Any
+    place: Any
+    keys: Any
+
+
 def _take(table: Any, index: Any, xp: Any) -> Any:
     """table[r, index[r, k]] for every row r and k: one gather over the flat table."""
     flat = index.astype(np.int64) + (xp.arange(len(table), dtype=np.int64) * table.shape[1])[:, None]
     return table.ravel()[flat]
 
-
-def _host_list(a: Any) -> list:
-    return (a.get() if hasattr(a, "get") else a).tolist()

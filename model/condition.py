@@ -129,7 +129,7 @@ class Condition:
     def evaluate(self, env: Mapping[str, Any]) -> bool:
         return bool(self._run(env))
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
         """Pickled as its text and parsed again (its compiled function does
         not pickle), so that a scenario, and a check's result that holds
         it, can cross to another process."""

@@ -39,7 +39,7 @@ from cowcheck.model.state import Status
 
 from cowcheck.symbolic.state import STATUS_CODE, Sym
 from cowcheck.symbolic.system import SymbolicSystem
-from cowcheck.symbolic.terms import all_of
+from cowcheck.symbolic.terms import Renaming, all_of
 
 
 def interchangeable(system: SymbolicSystem) -> list[tuple[int, int]]:
@@ -139,11 +139,15 @@ class Reductions:
     def __init__(self, u):
         self.u = u
         self.commuting = Commuting(u.pre, u.executed, u.changed)
+        # both built once, over the template state and two template actions, and renamed at each depth
+        self.symmetry = symmetry_breaking(u.system, u.pre)
+        self.first, self.second = (z3.BitVec(f"ord.{which}", u.act_width) for which in ("first", "second"))
+        self.ordered = self.commuting.ordered(self.first, self.second)
 
     def at(self, k: int) -> list:
         """The constraints on state k of the run and on the two actions into it."""
         u = self.u
-        parts = [symmetry_breaking(u.system, u.state(k))]
+        parts = [u.at(self.symmetry, k)]
         if k >= 2:
-            parts.append(self.commuting.ordered(u.act_at(k - 2), u.act_at(k - 1)))
+            parts.append(Renaming([(self.first, u.act_at(k - 2)), (self.second, u.act_at(k - 1))])(self.ordered))
         return parts

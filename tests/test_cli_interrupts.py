@@ -270,3 +270,21 @@ def test_a_memory_error_lost_in_c_code_stops_the_search_as_out_of_memory(message
 def test_a_system_error_of_another_kind_is_not_taken_for_out_of_memory():
     with pytest.raises(SystemError):
         _search_meeting(SystemError("bad argument to internal function"))
+
+
+def test_a_progress_line_without_memory_for_its_thread_is_left_out(monkeypatch):
+    """A search that fills the address space may leave no room for the
+    progress line's refresh thread ("can't start new thread"): the run goes
+    on without the line; nothing is raised or printed in the timer's thread."""
+    from rich.live import Live
+    from cowcheck.cli.check import Progress
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(Live, "start", no_thread)
+    progress = Progress("long")
+    progress.timer.cancel()
+    progress._show()
+    assert progress.closed and progress.live is None
+    progress._show()                   # asked again (the explorer's next report): still nothing
+    progress.close()

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-
 import sys
 import threading
 import time
@@ -86,8 +86,17 @@ class Progress:
     def _show(self) -> None:
         with self.lock:
             if self.live is None and not self.closed:
-                self.live = Live(self, console=err_console, transient=True, refresh_per_second=4)
-                self.live.start()
+                live = Live(self, console=err_console, transient=True, refresh_per_second=4)
+                try:
+                    live.start()
+                except (RuntimeError, MemoryError):
+                    # no memory left for its refresh thread ("can't start new thread": a search that
+                    # fills the address space): the run goes on without the line, and reports as it would
+                    with contextlib.suppress(Exception):
+                        live.stop()
+                    self.closed = True
+                    return
+                self.live = live
 
     def close(self) -> None:
         self.timer.cancel()

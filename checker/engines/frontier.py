@@ -478,9 +478,6 @@ class Frontier:
         return _host(placed[inverse])
 
     # -- the predicates of states -------------------------------------------------
-    def _col(self, F: Any, at: int) -> Any:
-        return F[:, at]
-
     def _predicates(self, F: Any) -> tuple[Any, Any, Any, Any]:
         lay, xp = self.lay, self.xp
         kinds = self._kinds(F)

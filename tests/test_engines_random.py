@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 
 from cowcheck import check
@@ -17,7 +18,7 @@ from cowcheck.fuzzing.strategies import scenarios as fuzz_scenarios
 from cowcheck.model.protocol import builtin_names
 from cowcheck.model.system import ProtocolModel
 
-CAP = 5_000
+CAP = 10_000
 
 
 def scenarios(protocols=("cow",), max_block=4, max_prompt=8, max_branches=3, max_ops=3, reuses=("lifo", "fifo")):
@@ -26,6 +27,7 @@ def scenarios(protocols=("cow",), max_block=4, max_prompt=8, max_branches=3, max
                                                    max_ops=max_ops, reuses=reuses, tight_pools=False))
 
 
+@pytest.mark.slow      # about 12 s alone on hypothesis's fixed examples
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_cow_never_breaks_an_invariant(scenario):

@@ -191,6 +191,20 @@ def test_a_z3_call_cancelled_by_a_signal_is_the_interrupt():
 
 
 # -- signals held, then delivered (issue 27, item 3) ----------------------------------------
+@pytest.fixture
+def sigint_raises():
+    """These tests send SIGINT to the test process itself and expect
+    Python's KeyboardInterrupt. A process started in the background by a
+    non-interactive shell (`pytest ... &`, as a script or a CI step may
+    start it) inherits SIGINT ignored, and Python then leaves it ignored
+    (`held` rightly re-raises a held signal through the handler that was
+    there, SIG_IGN, and it is gone): so each test puts Python's handler in
+    place for its duration."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _kill_once_held(signum: int = signal.SIGINT) -> None:
     """Send `signum` to this process from a thread as soon as
     interrupts.held has put its own handler in place (deterministic: the
@@ -204,7 +218,7 @@ def _kill_once_held(signum: int = signal.SIGINT) -> None:
     threading.Thread(target=fire, daemon=True).start()
 
 
-def test_a_signal_while_held_is_delivered_on_leaving_not_lost():
+def test_a_signal_while_held_is_delivered_on_leaving_not_lost(sigint_raises):
     from cowcheck import interrupts
     left_inside = False
     with pytest.raises(KeyboardInterrupt):
@@ -217,7 +231,7 @@ def test_a_signal_while_held_is_delivered_on_leaving_not_lost():
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
-def test_a_signal_from_another_thread_while_held_is_delivered_on_leaving():
+def test_a_signal_from_another_thread_while_held_is_delivered_on_leaving(sigint_raises):
     from cowcheck import interrupts
     with pytest.raises(KeyboardInterrupt):
         with interrupts.held(signal.SIGINT):
@@ -225,7 +239,7 @@ def test_a_signal_from_another_thread_while_held_is_delivered_on_leaving():
             time.sleep(0.3)
 
 
-def test_ctrl_c_while_the_cluster_starts_stops_the_run_and_workers_ignore_it():
+def test_ctrl_c_while_the_cluster_starts_stops_the_run_and_workers_ignore_it(sigint_raises):
     """The embedded cluster starts inside interrupts.held: a Ctrl-C then
     comes out of connect() once it has started, and its worker processes
     were started with SIGINT blocked (a terminal's Ctrl-C reaches them too)."""

@@ -70,6 +70,8 @@ def findings(result) -> tuple[str, dict[str, int]]:
     return str(result.summary), {k: v.length for k, v in result.verdicts.items() if v.length is not None}
 
 
+#: slow as a whole: its cases together take over ten seconds (tests/README.md, "Slow tests")
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FINDINGS)
 def test_what_cowcheck_finds_in_transformers(hf, name):
     assert findings(api.check(SCENARIOS / f"{name}.toml", allocator=transformers.REF)) == FINDINGS[name]

@@ -36,8 +36,6 @@ from cowcheck.model.scenario import DEVICES
 from tests.test_engines_random import scenarios
 
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
-#: covered scenarios whose agreement test takes over ten seconds (pytest --durations, both cores busy): slow
-SLOW = frozenset({"cow-three-writers", "holds-three-writers", "pipelined-rollback"})
 #: the pure prefix-caching scenarios shipped (no allocator or scheduler code, no transfers): all covered
 CACHE = ("cache-drafts", "free-in-flight", "free-in-flight-stream", "no-evict", "prefix-cache-aligned", "prefix-cache-any-reuse",
          "prefix-cache-cancel-in-flight", "prefix-cache-continue", "prefix-cache-evict", "prefix-cache-parallel",
@@ -107,21 +105,20 @@ def same_reduction(scenario) -> None:
         assert (mine.states, mine.transitions) == (first.states, first.transitions)
 
 
-def covered(slow: frozenset = frozenset()) -> list:
-    """The shipped scenarios the frontier engine covers; those in `slow` marked so."""
-    out = []
-    for path in sorted(SPECS.glob("*.toml")):
-        if refusal(load_scenario(path)) is None:
-            marks = [pytest.mark.slow] if path.stem in slow else []
-            out.append(pytest.param(path, id=path.stem, marks=marks))
-    return out
+def covered() -> list:
+    """The shipped scenarios the frontier engine covers."""
+    return [pytest.param(path, id=path.stem) for path in sorted(SPECS.glob("*.toml")) if refusal(load_scenario(path)) is None]
 
 
-@pytest.mark.parametrize("path", covered(SLOW))
+#: slow as a whole: its cases together take over ten seconds (tests/README.md, "Slow tests")
+@pytest.mark.slow
+@pytest.mark.parametrize("path", covered())
 def test_agrees_on_shipped_scenarios(path, searched):
     agree(load_scenario(path), searched(path, symmetry=False, por=False), searched(path, por=False))
 
 
+#: slow as a whole: its cases together take over ten seconds (tests/README.md, "Slow tests")
+@pytest.mark.slow
 @pytest.mark.parametrize("path", covered())
 def test_partial_order_rows_are_the_explorers(path):
     same_reduction(load_scenario(path))

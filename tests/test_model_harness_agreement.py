@@ -36,6 +36,8 @@ def broken(result) -> set[str]:
     return out
 
 
+#: slow as a whole: its cases together take over ten seconds (tests/README.md, "Slow tests")
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("path", CODE, ids=lambda p: p.stem)
 def test_allocator_code_and_its_protocol_file_break_the_same_invariants(path, device):
@@ -87,6 +89,8 @@ CACHE_PAIRS = [(path, factory) for path in CACHE_SHAPES for factory in sorted(PR
                if factory != "step_fenced" or any(b.may_cancel for b in load_scenario(path).branches)]
 
 
+#: slow as a whole: its cases together take over ten seconds (tests/README.md, "Slow tests")
+@pytest.mark.slow
 @pytest.mark.parametrize("path, factory", CACHE_PAIRS, ids=lambda v: v.stem if isinstance(v, Path) else v)
 def test_every_v1_style_pool_agrees_with_its_protocol_file_on_every_shipped_cache_shape(path, factory):
     base = replace(load_scenario(path), reuse="lifo", expect=())

@@ -46,6 +46,8 @@ def broken(result) -> dict[str, int]:
     return {k: v.length for k, v in result.verdicts.items() if v.holds is False}
 
 
+#: slow as a whole: its cases together take over ten seconds (tests/README.md, "Slow tests")
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["async", "stream", "streams"])
 @pytest.mark.parametrize("branches", [TWO, PRUNED], ids=["two-writers", "pruned-in-flight"])
 def test_the_fenced_manager_holds_on_every_device(device, branches):

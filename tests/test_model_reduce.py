@@ -242,7 +242,8 @@ def test_representative_is_canonical(scenario, rnd):
 #: tests/test_adapters_scheduler.py), so three searches of it would compare one search with itself
 SPEC_SCENARIOS = sorted(p for p in (Path(__file__).resolve().parent.parent / "specs" / "scenarios").glob("*.toml")
                         if not p.stem.startswith("sched-"))
-#: the shipped scenarios whose three searches take over ten seconds (pytest --durations): slow
+#: the shipped scenarios whose default check and search without partial-order reduction take over ten
+#: seconds (pytest --durations): slow
 HEAVY_SPECS = ("engine-fenced-prune-in-flight", "engine-fenced-async")
 
 
@@ -272,8 +273,9 @@ def keeps_reachability(settled: Exploration, plain) -> None:
             == (x.peak, x.cost_range, x.steady, x.host_peak, x.transfers_range)
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in HEAVY_SPECS else [], id=p.stem)
-                                  for p in SPEC_SCENARIOS])
+#: slow as a whole: its cases together take over ten seconds (tests/README.md, "Slow tests")
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SPEC_SCENARIOS, ids=lambda p: p.stem)
 def test_every_shipped_scenario_agrees_with_and_without_reductions(path, searched):
     scenario = load_scenario(path)
     plain = searched(path, symmetry=False, por=False)
@@ -583,9 +585,9 @@ def test_a_bound_that_stops_the_reduced_search_gives_the_bounded_search_without_
         assert [s.purpose for s in auto.searches] == purposes
         assert f"stopped (--max-states {bound})" in auto.choice
     # a bound the reduced search stays under gives the whole answer
-    whole = check(cow, max_states=3_000)
-    assert whole.complete and whole.exploration.states < 3_000 < check(cow, por=False).exploration.states
-    assert reported(whole)[0] == reported(check(cow, por=False))[0]
+    whole, alone = check(cow, max_states=3_000), check(cow, por=False)
+    assert whole.complete and whole.exploration.states < 3_000 < alone.exploration.states
+    assert reported(whole)[0] == reported(alone)[0]
 
 
 def test_the_default_leaves_partial_order_reduction_off_where_it_does_not_pay_and_says_why():

@@ -159,15 +159,13 @@ def test_bmc_reproduces_the_reference_rows_within_the_bound(protocol, branches, 
     _agrees_within(bmc, check(scenario, symmetry=False), bound)
 
 
-#: the shipped cache scenarios and the bound BMC checks each to (the slow ones are marked)
+#: the bound BMC checks each shipped cache scenario to
 SPEC_BOUND = 10
 
 
-#: the shipped cache scenarios whose BMC run takes over ten seconds (measured with `pytest --durations`): slow
-HEAVY_SPECS: tuple[str, ...] = ()
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n in HEAVY_SPECS else []) for n in CACHE_SPECS])
+#: slow as a whole: its cases together take over ten seconds (tests/README.md, "Slow tests")
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CACHE_SPECS)
 def test_bmc_agrees_with_the_explorer_on_shipped_cache_scenarios(name, searched):
     path = SCENARIOS / f"{name}.toml"
     _agrees_within(run_bmc(load_scenario(path), INVARIANTS, SPEC_BOUND), searched(path, symmetry=False, por=False),

@@ -242,8 +242,8 @@ def test_representative_is_canonical(scenario, rnd):
 #: tests/test_adapters_scheduler.py), so three searches of it would compare one search with itself
 SPEC_SCENARIOS = sorted(p for p in (Path(__file__).resolve().parent.parent / "specs" / "scenarios").glob("*.toml")
                         if not p.stem.startswith("sched-"))
-#: the shipped scenarios whose default check and search without partial-order reduction take over ten
-#: seconds (pytest --durations): slow
+#: the two cases of the default check against the search without partial order that take longest (4 and
+#: 6 CPU s): marked slow, the test's other cases stay under ten seconds together (tests/README.md, "Slow tests")
 HEAVY_SPECS = ("engine-fenced-prune-in-flight", "engine-fenced-async")
 
 
